@@ -1,0 +1,134 @@
+"""Produce and consume throughput against a real broker process, with the broker's CPU share.
+
+Usage: python benchmarks/bench_throughput.py [--records N] [--partitions 1 8] [--rdkafka-performance PATH]
+
+Clients: confluent-kafka (librdkafka) in this process, and optionally librdkafka's C
+rdkafka_performance example (built outside this repo) so the Python client is not the
+bottleneck. 100-byte values, acks=1. Prints records/s and MB/s for each run and the
+broker's CPU use (user+system seconds / wall seconds) while it ran.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from tests.broker_process import BrokerProcess  # noqa: E402
+
+VALUE = b"x" * 100
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Measure:
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def __enter__(self) -> Measure:
+        self.t0 = time.perf_counter()
+        self.c0 = cpu_seconds(self.pid)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall = time.perf_counter() - self.t0
+        self.cpu = cpu_seconds(self.pid) - self.c0
+
+
+def report(label: str, n: int, m: Measure, value_bytes: int = 100) -> None:
+    print(f"{label:<48} {n / m.wall:>12,.0f} rec/s {n * value_bytes / m.wall / 1e6:>8.1f} MB/s"
+          f"   broker CPU {m.cpu / m.wall * 100:5.1f}% of one core ({m.wall:.2f} s)")
+
+
+def python_produce(bootstrap: str, topic: str, n: int, pid: int) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 5, "batch.size": 1_000_000,
+                  "queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 2_000_000})
+    with Measure(pid) as m:
+        for _ in range(n):
+            try:
+                p.produce(topic, VALUE)
+            except BufferError:
+                p.poll(0.01)
+                p.produce(topic, VALUE)
+        p.flush(120)
+    report(f"produce confluent-kafka {topic}", n, m)
+
+
+def python_consume(bootstrap: str, topic: str, partitions: int, n: int, pid: int) -> None:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
+                  "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": 10485760,
+                  "queued.max.messages.kbytes": 1048576})
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    got = 0
+    with Measure(pid) as m:
+        while got < n:
+            for msg in c.consume(10000, 1.0):
+                if msg.error() is None:
+                    got += 1
+    c.close()
+    report(f"consume confluent-kafka {topic}", got, m)
+
+
+def rdkafka_perf(binary: str, bootstrap: str, topic: str, n: int, pid: int, produce: bool, partitions: int) -> None:
+    if produce:
+        args = [binary, "-P", "-t", topic, "-b", bootstrap, "-s", "100", "-c", str(n), "-X", "acks=1",
+                "-X", "linger.ms=5", "-X", "batch.size=1000000", "-u"]
+    else:
+        args = [binary, "-C", "-t", topic, "-b", bootstrap, "-o", "beginning", "-c", str(n), "-u", "-e"]
+        args += ["-p", ",".join(str(p) for p in range(partitions))] if partitions > 1 else ["-p", "0"]
+    with Measure(pid) as m:
+        res = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    if res.returncode != 0:
+        print(f"rdkafka_performance failed: {res.stderr[-2000:]}")
+        return
+    report(f"{'produce' if produce else 'consume'} rdkafka_performance {topic}", n, m)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=2_000_000)
+    ap.add_argument("--partitions", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--rdkafka-performance", default=os.environ.get("RDKAFKA_PERFORMANCE"))
+    ap.add_argument("--bootstrap", help="use a running broker instead of starting one (CPU share not measured)")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        broker = None
+        if args.bootstrap:
+            bootstrap, pid = args.bootstrap, os.getpid()
+        else:
+            broker = BrokerProcess(Path(d) / "data").start()
+            assert broker.proc is not None
+            bootstrap, pid = broker.bootstrap, broker.proc.pid
+        print(f"broker {bootstrap}, {args.records:,} records of 100 bytes, {os.cpu_count()} cores")
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        try:
+            for parts in args.partitions:
+                topic = f"bench-py-{parts}"
+                admin.create_topics([NewTopic(topic, parts, 1)])[topic].result(10)
+                python_produce(bootstrap, topic, args.records, pid)
+                python_consume(bootstrap, topic, parts, args.records, pid)
+                if args.rdkafka_performance:
+                    topic = f"bench-c-{parts}"
+                    admin.create_topics([NewTopic(topic, parts, 1)])[topic].result(10)
+                    rdkafka_perf(args.rdkafka_performance, bootstrap, topic, args.records, pid, True, parts)
+                    rdkafka_perf(args.rdkafka_performance, bootstrap, topic, args.records, pid, False, parts)
+        finally:
+            if broker is not None:
+                broker.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""The `gregor` command: `serve` starts a broker (like kafka-server-start.sh); the other
+subcommands are small tools on top of the reference client (like kafka-topics.sh and the
+console producer/consumer)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+
+from gregor.config import BrokerConfig, ConfigError, read_properties
+
+
+def _parse_overrides(items: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"--override expects key=value, got {item!r}")
+        k, v = item.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        format="[%(asctime)s] %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        props = read_properties(args.properties) if args.properties else {}
+        props.update(_parse_overrides(args.override))
+        config = BrokerConfig(props)
+    except (ConfigError, OSError) as e:
+        print(f"gregor: configuration error: {e}", file=sys.stderr)
+        return 2
+    from gregor.server.broker import run_broker
+
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    try:
+        asyncio.run(run_broker(config))
+    except OSError as e:
+        print(f"gregor: cannot start: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gregor", description="Gregor: a Kafka-compatible commit log")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("serve", help="start a broker")
+    p.add_argument("properties", nargs="?", help="server.properties file")
+    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="set a broker property (repeatable)")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.set_defaults(func=cmd_serve)
+
+    from gregor.tools import console
+
+    console.add_subcommands(sub)
+
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,201 @@
+"""The controller: the one place that decides topic layout and writes it to the metadata store.
+
+Admin requests (CreateTopics, DeleteTopics, CreatePartitions, config changes) arrive at any
+broker and are validated and applied here. On a lone broker this broker is the controller;
+in a cluster the broker that wins /controller will run the same code against ZooKeeper.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+from gregor.config import BrokerConfig, ConfigError, format_value, validate_topic_configs
+from gregor.metadata.store import (
+    MetadataStore,
+    NoSuchTopicError,
+    PartitionState,
+    TopicExistsError,
+    TopicMetadata,
+)
+from gregor.protocol.errors import ErrorCode, KafkaError
+
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+MAX_PARTITIONS = 100_000
+
+
+def validate_topic_name(name: str | None) -> None:
+    """Kafka's rules: 1-249 chars of [a-zA-Z0-9._-], not '.' or '..'."""
+    if not name:
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name cannot be \".\" or \"..\"")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise KafkaError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters",
+        )
+    if not _LEGAL_TOPIC.match(name):
+        raise KafkaError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"Topic name \"{name}\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'",
+        )
+
+
+def _collision_key(name: str) -> str:
+    # '.' and '_' collide in metric names, so Kafka refuses topics that differ only by them.
+    return name.replace(".", "_")
+
+
+class Controller:
+    def __init__(self, store: MetadataStore, config: BrokerConfig) -> None:
+        self.store = store
+        self.config = config
+
+    # --- topics ----------------------------------------------------------------------
+    def create_topic(
+        self,
+        name: str,
+        num_partitions: int = -1,
+        replication_factor: int = -1,
+        assignment: dict[int, list[int]] | None = None,
+        configs: dict[str, str | None] | None = None,
+        validate_only: bool = False,
+    ) -> TopicMetadata:
+        validate_topic_name(name)
+        existing = self.store.topics()
+        if name in existing:
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        key = _collision_key(name)
+        for other in existing:
+            if _collision_key(other) == key:
+                raise KafkaError(
+                    ErrorCode.INVALID_TOPIC_EXCEPTION,
+                    f"Topic '{name}' collides with existing topic: {other}",
+                )
+        try:
+            parsed = validate_topic_configs(dict(configs or {}))
+        except ConfigError as e:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
+        brokers = [b.broker_id for b in self.store.brokers()]
+        if assignment:
+            if num_partitions != -1 or replication_factor != -1:
+                raise KafkaError(
+                    ErrorCode.INVALID_REQUEST,
+                    "Both numPartitions or replicationFactor and replicasAssignment were set. Both cannot be used at the same time.",
+                )
+            layout = self._check_assignment(assignment, brokers, expected_start=0)
+        else:
+            n = self.config.get("num.partitions") if num_partitions == -1 else num_partitions
+            rf = self.config.get("default.replication.factor") if replication_factor == -1 else replication_factor
+            if n <= 0 or n > MAX_PARTITIONS:
+                raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"Number of partitions must be larger than 0 (got {n}).")
+            if rf <= 0:
+                raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
+            if rf > len(brokers):
+                raise KafkaError(
+                    ErrorCode.INVALID_REPLICATION_FACTOR,
+                    f"Replication factor: {rf} larger than available brokers: {len(brokers)}.",
+                )
+            layout = self._assign(0, n, rf, brokers)
+        partitions = {p: PartitionState(replicas=r, leader=r[0], leader_epoch=0, isr=list(r)) for p, r in layout.items()}
+        topic = TopicMetadata(
+            name,
+            uuid.uuid4(),
+            partitions,
+            {k: format_value(v) for k, v in parsed.items()},
+            internal=name in INTERNAL_TOPICS,
+        )
+        if not validate_only:
+            try:
+                self.store.create_topic(topic)
+            except TopicExistsError:
+                raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.") from None
+        return topic
+
+    def delete_topic(self, name: str) -> None:
+        if not self.config.get("delete.topic.enable"):
+            raise KafkaError(ErrorCode.TOPIC_DELETION_DISABLED, "Topic deletion is disabled.")
+        try:
+            self.store.delete_topic(name)
+        except NoSuchTopicError:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.") from None
+
+    def create_partitions(
+        self, name: str, count: int, assignment: list[list[int]] | None, validate_only: bool
+    ) -> None:
+        topic = self.store.topic(name)
+        if topic is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
+        current = len(topic.partitions)
+        if count < current:
+            raise KafkaError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"Topic currently has {current} partitions, which is higher than the requested {count}.",
+            )
+        if count == current:
+            raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partitions.")
+        if count > MAX_PARTITIONS:
+            raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"Too many partitions: {count}.")
+        brokers = [b.broker_id for b in self.store.brokers()]
+        rf = len(topic.partitions[0].replicas)
+        if assignment is not None:
+            if len(assignment) != count - current:
+                raise KafkaError(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"Increasing the number of partitions by {count - current} but {len(assignment)} assignments provided.",
+                )
+            layout = self._check_assignment(
+                {current + i: r for i, r in enumerate(assignment)}, brokers, expected_start=current, expected_rf=rf
+            )
+        else:
+            layout = self._assign(current, count - current, rf, brokers)
+        if not validate_only:
+            self.store.add_partitions(
+                name, {p: PartitionState(replicas=r, leader=r[0], isr=list(r)) for p, r in layout.items()}
+            )
+
+    # --- configs ---------------------------------------------------------------------
+    def set_topic_configs(self, name: str, configs: dict[str, str], validate_only: bool) -> None:
+        if self.store.topic(name) is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist.")
+        try:
+            parsed = validate_topic_configs(configs)
+        except ConfigError as e:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
+        if not validate_only:
+            self.store.set_topic_configs(name, {k: format_value(v) for k, v in parsed.items()})
+
+    # --- assignment ------------------------------------------------------------------
+    @staticmethod
+    def _assign(first: int, count: int, rf: int, brokers: list[int]) -> dict[int, list[int]]:
+        """Round-robin replica placement starting at a shifting broker, like Kafka's rack-unaware assignment."""
+        ordered = sorted(brokers)
+        n = len(ordered)
+        return {
+            first + i: [ordered[(first + i + j) % n] for j in range(rf)]
+            for i in range(count)
+        }
+
+    @staticmethod
+    def _check_assignment(
+        assignment: dict[int, list[int]], brokers: list[int], expected_start: int, expected_rf: int | None = None
+    ) -> dict[int, list[int]]:
+        ids = sorted(assignment)
+        if ids != list(range(expected_start, expected_start + len(ids))):
+            raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Partitions must be consecutive and start at 0.")
+        rfs = {len(r) for r in assignment.values()}
+        if len(rfs) != 1 or 0 in rfs:
+            raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "All partitions must have the same, non-zero number of replicas.")
+        if expected_rf is not None and rfs != {expected_rf}:
+            raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Replication factor must be {expected_rf}.")
+        known = set(brokers)
+        for p, replicas in assignment.items():
+            if len(set(replicas)) != len(replicas):
+                raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Duplicate brokers in the assignment of partition {p}.")
+            missing = [b for b in replicas if b not in known]
+            if missing:
+                raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Unknown broker(s) {missing} in partition {p}.")
+        return {p: list(r) for p, r in assignment.items()}

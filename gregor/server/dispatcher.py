@@ -1,0 +1,91 @@
+"""Routes each decoded request to its handler; the only place that knows the handler table.
+
+Kafka's rules for requests it cannot serve: an unknown API key or an unsupported version
+closes the connection (the body cannot be parsed), except ApiVersions, which answers a
+too-new version with a v0-format UNSUPPORTED_VERSION reply listing what is supported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gregor.protocol import apis
+from gregor.protocol.errors import ErrorCode
+from gregor.protocol.frames import RequestHeader, decode_request
+from gregor.protocol.primitives import DecodeError
+from gregor.protocol.schema import Api, Struct
+from gregor.server.network import CloseConnection
+
+if TYPE_CHECKING:
+    from gregor.server.broker import Broker
+    from gregor.server.network import Connection
+
+log = logging.getLogger("gregor.dispatcher")
+
+# A handler returns the response body, a Future of it, or None when no response is sent.
+Handler = Callable[["RequestContext", Struct], "Struct | dict[str, Any] | asyncio.Future[Any] | None"]
+
+
+@dataclass(slots=True)
+class RequestContext:
+    broker: Broker
+    header: RequestHeader
+    connection: Connection
+
+    @property
+    def version(self) -> int:
+        return self.header.api_version
+
+
+class Dispatcher:
+    def __init__(self, broker: Broker, handlers: dict[int, Handler]) -> None:
+        self.broker = broker
+        self.handlers = handlers
+        unknown = set(handlers) - set(apis.BY_KEY)
+        assert not unknown, f"handlers for APIs the codec lacks: {unknown}"
+
+    def supported(self) -> list[Api]:
+        """Exactly the APIs with a handler, at the codec's version ranges."""
+        return [apis.BY_KEY[k] for k in sorted(self.handlers)]
+
+    def dispatch(
+        self, conn: Connection, frame: memoryview, api_key: int, version: int, correlation_id: int
+    ) -> tuple[Api, Any] | None:
+        handler = self.handlers.get(api_key)
+        if handler is None:
+            raise CloseConnection(f"unknown or unsupported API key {api_key}")
+        api = apis.BY_KEY[api_key]
+        if not api.min_version <= version <= api.max_version:
+            if api_key == 18:
+                conn.write_raw(self.api_versions_v0_error(correlation_id))
+                return None
+            raise CloseConnection(
+                f"unsupported version {version} of {api.name} (supported {api.min_version}-{api.max_version})"
+            )
+        try:
+            header, body = decode_request(frame, api)
+        except DecodeError as e:
+            raise CloseConnection(f"malformed {api.name} v{version} request: {e}") from None
+        try:
+            resp = handler(RequestContext(self.broker, header, conn), body)
+        except Exception as e:  # a handler bug must not take the broker down
+            log.exception("handler for %s v%d failed", api.name, version)
+            raise CloseConnection(f"error handling {api.name}: {e!r}") from None
+        if resp is None:
+            return None
+        return api, resp
+
+    def api_versions_v0_error(self, correlation_id: int) -> bytes:
+        """ApiVersions v0 body with UNSUPPORTED_VERSION: what a client with a too-new version can parse."""
+        entries = b"".join(
+            struct.pack(">hhh", a.key, a.min_version if a.advertised_min_version is None else a.advertised_min_version,
+                        a.max_version)
+            for a in self.supported()
+        )
+        body = struct.pack(">ihi", correlation_id, ErrorCode.UNSUPPORTED_VERSION, len(self.supported())) + entries
+        return struct.pack(">i", len(body)) + body

@@ -1,0 +1,38 @@
+"""One small module per API family; this table is what the broker serves and advertises."""
+
+from __future__ import annotations
+
+from gregor.server.dispatcher import Handler
+from gregor.server.handlers.api_versions import handle_api_versions
+from gregor.server.handlers.cluster import handle_describe_cluster
+from gregor.server.handlers.configs import (
+    handle_alter_configs,
+    handle_describe_configs,
+    handle_incremental_alter_configs,
+)
+from gregor.server.handlers.fetch import handle_fetch
+from gregor.server.handlers.list_offsets import handle_list_offsets
+from gregor.server.handlers.metadata import handle_metadata
+from gregor.server.handlers.produce import handle_produce
+from gregor.server.handlers.topics import (
+    handle_create_partitions,
+    handle_create_topics,
+    handle_delete_records,
+    handle_delete_topics,
+)
+
+HANDLERS: dict[int, Handler] = {
+    0: handle_produce,
+    1: handle_fetch,
+    2: handle_list_offsets,
+    3: handle_metadata,
+    18: handle_api_versions,
+    19: handle_create_topics,
+    20: handle_delete_topics,
+    21: handle_delete_records,
+    32: handle_describe_configs,
+    33: handle_alter_configs,
+    37: handle_create_partitions,
+    44: handle_incremental_alter_configs,
+    60: handle_describe_cluster,
+}

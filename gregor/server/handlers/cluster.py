@@ -1,0 +1,37 @@
+"""DescribeCluster: the admin client's view of brokers, controller and cluster id."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gregor.protocol.errors import ErrorCode
+from gregor.protocol.schema import Struct
+from gregor.server.dispatcher import RequestContext
+
+BROKER_ENDPOINT = 1
+
+
+def handle_describe_cluster(ctx: RequestContext, req: Struct) -> dict[str, Any]:
+    store = ctx.broker.store
+    endpoint_type = req.get("endpoint_type", BROKER_ENDPOINT)
+    if endpoint_type != BROKER_ENDPOINT:
+        return {
+            "error_code": ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
+            "error_message": "Only broker endpoints can be described",
+            "endpoint_type": endpoint_type,
+            "cluster_id": store.cluster_id,
+            "controller_id": -1,
+            "brokers": [],
+        }
+    return {
+        "throttle_time_ms": 0,
+        "error_code": ErrorCode.NONE,
+        "error_message": None,
+        "endpoint_type": BROKER_ENDPOINT,
+        "cluster_id": store.cluster_id,
+        "controller_id": store.controller_id(),
+        "brokers": [
+            {"broker_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack, "is_fenced": False}
+            for b in store.brokers()
+        ],
+    }

@@ -1,0 +1,90 @@
+"""Fetch: read below the high watermark, honouring size limits; park in purgatory for min bytes.
+
+Fetch sessions (KIP-227) are not kept: every response carries session id 0, which tells
+clients to send full fetch requests, as a Kafka broker does when its session cache is full.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.protocol.schema import Struct
+from gregor.server.dispatcher import RequestContext
+from gregor.server.purgatory import DelayedOperation
+from gregor.storage.errors import OffsetOutOfRangeError
+
+READ_COMMITTED = 1
+
+
+def _partition_error(index: int, code: ErrorCode, hw: int = -1, lso: int = -1, log_start: int = -1) -> dict[str, Any]:
+    return {"partition_index": index, "error_code": code, "high_watermark": hw, "last_stable_offset": lso,
+            "log_start_offset": log_start, "aborted_transactions": None, "preferred_read_replica": -1,
+            "records": b""}
+
+
+def read_partitions(ctx: RequestContext, req: Struct) -> tuple[list[dict[str, Any]], int, bool]:
+    """Build the response topics. Returns (topics, bytes read, whether any partition errored)."""
+    rm = ctx.broker.replica_manager
+    budget = req.max_bytes if ctx.version >= 3 else 2**31 - 1
+    total = 0
+    errored = False
+    read_committed = req.isolation_level == READ_COMMITTED
+    out = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            idx = p.partition
+            try:
+                part = rm.get_leader_partition(t.topic, idx)
+                part.check_leader_epoch(p.current_leader_epoch)
+            except KafkaError as e:
+                parts.append(_partition_error(idx, e.code))
+                errored = True
+                continue
+            lg = part.log
+            hw = lg.high_watermark
+            try:
+                # The first partition with data may exceed the budget by one batch (KIP-74), so
+                # consumers always progress; later ones only fill what is left.
+                max_bytes = min(p.partition_max_bytes, max(budget - total, 0))
+                data = lg.read(p.fetch_offset, max_bytes, hw, min_one_batch=(total == 0))
+                records = data.records
+            except OffsetOutOfRangeError:
+                parts.append(_partition_error(idx, ErrorCode.OFFSET_OUT_OF_RANGE, hw, hw, lg.log_start_offset))
+                errored = True
+                continue
+            total += len(records)
+            parts.append({
+                "partition_index": idx,
+                "error_code": ErrorCode.NONE,
+                "high_watermark": hw,
+                "last_stable_offset": hw,
+                "log_start_offset": lg.log_start_offset,
+                "aborted_transactions": [] if read_committed else None,
+                "preferred_read_replica": -1,
+                "records": records,
+            })
+        out.append({"topic": t.topic, "partitions": parts})
+    return out, total, errored
+
+
+def handle_fetch(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.Future[Any]:
+    if req.replica_id >= 0:
+        # Follower fetching arrives with replication; a lone broker has no followers.
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.NOT_LEADER_OR_FOLLOWER, "session_id": 0, "responses": []}
+    topics, nbytes, errored = read_partitions(ctx, req)
+
+    def response(topics_: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "session_id": 0, "responses": topics_}
+
+    if req.max_wait_ms <= 0 or nbytes >= req.min_bytes or errored or not topics:
+        return response(topics)
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[Any] = loop.create_future()
+    keys = [(t.topic, p.partition) for t in req.topics for p in t.partitions]
+    op = DelayedOperation(fut, keys, req.min_bytes - nbytes, lambda: response(read_partitions(ctx, req)[0]))
+    if not ctx.broker.replica_manager.fetch_purgatory.park(op, req.max_wait_ms):
+        return response(topics)
+    return fut

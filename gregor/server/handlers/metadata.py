@@ -1,0 +1,63 @@
+"""Metadata: brokers, controller and topic layout, with auto topic creation when allowed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gregor.metadata.store import TopicMetadata
+from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.protocol.schema import Struct
+from gregor.server.dispatcher import RequestContext
+
+
+def topic_entry(t: TopicMetadata) -> dict[str, Any]:
+    return {
+        "error_code": ErrorCode.NONE,
+        "name": t.name,
+        "topic_id": t.topic_id,
+        "is_internal": t.internal,
+        "partitions": [
+            {
+                "error_code": ErrorCode.NONE,
+                "partition_index": p,
+                "leader_id": s.leader,
+                "leader_epoch": s.leader_epoch,
+                "replica_nodes": s.replicas,
+                "isr_nodes": s.isr,
+                "offline_replicas": [],
+            }
+            for p, s in sorted(t.partitions.items())
+        ],
+    }
+
+
+def handle_metadata(ctx: RequestContext, req: Struct) -> dict[str, Any]:
+    broker = ctx.broker
+    store = broker.store
+    topics = store.topics()
+    # v0: an empty list means all topics; v1+: null means all, empty means none.
+    if req.topics is None or (ctx.version == 0 and not req.topics):
+        out = [topic_entry(t) for t in topics.values()]
+    else:
+        out = []
+        allow_auto = req.allow_auto_topic_creation and broker.config.get("auto.create.topics.enable")
+        for rt in req.topics:
+            name = rt.name
+            t = topics.get(name) if name is not None else None
+            if t is None and name is not None and allow_auto:
+                try:
+                    t = broker.auto_create_topic(name)
+                except KafkaError as e:
+                    out.append({"error_code": e.code, "name": name, "partitions": []})
+                    continue
+            if t is None:
+                out.append({"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "name": name, "partitions": []})
+            else:
+                out.append(topic_entry(t))
+    return {
+        "throttle_time_ms": 0,
+        "brokers": [{"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack} for b in store.brokers()],
+        "cluster_id": store.cluster_id,
+        "controller_id": store.controller_id(),
+        "topics": out,
+    }

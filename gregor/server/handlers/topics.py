@@ -1,0 +1,110 @@
+"""Topic administration: CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords.
+
+Layout decisions are the controller's; these handlers only translate requests and
+collect per-topic errors so one bad topic never fails the others.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gregor.config import TOPIC_PROPS, format_value
+from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.protocol.schema import Struct
+from gregor.server.dispatcher import RequestContext
+from gregor.server.replica_manager import effective_topic_configs
+
+DYNAMIC_TOPIC_CONFIG = 1
+DEFAULT_CONFIG = 5
+
+
+def handle_create_topics(ctx: RequestContext, req: Struct) -> dict[str, Any]:
+    broker = ctx.broker
+    results = []
+    seen: dict[str, int] = {}
+    for t in req.topics:
+        seen[t.name] = seen.get(t.name, 0) + 1
+    for t in req.topics:
+        entry: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.NONE, "error_message": None,
+                                 "num_partitions": -1, "replication_factor": -1, "configs": None}
+        try:
+            if seen[t.name] > 1:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, f"Create topics request from client contains duplicate topic {t.name}")
+            assignment = {a.partition_index: list(a.broker_ids) for a in t.assignments}
+            configs = {c.name: c.value for c in t.configs}
+            meta = broker.controller.create_topic(
+                t.name, t.num_partitions, t.replication_factor, assignment, configs, req.validate_only
+            )
+            entry["topic_id"] = meta.topic_id
+            entry["num_partitions"] = len(meta.partitions)
+            entry["replication_factor"] = len(meta.partitions[0].replicas)
+            values = effective_topic_configs(broker.config, meta.configs)
+            entry["configs"] = [
+                {"name": k, "value": format_value(values[k]), "read_only": False,
+                 "config_source": DYNAMIC_TOPIC_CONFIG if k in meta.configs else DEFAULT_CONFIG, "is_sensitive": False}
+                for k in sorted(TOPIC_PROPS)
+            ]
+        except KafkaError as e:
+            entry["error_code"] = e.code
+            entry["error_message"] = e.message
+        results.append(entry)
+    return {"throttle_time_ms": 0, "topics": results}
+
+
+def handle_delete_topics(ctx: RequestContext, req: Struct) -> dict[str, Any]:
+    names: list[str | None] = list(req.topic_names) if ctx.version < 6 else [t.name for t in req.topics]
+    results = []
+    for name in names:
+        entry: dict[str, Any] = {"name": name, "error_code": ErrorCode.NONE, "error_message": None}
+        try:
+            if name is None:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID, "Deleting topics by id is not supported yet")
+            meta = ctx.broker.store.topic(name)
+            if meta is not None:
+                entry["topic_id"] = meta.topic_id
+            ctx.broker.controller.delete_topic(name)
+        except KafkaError as e:
+            entry["error_code"] = e.code
+            entry["error_message"] = e.message
+        results.append(entry)
+    return {"throttle_time_ms": 0, "responses": results}
+
+
+def handle_create_partitions(ctx: RequestContext, req: Struct) -> dict[str, Any]:
+    results = []
+    for t in req.topics:
+        entry: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.NONE, "error_message": None}
+        try:
+            assignment = None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]
+            ctx.broker.controller.create_partitions(t.name, t.count, assignment, req.validate_only)
+        except KafkaError as e:
+            entry["error_code"] = e.code
+            entry["error_message"] = e.message
+        results.append(entry)
+    return {"throttle_time_ms": 0, "results": results}
+
+
+def handle_delete_records(ctx: RequestContext, req: Struct) -> dict[str, Any]:
+    rm = ctx.broker.replica_manager
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            entry: dict[str, Any] = {"partition_index": p.partition_index, "low_watermark": -1,
+                                     "error_code": ErrorCode.NONE}
+            try:
+                part = rm.get_leader_partition(t.name, p.partition_index)
+                lg = part.log
+                target = lg.high_watermark if p.offset == -1 else p.offset
+                if target < 0 or target > lg.high_watermark:
+                    raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE)
+                if "delete" not in lg.config.cleanup_policy.split(","):
+                    raise KafkaError(ErrorCode.POLICY_VIOLATION,
+                                     "Records of partitions of a compacted-only topic cannot be deleted")
+                lg.delete_records(target)
+                entry["low_watermark"] = lg.log_start_offset
+            except KafkaError as e:
+                entry["error_code"] = e.code
+            parts.append(entry)
+        topics.append({"name": t.name, "partitions": parts})
+    return {"throttle_time_ms": 0, "topics": topics}

@@ -1,0 +1,73 @@
+"""Storage errors. Each carries `error`, the Kafka error name the broker answers with."""
+
+from __future__ import annotations
+
+
+class StorageError(Exception):
+    error = "UNKNOWN_SERVER_ERROR"
+
+
+class OffsetOutOfRangeError(StorageError):
+    """A fetch or seek outside [log_start_offset, log_end_offset]."""
+
+    error = "OFFSET_OUT_OF_RANGE"
+
+    def __init__(self, message: str, log_start_offset: int, log_end_offset: int) -> None:
+        super().__init__(f"{message} (log start offset {log_start_offset}, log end offset {log_end_offset})")
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+
+
+class RecordTooLargeError(StorageError):
+    """One batch is larger than max.message.bytes."""
+
+    error = "MESSAGE_TOO_LARGE"
+
+
+class RecordListTooLargeError(StorageError):
+    """A produced record set is larger than segment.bytes: no segment could hold it."""
+
+    error = "RECORD_LIST_TOO_LARGE"
+
+
+class UnexpectedAppendOffsetError(StorageError):
+    """A follower append whose offsets do not continue the log."""
+
+    error = "UNKNOWN_SERVER_ERROR"
+
+    def __init__(self, message: str, first_offset: int, log_end_offset: int) -> None:
+        super().__init__(message)
+        self.first_offset = first_offset
+        self.log_end_offset = log_end_offset
+
+
+class KafkaStorageError(StorageError):
+    """An I/O error on the log directory; the partition cannot be served from it."""
+
+    error = "KAFKA_STORAGE_ERROR"
+
+
+class InvalidConfigError(StorageError, ValueError):
+    error = "INVALID_CONFIG"
+
+
+class CorruptIndexError(StorageError):
+    """An index file fails its sanity check; the log rebuilds it from the segment."""
+
+    error = "CORRUPT_MESSAGE"
+
+
+class CorruptCheckpointError(StorageError):
+    error = "KAFKA_STORAGE_ERROR"
+
+
+class LogDirInUseError(StorageError):
+    """Another process holds the log directory's lock file."""
+
+    error = "KAFKA_STORAGE_ERROR"
+
+
+class CorruptRecordError(StorageError):
+    """A batch read back from a segment does not frame correctly (the file was damaged)."""
+
+    error = "CORRUPT_MESSAGE"

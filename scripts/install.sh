@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs what Gregor and its tests need on a fresh Debian machine: system packages
+# (kcat for the client tests) and a virtualenv in .venv with the package and test extras.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export DEBIAN_FRONTEND=noninteractive
+missing=()
+command -v kcat >/dev/null 2>&1 || missing+=(kcat)
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q "${missing[@]}"
+fi
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/pip install -q --upgrade pip
+.venv/bin/pip install -q -e '.[test]'

@@ -1,0 +1,81 @@
+"""Run a real `gregor serve` process for tests: a free port, its own data dir, SIGKILL-able."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+_LISTENING = re.compile(r"listening on [^:]+:(\d+)")
+
+
+class BrokerProcess:
+    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None) -> None:
+        self.data_dir = data_dir
+        self.overrides = dict(overrides or {})
+        self.proc: subprocess.Popen[str] | None = None
+        self.port = 0
+        self.log_lines: list[str] = []
+        self._reader: threading.Thread | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 15.0) -> BrokerProcess:
+        props = {"log.dirs": str(self.data_dir), "listeners": f"PLAINTEXT://127.0.0.1:{self.port}"}
+        props.update(self.overrides)
+        cmd = [sys.executable, "-m", "gregor", "serve"]
+        for k, v in props.items():
+            cmd += ["--override", f"{k}={v}"]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        ready = threading.Event()
+
+        def read() -> None:
+            assert self.proc is not None and self.proc.stdout is not None
+            for line in self.proc.stdout:
+                self.log_lines.append(line.rstrip("\n"))
+                m = _LISTENING.search(line)
+                if m and not ready.is_set():
+                    self.port = int(m.group(1))
+                    ready.set()
+
+        self._reader = threading.Thread(target=read, daemon=True)
+        self._reader.start()
+        deadline = time.monotonic() + timeout_s
+        while not ready.is_set():
+            if self.proc.poll() is not None:
+                raise RuntimeError("broker exited during start:\n" + "\n".join(self.log_lines))
+            if time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError("broker did not start in time:\n" + "\n".join(self.log_lines))
+            ready.wait(0.05)
+        return self
+
+    def stop(self, timeout_s: float = 20.0) -> int:
+        """SIGTERM and wait: a clean shutdown. Returns the exit code."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout_s)
+        if self._reader is not None:
+            self._reader.join(5)
+        return code
+
+    def kill(self) -> None:
+        """SIGKILL: no flush, no checkpoint, as in a crash."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def restart(self) -> BrokerProcess:
+        """Start again on the same data dir and the same port."""
+        return self.start()
+
+    def log_text(self) -> str:
+        return "\n".join(self.log_lines)

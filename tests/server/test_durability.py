@@ -1,0 +1,154 @@
+"""Acknowledged data survives SIGKILL and clean restarts; retention and timestamps through clients."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.broker_process import BrokerProcess
+
+
+def _consume(bootstrap: str, topic: str, partitions: int, expected: int, timeout_s: float = 30,
+             **conf: object) -> list[tuple[int, int, bytes]]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "durability", "enable.auto.commit": False, **conf})
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    out = []
+    deadline = time.monotonic() + timeout_s
+    while len(out) < expected and time.monotonic() < deadline:
+        m = c.poll(0.2)
+        if m is not None and m.error() is None:
+            out.append((m.partition(), m.offset(), m.value()))
+    c.close()
+    return out
+
+
+def test_acked_messages_survive_sigkill(start_broker: Callable[..., BrokerProcess]) -> None:
+    b = start_broker()
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("durable", 4, 1)])["durable"].result(10)
+    acked: list[tuple[int, int, bytes]] = []
+    p = Producer({"bootstrap.servers": b.bootstrap, "acks": "1", "linger.ms": 2, "message.timeout.ms": 5000})
+
+    def cb(err: object, m: object) -> None:
+        if err is None:
+            acked.append((m.partition(), m.offset(), m.value()))  # type: ignore[attr-defined]
+
+    # Keep producing while the broker is killed: only acknowledged messages are owed.
+    for i in range(20000):
+        p.produce("durable", f"msg-{i}".encode() * 3, f"k{i}".encode(), on_delivery=cb)
+        p.poll(0)
+        if i == 15000:
+            p.flush(10)
+            b.kill()
+    p.flush(10)
+    assert len(acked) >= 15000
+    b.restart()
+    got = _consume(b.bootstrap, "durable", 4, len(acked))
+    assert set(acked) <= set(got), f"lost {len(set(acked) - set(got))} acknowledged messages"
+    # Offsets did not change and have no holes.
+    for part in range(4):
+        offs = sorted(o for p_, o, _ in got if p_ == part)
+        assert offs == list(range(len(offs)))
+
+
+def test_clean_shutdown_and_restart(start_broker: Callable[..., BrokerProcess]) -> None:
+    b = start_broker()
+    p = Producer({"bootstrap.servers": b.bootstrap, "acks": "all"})
+    for i in range(1000):
+        p.produce("restart", f"v{i}".encode())
+    assert p.flush(10) == 0
+    assert b.stop() == 0
+    assert "shut down cleanly" in b.log_text()
+    b.restart()
+    got = _consume(b.bootstrap, "restart", 1, 1000)
+    assert [v for _, _, v in got] == [f"v{i}".encode() for i in range(1000)]
+
+
+def _first_message(c: Consumer, timeout_s: float = 10) -> object:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        m = c.poll(0.2)
+        if m is not None and m.error() is None:
+            return m
+    raise AssertionError("no message")
+
+
+def test_retention_moves_log_start_and_consumers_reset(start_broker: Callable[..., BrokerProcess]) -> None:
+    b = start_broker({"log.retention.check.interval.ms": "200", "log.segment.delete.delay.ms": "0"})
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("retained", 1, 1, config={"segment.bytes": "2000", "retention.ms": "5000"})])[
+        "retained"].result(10)
+    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0, "batch.num.messages": 1})
+    old_ts = int(time.time() * 1000) - 60_000
+    for _ in range(100):  # older than retention.ms: their segments go
+        p.produce("retained", b"x" * 100, timestamp=old_ts)
+        p.flush(5)
+    for i in range(100):  # fresh: kept
+        p.produce("retained", f"new-{i}".encode())
+        p.flush(5)
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "ret", "enable.auto.commit": False})
+    tp = TopicPartition("retained", 0)
+    deadline = time.monotonic() + 20
+    low = high = 0
+    while time.monotonic() < deadline:
+        low, high = c.get_watermark_offsets(tp, timeout=5)
+        if low > 50:
+            break
+        time.sleep(0.2)
+    assert 50 < low <= 100, "old segments were deleted and ListOffsets earliest moved"
+    assert high == 200
+    c.close()
+    assert not (b.data_dir / "retained-0" / "00000000000000000000.log").exists()
+    # A consumer asking for a deleted offset gets OFFSET_OUT_OF_RANGE and resets per auto.offset.reset.
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "ret2", "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest"})
+    c.assign([TopicPartition("retained", 0, 5)])
+    assert _first_message(c).offset() == low  # type: ignore[attr-defined]
+    c.close()
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "ret3", "enable.auto.commit": False,
+                  "auto.offset.reset": "latest"})
+    c.assign([TopicPartition("retained", 0, 5)])
+    end = time.monotonic() + 10
+    while c.position([tp])[0].offset != 200 and time.monotonic() < end:
+        c.poll(0.2)
+    p.produce("retained", b"after-reset")
+    p.flush(5)
+    m = _first_message(c)
+    assert (m.offset(), m.value()) == (200, b"after-reset")  # type: ignore[attr-defined]
+    c.close()
+
+
+def test_list_offsets_by_timestamp(start_broker: Callable[..., BrokerProcess]) -> None:
+    b = start_broker({"log.index.interval.bytes": "100"})
+    p = Producer({"bootstrap.servers": b.bootstrap, "batch.num.messages": 7})
+    base = 1_700_000_000_000
+    for i in range(500):
+        p.produce("times", f"{i}".encode(), timestamp=base + i * 10)
+    assert p.flush(10) == 0
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "ts", "enable.auto.commit": False})
+    for ts, expected in [(base - 5, 0), (base, 0), (base + 1, 1), (base + 2505, 251), (base + 4990, 499),
+                         (base + 4991, -1)]:
+        got = c.offsets_for_times([TopicPartition("times", 0, ts)], timeout=10)[0]
+        assert got.offset == expected, (ts, got.offset)
+    c.close()
+
+
+def test_log_append_time(start_broker: Callable[..., BrokerProcess]) -> None:
+    b = start_broker({"log.message.timestamp.type": "LogAppendTime"})
+    p = Producer({"bootstrap.servers": b.bootstrap})
+    p.produce("appendtime", b"v", timestamp=1000)
+    assert p.flush(10) == 0
+    before = int(time.time() * 1000) - 60_000
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "lat", "enable.auto.commit": False})
+    c.assign([TopicPartition("appendtime", 0, OFFSET_BEGINNING)])
+    m = None
+    end = time.monotonic() + 10
+    while m is None and time.monotonic() < end:
+        m = c.poll(0.5)
+    assert m is not None
+    ts_type, ts = m.timestamp()
+    assert ts_type == 2 and ts > before  # TIMESTAMP_LOG_APPEND_TIME, set by the broker
+    c.close()
