@@ -68,9 +68,10 @@ def python_produce(bootstrap: str, topic: str, n: int, pid: int) -> None:
 
 
 def python_consume(bootstrap: str, topic: str, partitions: int, n: int, pid: int) -> None:
+    # librdkafka backs off fetching for fetch.queue.backoff.ms (1 s) whenever its local queue is over
+    # queued.min.messages; at these rates that idles the consumer most of the time, so keep it short.
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
-                  "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": 10485760,
-                  "queued.max.messages.kbytes": 1048576})
+                  "fetch.queue.backoff.ms": 1, "queued.min.messages": 1_000_000})
     c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
     got = 0
     with Measure(pid) as m:

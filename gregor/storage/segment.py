@@ -584,6 +584,7 @@ class LogSegment:
         removed = self.size - h.position
         os.ftruncate(self._fd, h.position)
         self.size = h.position
+        self._preallocated = False
         self._bytes_since_last_index_entry = 0
         self._next_offset = None
         self._max_timestamp = None
