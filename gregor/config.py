@@ -142,6 +142,18 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
     _p("log.cleaner.max.compaction.lag.ms", "long", LONG_MAX, lo=1),
     _p("min.insync.replicas", "int", 1, lo=1),
     _p("unclean.leader.election.enable", "bool", False),
+    # Group coordinator.
+    _p("group.min.session.timeout.ms", "int", 6000, lo=0),
+    _p("group.max.session.timeout.ms", "int", 1800000, lo=0),
+    _p("group.initial.rebalance.delay.ms", "int", 3000, lo=0),
+    _p("group.max.size", "int", 2**31 - 1, lo=1),
+    _p("offsets.topic.num.partitions", "int", 50, lo=1),
+    _p("offsets.topic.replication.factor", "int", 1, lo=1,
+       doc="Kafka defaults to 3; a lone broker can only hold 1 (Kafka's sample server.properties says 1)"),
+    _p("offsets.topic.segment.bytes", "int", 104857600, lo=1),
+    _p("offsets.retention.minutes", "int", 10080, lo=1),
+    _p("offsets.retention.check.interval.ms", "long", 600000, lo=1),
+    _p("offset.metadata.max.bytes", "int", 4096, lo=0),
 ]}
 
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from gregor.config import BrokerConfig, parse_listener
 from gregor.controller.controller import Controller
+from gregor.coordinator.group.coordinator import OFFSETS_TOPIC, GroupCoordinator, append_via
 from gregor.metadata.embedded import EmbeddedMetadataStore
 from gregor.metadata.store import BrokerInfo, MetadataStore, TopicMetadata
 from gregor.protocol.errors import ErrorCode, KafkaError
@@ -41,6 +42,7 @@ class Broker:
         self.store = store or EmbeddedMetadataStore(config.log_dirs[0], config.broker_id)
         self.controller = Controller(self.store, config)
         self.replica_manager = ReplicaManager(config, self.store, self.log_manager)
+        self.group_coordinator = GroupCoordinator(config, append_via(self.replica_manager), self._read_offsets_partition)
         self.dispatcher = Dispatcher(self, HANDLERS)
         self.socket_server = SocketServer(
             self.dispatcher,
@@ -65,10 +67,12 @@ class Broker:
         self.store.register_broker(BrokerInfo(self.config.broker_id, adv_host or "127.0.0.1", adv_port))
         self.store.add_listener(self.replica_manager.on_metadata_change)
         self.replica_manager.sync_all()
+        self.group_coordinator.load()
         self._every(self.config.get("log.retention.check.interval.ms"), self._retention)
         flush_ms = min(self.config.get("log.flush.scheduler.interval.ms"), 2**31)
         self._every(min(flush_ms, 1000), self._flush)
         self._every(self.config.get("replica.high.watermark.checkpoint.interval.ms"), self._checkpoint)
+        self._every(self.config.get("offsets.retention.check.interval.ms"), self._expire_offsets)
         log.info(
             "Gregor broker %d started: listening on %s (cluster id %s)",
             self.config.broker_id,
@@ -86,6 +90,7 @@ class Broker:
         log.info("shutting down")
         self.socket_server.stop_accepting()
         self.replica_manager.fetch_purgatory.shutdown()
+        self.group_coordinator.shutdown()
         await self.socket_server.drain(timeout_s=5.0)
         for t in self._tasks:
             t.cancel()
@@ -116,7 +121,38 @@ class Broker:
     async def _checkpoint(self) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self.log_manager.checkpoint)
 
+    async def _expire_offsets(self) -> None:
+        self.group_coordinator.expire_offsets()
+
     # --- helpers for handlers --------------------------------------------------------
+    def group_coordinator_ready(self) -> GroupCoordinator:
+        """The coordinator, once __consumer_offsets exists (created on first use, as Kafka does)."""
+        if self.store.topic(OFFSETS_TOPIC) is None:
+            try:
+                self.controller.create_topic(
+                    OFFSETS_TOPIC,
+                    self.config.get("offsets.topic.num.partitions"),
+                    self.config.get("offsets.topic.replication.factor"),
+                    configs={"cleanup.policy": "compact",
+                             "segment.bytes": str(self.config.get("offsets.topic.segment.bytes"))},
+                )
+            except KafkaError as e:
+                if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                    raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"cannot create {OFFSETS_TOPIC}: {e}") from e
+        return self.group_coordinator
+
+    def _read_offsets_partition(self, p: int) -> Iterator[memoryview]:
+        part = self.replica_manager.partitions.get((OFFSETS_TOPIC, p))
+        if part is None:
+            return
+        lg = part.log
+        offset = lg.log_start_offset
+        while offset < lg.log_end_offset:
+            data = lg.read(offset, 1 << 20, lg.log_end_offset)
+            if data.next_offset <= offset:
+                break
+            yield data.records
+            offset = data.next_offset
     def auto_create_topic(self, name: str) -> TopicMetadata:
         try:
             return self.controller.create_topic(name)

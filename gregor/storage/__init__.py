@@ -4,9 +4,11 @@
     Log         one partition: segments, offsets, appends, reads, retention, truncation, flush
     LogSegment  one .log file with its .index and .timeindex
     LogConfig   a log's topic configs, with Kafka's names and defaults
+    LogCleaner  log compaction for compacted topics, on background threads
 """
 
-from gregor.storage.config import LogConfig
+from gregor.storage.cleaner import CleanerStats, LogCleaner, validate_compacted_records
+from gregor.storage.config import CleanerConfig, LogConfig
 from gregor.storage.errors import (
     CorruptCheckpointError,
     CorruptIndexError,
@@ -17,6 +19,7 @@ from gregor.storage.errors import (
     OffsetOutOfRangeError,
     RecordListTooLargeError,
     RecordTooLargeError,
+    RecordValidationError,
     StorageError,
     UnexpectedAppendOffsetError,
 )
@@ -41,6 +44,8 @@ __all__ = [
     "LATEST_TIMESTAMP",
     "MAX_TIMESTAMP",
     "AppendInfo",
+    "CleanerConfig",
+    "CleanerStats",
     "CorruptCheckpointError",
     "CorruptIndexError",
     "CorruptRecordError",
@@ -49,6 +54,7 @@ __all__ = [
     "KafkaStorageError",
     "LeaderEpochFileCache",
     "Log",
+    "LogCleaner",
     "LogConfig",
     "LogDirInUseError",
     "LogManager",
@@ -56,8 +62,10 @@ __all__ = [
     "OffsetOutOfRangeError",
     "RecordListTooLargeError",
     "RecordTooLargeError",
+    "RecordValidationError",
     "StorageError",
     "TimestampAndOffset",
     "UnexpectedAppendOffsetError",
     "parse_topic_partition",
+    "validate_compacted_records",
 ]

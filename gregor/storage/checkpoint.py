@@ -6,6 +6,7 @@ directory is fsynced, so a crash leaves either the old or the new file, never a 
     recovery-point-offset-checkpoint    topic partition offset
     log-start-offset-checkpoint         topic partition offset
     replication-offset-checkpoint       topic partition offset   (high watermarks)
+    cleaner-offset-checkpoint           topic partition offset   (the log cleaner's first dirty offsets)
     <topic>-<partition>/leader-epoch-checkpoint   epoch start_offset
 """
 
@@ -21,6 +22,7 @@ VERSION = 0
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
+CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 
 TopicPartition = tuple[str, int]

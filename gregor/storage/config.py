@@ -135,6 +135,14 @@ class LogConfig:
         return "compact" in self.cleanup_policies
 
     @property
+    def max_segment_ms(self) -> int:
+        """segment.ms, or max.compaction.lag.ms if smaller on a compacted log: the active segment is
+        never cleaned, so it must roll for max.compaction.lag.ms to be met (Kafka's rule)."""
+        if self.compact:
+            return min(self.segment_ms, self.max_compaction_lag_ms)
+        return self.segment_ms
+
+    @property
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == LOG_APPEND_TIME
 
@@ -219,3 +227,68 @@ def _format(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     return str(v)
+
+
+# --- the log cleaner's broker-wide settings ---------------------------------------------------
+
+# server.properties name -> CleanerConfig field.
+CLEANER_BROKER_PROPERTIES: dict[str, str] = {
+    "log.cleaner.enable": "enable",
+    "log.cleaner.threads": "threads",
+    "log.cleaner.backoff.ms": "backoff_ms",
+    "log.cleaner.dedupe.buffer.size": "dedupe_buffer_size",
+    "log.cleaner.io.buffer.size": "io_buffer_size",
+    "log.cleaner.io.max.bytes.per.second": "io_max_bytes_per_second",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class CleanerConfig:
+    """The log cleaner's settings (broker-wide), Kafka's names with '_' for '.' and its defaults.
+
+    `dedupe_buffer_size` bounds the memory of the offset maps of all cleaner threads together;
+    `io_buffer_size` is the read chunk and write buffer size of each thread;
+    `io_max_bytes_per_second` throttles each thread's reads plus writes (default: no limit).
+    """
+
+    enable: bool = True
+    threads: int = 1
+    backoff_ms: int = 15000
+    dedupe_buffer_size: int = 134217728
+    io_buffer_size: int = 524288
+    io_max_bytes_per_second: float = float("inf")
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.enable, bool):
+            raise InvalidConfigError(f"log.cleaner.enable={self.enable!r} must be a boolean")
+        for name, low in (("threads", 1), ("backoff_ms", 0), ("dedupe_buffer_size", 1), ("io_buffer_size", 1)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                raise InvalidConfigError(f"log.cleaner.{name.replace('_', '.')}={v!r} must be an integer >= {low}")
+        rate = self.io_max_bytes_per_second
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not rate > 0:
+            raise InvalidConfigError(f"log.cleaner.io.max.bytes.per.second={rate!r} must be positive")
+
+    @classmethod
+    def from_broker_properties(cls, props: Mapping[str, Any]) -> CleanerConfig:
+        """The cleaner settings from server.properties names; other names are ignored."""
+        changes: dict[str, Any] = {}
+        for key, name in CLEANER_BROKER_PROPERTIES.items():
+            if key not in props:
+                continue
+            raw = props[key]
+            try:
+                if name == "enable":
+                    text = str(raw).strip().lower() if not isinstance(raw, bool) else str(raw).lower()
+                    if text not in ("true", "false"):
+                        raise ValueError(text)
+                    changes[name] = text == "true"
+                elif name == "io_max_bytes_per_second":
+                    changes[name] = float(raw)
+                else:
+                    if isinstance(raw, bool):
+                        raise ValueError(raw)
+                    changes[name] = raw if isinstance(raw, int) else int(str(raw).strip())
+            except ValueError:
+                raise InvalidConfigError(f"{key}={raw!r} is not valid") from None
+        return replace(cls(), **changes)

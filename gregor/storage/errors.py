@@ -71,3 +71,16 @@ class CorruptRecordError(StorageError):
     """A batch read back from a segment does not frame correctly (the file was damaged)."""
 
     error = "CORRUPT_MESSAGE"
+
+
+class RecordValidationError(StorageError):
+    """A produced record the log must refuse, e.g. one without a key for a compacted topic.
+    `batch_index` and `record_index` say which (Produce's record_errors carry the record's
+    index within its batch)."""
+
+    error = "INVALID_RECORD"
+
+    def __init__(self, message: str, batch_index: int = 0, record_index: int = 0) -> None:
+        super().__init__(message)
+        self.batch_index = batch_index
+        self.record_index = record_index

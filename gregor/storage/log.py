@@ -10,9 +10,11 @@ layer (a lone broker sets it to the LEO after each append); consumers read below
 segments at or after it are re-validated.
 
 Threads: appends and reads come from the event-loop thread; `flush`/`maybe_flush` and
-`delete_old_segments` may come from a worker thread. A per-log lock guards the segment list
-and offsets (reads hold it for their one pread); fsync runs outside it, so a flush never
-stalls appends for the length of an fsync.
+`delete_old_segments` may come from a worker thread, and the log cleaner (cleaner.py) from its
+own thread. A per-log lock guards the segment list and offsets (reads hold it for their one
+pread and return a copy of the bytes); fsync runs outside it, so a flush never stalls appends
+for the length of an fsync. The cleaner reads old segments through duplicated descriptors
+without the lock and takes it only to swap cleaned segments in (`replace_segments`).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from gregor.storage.segment import (
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
     LogSegment,
+    SegmentInfo,
     file_prefix,
     parse_base_offset,
 )
@@ -97,6 +100,18 @@ class FetchDataInfo:
     log_end_offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class CleanerSnapshot:
+    """What the log cleaner needs to plan a clean, taken in one go under the log's lock."""
+
+    generation: int  # bumped by every truncation: a clean planned on an older one is abandoned
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    segments: list[SegmentInfo]  # the active segment last
+    truncated_to: int | None  # lowest LEO a truncation left since the previous snapshot, if any
+
+
 class TimestampAndOffset(NamedTuple):
     offset: int
     timestamp: int  # -1 for the latest/earliest lookups
@@ -121,6 +136,7 @@ class Log:
         self._last_flush_ms = now
         self._roll_flush_offset = 0  # a roll asks for the segments below this offset to be flushed
         self._truncations = 0  # bumped when the LEO goes back, so an in-flight flush does not overshoot
+        self._truncated_to: int | None = None  # lowest LEO after a truncation, until the cleaner looks
         self._dir_dirty = True  # files were created or renamed since the last directory fsync
         self._pending_deletes: list[tuple[int, LogSegment]] = []  # (due ms, segment renamed .deleted)
         self._closed = False
@@ -318,6 +334,11 @@ class Log:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def generation(self) -> int:
+        """Bumped by every truncation (see `replace_segments`)."""
+        return self._truncations
 
     # --- appends ----------------------------------------------------------------------------
 
@@ -683,6 +704,97 @@ class Log:
                 keep.append((due, seg))
         self._pending_deletes = keep
 
+    # --- log cleaner support -----------------------------------------------------------------
+
+    def cleaner_snapshot(self) -> CleanerSnapshot:
+        """The segments with their sizes and index entry counts, the offsets and the truncation
+        generation, consistent with each other. Cheap: no file is read (index sizes come from
+        stat). Also hands over (and resets) the lowest LEO a truncation left since the last call,
+        so the cleaner can pull its checkpoint back below truncated-and-rewritten offsets."""
+        with self._lock:
+            self._check_open()
+            segs = self._segments
+            infos = [
+                seg.info(segs[i + 1].base_offset if i + 1 < len(segs) else self._log_end_offset)
+                for i, seg in enumerate(segs)
+            ]
+            truncated_to, self._truncated_to = self._truncated_to, None
+            return CleanerSnapshot(
+                self._truncations, self._log_start_offset, self._log_end_offset, self._high_watermark,
+                infos, truncated_to,
+            )
+
+    def segment_timestamps(self, seg: LogSegment) -> tuple[int, int | None] | None:
+        """(largest timestamp, first batch timestamp) of a segment for the compaction lags, or None
+        if it is no longer part of the log. Under the lock: the values are loaded lazily from the
+        files, which must not race with the event loop doing the same."""
+        with self._lock:
+            if self._closed or seg.closed:
+                return None
+            return seg.largest_timestamp, seg.rolling_base_timestamp
+
+    def open_segment_readers(self, segments: list[LogSegment]) -> list[int] | None:
+        """Duplicated read descriptors for `segments` (the caller closes them), or None if one of
+        them has left the log. A duplicate stays valid when the segment is closed, renamed or
+        deleted meanwhile, so the cleaner reads without holding the lock and never hits a
+        descriptor number that was closed and reused."""
+        with self._lock:
+            if self._closed or any(seg.closed for seg in segments):
+                return None
+            fds: list[int] = []
+            try:
+                for seg in segments:
+                    fds.append(seg.dup_fd())
+            except OSError:
+                for fd in fds:
+                    os.close(fd)
+                raise
+            return fds
+
+    def replace_segments(self, new: LogSegment, old: list[LogSegment], generation: int, now_ms: int) -> bool:
+        """Swap the cleaned segment `new` (files suffixed `.cleaned`, complete and fsynced) in for
+        the consecutive, non-active segments `old`. Returns False, changing nothing, if the log
+        moved on since the clean was planned: closed, truncated (`generation`), or one of `old`
+        deleted by retention. The caller then deletes `new`.
+
+        Crash safety comes from the order of renames, all under the lock (a few renames and one
+        directory fsync, no data copying):
+          1. `new` .cleaned -> .swap, then fsync the directory: from here a restart completes the
+             replacement (Log._load replaces the segments in [swap base, swap next offset)).
+          2. each old segment -> .deleted (unlinked after file.delete.delay.ms; a restart removes it).
+          3. `new` .swap -> final names (the first old segment's name, freed in step 2).
+        A crash before 1 leaves `.cleaned` files, removed on load: the old segments stand.
+        """
+        with self._lock:
+            if self._closed or generation != self._truncations or not old:
+                return False
+            try:
+                i = next(j for j, seg in enumerate(self._segments) if seg is old[0])
+            except StopIteration:
+                return False
+            k = len(old)
+            if i + k >= len(self._segments) or any(a is not b for a, b in zip(self._segments[i : i + k], old, strict=True)):
+                return False  # not all still there, or the last one is (now) the active segment
+            assert new.base_offset == old[0].base_offset, (new, old[0])
+            assert new.next_offset <= self._bases[i + k], (new, self._bases[i + k])
+            try:
+                new.change_suffix(SWAP_SUFFIX)
+                fsync_dir(self.dir)
+                for seg in old:
+                    self._schedule_delete(seg, now_ms)
+                new.change_suffix("")
+            except OSError as e:
+                raise KafkaStorageError(f"swapping cleaned segment {new.log_path} in failed: {e}") from e
+            self._segments[i : i + k] = [new]
+            self._bases[i : i + k] = [new.base_offset]
+            self._dir_dirty = True
+            self._check_invariants()
+            return True
+
+    def _note_truncation(self, leo: int) -> None:
+        if self._truncated_to is None or leo < self._truncated_to:
+            self._truncated_to = leo
+
     # --- truncation (replication) -----------------------------------------------------------
 
     def truncate_to(self, offset: int, now_ms: int | None = None) -> bool:
@@ -713,6 +825,7 @@ class Log:
             leo = active.next_offset
             assert leo <= offset
             self._truncations += 1
+            self._note_truncation(leo)
             self._log_end_offset = leo
             self._log_start_offset = min(self._log_start_offset, leo)
             self._high_watermark = min(self._high_watermark, leo)
@@ -742,6 +855,7 @@ class Log:
             raise KafkaStorageError(f"cannot create a segment in {self.dir}: {e}") from e
         self._segments, self._bases = [seg], [offset]
         self._truncations += 1
+        self._note_truncation(offset)
         self._log_end_offset = self._log_start_offset = self._high_watermark = self._recovery_point = offset
         self._roll_flush_offset = 0
         self._dir_dirty = True

@@ -5,6 +5,9 @@ Each log dir holds `<topic>-<partition>/` directories and the checkpoint files
 (recovery-point-offset-checkpoint, log-start-offset-checkpoint, replication-offset-checkpoint),
 a `.lock` file held with flock while the broker runs, and `.kafka_cleanshutdown` written after
 a clean shutdown (so the next start skips recovery) and removed once the logs are loaded.
+
+The log cleaner (cleaner.py, log compaction) is started once the logs are loaded, on its own
+threads, unless `cleaner_config.enable` (log.cleaner.enable) is false; `cleaner` is it, or None.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from gregor.storage.checkpoint import (
     TopicPartition,
     fsync_dir,
 )
-from gregor.storage.config import LogConfig
+from gregor.storage.cleaner import LogCleaner
+from gregor.storage.config import CleanerConfig, LogConfig
 from gregor.storage.errors import CorruptCheckpointError, LogDirInUseError, StorageError
 from gregor.storage.log import Log, now_ms, parse_topic_partition
 
@@ -49,6 +53,7 @@ class LogManager:
         default_config: LogConfig,
         topic_configs: Mapping[str, LogConfig] | None = None,
         now_ms: int | None = None,
+        cleaner_config: CleanerConfig | None = None,
     ) -> None:
         if not log_dirs:
             raise ValueError("log.dirs is empty")
@@ -61,11 +66,16 @@ class LogManager:
         self._lock = threading.RLock()
         self._lock_fds: list[int] = []
         self._closed = False
+        self.cleaner: LogCleaner | None = None
         try:
             for d in self.log_dirs:
                 os.makedirs(d, exist_ok=True)
                 self._lock_fds.append(_lock_dir(d))
             self._load_logs(_now() if now_ms is None else now_ms)
+            cleaner_config = cleaner_config or CleanerConfig()
+            if cleaner_config.enable:
+                self.cleaner = LogCleaner(self.log_dirs, self.logs, cleaner_config)
+                self.cleaner.start()
         except BaseException:
             for log in self._logs.values():
                 log.close()
@@ -238,6 +248,8 @@ class LogManager:
                 return
             self._closed = True
             logs = dict(self._logs)
+        if self.cleaner is not None:
+            self.cleaner.shutdown()  # first: a clean in progress is abandoned, its .cleaned files removed
         failed_dirs: set[str] = set()
         for log in logs.values():
             try:

@@ -61,6 +61,17 @@ def parse_base_offset(file_name: str) -> int | None:
     return int(stem)
 
 
+class SegmentInfo(NamedTuple):
+    """A segment's vital numbers at one moment, for planning a clean without holding the lock."""
+
+    segment: LogSegment
+    base_offset: int
+    size: int
+    next_base: int  # the next segment's base offset (the LEO for the active segment)
+    index_entries: int
+    time_index_entries: int
+
+
 class SegmentRead(NamedTuple):
     records: memoryview  # whole batches; empty when max_offset or max_bytes allowed none
     position: int  # file position of the first batch
@@ -242,7 +253,7 @@ class LogSegment:
         """Why an append of `records_size` bytes must go to a new segment, or None."""
         if self.size > 0 and self.size + records_size > config.segment_bytes:
             return "segment.bytes"
-        if self.size > 0 and self.time_waited_for_roll(now_ms, max_timestamp) > config.segment_ms - self.roll_jitter_ms:
+        if self.size > 0 and self.time_waited_for_roll(now_ms, max_timestamp) > config.max_segment_ms - self.roll_jitter_ms:
             return "segment.ms"
         if self.offset_index.is_full or self.time_index.is_full:
             return "index full"
@@ -637,6 +648,16 @@ class LogSegment:
         finally:
             self.closed = True  # set first: an fsync racing on another thread then ignores EBADF
             os.close(self._fd)
+
+    def info(self, next_base: int) -> SegmentInfo:
+        return SegmentInfo(
+            self, self.base_offset, self.size, next_base, self.offset_index.entries, self.time_index.entries
+        )
+
+    def dup_fd(self) -> int:
+        """A new descriptor for the .log file, owned by the caller (see Log.open_segment_readers)."""
+        assert not self.closed
+        return os.dup(self._fd)
 
     def change_suffix(self, new_suffix: str) -> None:
         """Rename the three files, e.g. to `.deleted` before an asynchronous delete."""

@@ -11,6 +11,19 @@ from gregor.server.handlers.configs import (
     handle_incremental_alter_configs,
 )
 from gregor.server.handlers.fetch import handle_fetch
+from gregor.server.handlers.groups import (
+    handle_delete_groups,
+    handle_describe_groups,
+    handle_find_coordinator,
+    handle_heartbeat,
+    handle_join_group,
+    handle_leave_group,
+    handle_list_groups,
+    handle_offset_commit,
+    handle_offset_delete,
+    handle_offset_fetch,
+    handle_sync_group,
+)
 from gregor.server.handlers.list_offsets import handle_list_offsets
 from gregor.server.handlers.metadata import handle_metadata
 from gregor.server.handlers.produce import handle_produce
@@ -26,6 +39,15 @@ HANDLERS: dict[int, Handler] = {
     1: handle_fetch,
     2: handle_list_offsets,
     3: handle_metadata,
+    8: handle_offset_commit,
+    9: handle_offset_fetch,
+    10: handle_find_coordinator,
+    11: handle_join_group,
+    12: handle_heartbeat,
+    13: handle_leave_group,
+    14: handle_sync_group,
+    15: handle_describe_groups,
+    16: handle_list_groups,
     18: handle_api_versions,
     19: handle_create_topics,
     20: handle_delete_topics,
@@ -33,6 +55,8 @@ HANDLERS: dict[int, Handler] = {
     32: handle_describe_configs,
     33: handle_alter_configs,
     37: handle_create_partitions,
+    42: handle_delete_groups,
     44: handle_incremental_alter_configs,
+    47: handle_offset_delete,
     60: handle_describe_cluster,
 }

@@ -1,0 +1,692 @@
+"""The group coordinator: classic consumer groups (join/sync/heartbeat/leave) and offsets.
+
+It runs on the broker's event loop. Rebalances are delayed operations: a JoinGroup is
+answered when every known member has rejoined or the rebalance timeout expires (for a
+new group, after group.initial.rebalance.delay.ms, extended while members keep
+arriving); a SyncGroup is answered when the leader has sent the assignment. Sessions
+expire on timers. Committed offsets and group metadata are written to the compacted
+internal topic __consumer_offsets (partition = hash of the group id) through the normal
+log, and replayed from it at startup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from gregor.config import BrokerConfig
+from gregor.coordinator.group import records as rec
+from gregor.coordinator.group.state import (
+    COMPLETING_REBALANCE,
+    DEAD,
+    EMPTY,
+    PREPARING_REBALANCE,
+    STABLE,
+    Group,
+    Member,
+    OffsetAndMetadata,
+)
+from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.protocol.records import Record, build_batch, iter_headers, validate_record_set
+from gregor.protocol.records import decode_records as decode_batch
+
+log = logging.getLogger("gregor.group")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def java_string_hash(s: str) -> int:
+    """Java's String.hashCode over UTF-16 code units, as a signed 32-bit int."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def partition_for(group_id: str, partitions: int) -> int:
+    """Kafka's choice of __consumer_offsets partition: abs(hashCode) % partitions (abs = & 0x7fffffff)."""
+    return (java_string_hash(group_id) & 0x7FFFFFFF) % partitions
+
+
+@dataclass(slots=True)
+class JoinResult:
+    error: ErrorCode
+    generation_id: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    member_id: str = ""
+    members: list[tuple[str, str | None, bytes]] | None = None  # only the leader gets them
+
+
+@dataclass(slots=True)
+class SyncResult:
+    error: ErrorCode
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignment: bytes = b""
+
+
+class GroupCoordinator:
+    def __init__(self, config: BrokerConfig, append: Callable[[str, int, bytes], None],
+                 read_partition: Callable[[int], Iterable[memoryview]]) -> None:
+        """`append(topic, partition, batch)` writes a batch to __consumer_offsets (raising KafkaError);
+        `read_partition(p)` returns the record sets of one __consumer_offsets partition, oldest first."""
+        self.config = config
+        self._append_batch = append
+        self._read_partition = read_partition
+        self.num_partitions: int = config.get("offsets.topic.num.partitions")
+        self.groups: dict[str, Group] = {}
+        self.min_session_ms: int = config.get("group.min.session.timeout.ms")
+        self.max_session_ms: int = config.get("group.max.session.timeout.ms")
+        self.initial_delay_ms: int = config.get("group.initial.rebalance.delay.ms")
+        self.max_group_size: int = config.get("group.max.size")
+        self.max_metadata_bytes: int = config.get("offset.metadata.max.bytes")
+        self.offsets_retention_ms: int = config.get("offsets.retention.minutes") * 60_000
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # --- lifecycle -------------------------------------------------------------------
+    def load(self) -> None:
+        """Replay __consumer_offsets into memory (at startup, before serving)."""
+        self._loop = asyncio.get_running_loop()
+        t0 = time.monotonic()
+        n = 0
+        for p in range(self.num_partitions):
+            for records in self._read_partition(p):
+                for h in iter_headers(records):
+                    if h.is_control:
+                        continue
+                    for r in decode_batch(records, h):
+                        n += 1
+                        self._replay(r.key, r.value)
+        for g in self.groups.values():
+            for m in g.members.values():
+                self._schedule_heartbeat(g, m)
+        log.info("loaded %d groups from %d %s records in %.0f ms", len(self.groups), n, OFFSETS_TOPIC,
+                 (time.monotonic() - t0) * 1000)
+
+    def _replay(self, key: bytes | None, value: bytes | None) -> None:
+        if key is None:
+            return
+        try:
+            k = rec.decode_key(key)
+        except Exception:
+            log.warning("skipping an unreadable %s key", OFFSETS_TOPIC)
+            return
+        if isinstance(k, rec.OffsetKey):
+            if value is None:
+                g = self.groups.get(k.group)
+                if g is not None:
+                    g.offsets.pop((k.topic, k.partition), None)
+                    self._maybe_drop(g)
+                return
+            v = rec.decode_offset_value(value)
+            g = self.groups.setdefault(k.group, Group(k.group))
+            g.offsets[(k.topic, k.partition)] = OffsetAndMetadata(v.offset, v.leader_epoch, v.metadata,
+                                                                  v.commit_timestamp)
+            return
+        if value is None:
+            g = self.groups.get(k.group)
+            if g is not None:
+                g.members.clear()
+                g.state, g.protocol_type, g.protocol_name, g.leader_id = EMPTY, None, None, None
+                self._maybe_drop(g)
+            return
+        v = rec.decode_group_value(value)
+        g = self.groups.setdefault(k.group, Group(k.group))
+        g.generation = v.generation
+        g.protocol_type = v.protocol_type or None
+        g.protocol_name = v.protocol
+        g.leader_id = v.leader
+        g.current_state_timestamp_ms = v.current_state_timestamp
+        g.members = {}
+        g.static_members = {}
+        for m in v.members:
+            member = Member(m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout,
+                            m.session_timeout, v.protocol_type, [(v.protocol or "", bytes(m.subscription))],
+                            bytes(m.assignment), is_new=False)
+            g.members[m.member_id] = member
+            if m.group_instance_id:
+                g.static_members[m.group_instance_id] = m.member_id
+        g.state = STABLE if g.members else EMPTY
+
+    def shutdown(self) -> None:
+        for g in self.groups.values():
+            if g.join_timer is not None:
+                g.join_timer.cancel()
+            for m in g.members.values():
+                if m.heartbeat_timer is not None:
+                    m.heartbeat_timer.cancel()
+            for t in g.pending_members.values():
+                t.cancel()
+
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.num_partitions)
+
+    # --- persistence -----------------------------------------------------------------
+    def _write(self, group_id: str, entries: list[tuple[bytes, bytes | None]]) -> None:
+        """Append records to the group's partition; raises KafkaError (nothing changes in memory then)."""
+        now = _now_ms()
+        batch = build_batch([Record(i, now, k, v) for i, (k, v) in enumerate(entries)])
+        self._append_batch(OFFSETS_TOPIC, self.partition_for(group_id), batch)
+
+    def _group_record(self, g: Group) -> tuple[bytes, bytes]:
+        body = {
+            "protocol_type": g.protocol_type or "",
+            "generation": g.generation,
+            "protocol": g.protocol_name,
+            "leader": g.leader_id,
+            "current_state_timestamp": g.current_state_timestamp_ms,
+            "members": [
+                {"member_id": m.member_id, "group_instance_id": m.group_instance_id, "client_id": m.client_id,
+                 "client_host": m.client_host, "rebalance_timeout": m.rebalance_timeout_ms,
+                 "session_timeout": m.session_timeout_ms,
+                 "subscription": m.metadata_for(g.protocol_name) if g.protocol_name else b"",
+                 "assignment": m.assignment}
+                for m in g.members.values()
+            ],
+        }
+        return rec.group_key(g.group_id), rec.group_value(body)
+
+    def _persist_group(self, g: Group) -> None:
+        try:
+            self._write(g.group_id, [self._group_record(g)])
+        except KafkaError as e:
+            # The group keeps working from memory; a restart would show the previous generation.
+            log.error("could not store metadata of group %s: %s", g.group_id, e)
+
+    # --- timers ----------------------------------------------------------------------
+    def _later(self, delay_ms: int, fn: Callable[..., None], *args: Any) -> asyncio.TimerHandle:
+        assert self._loop is not None
+        return self._loop.call_later(max(delay_ms, 0) / 1000.0, fn, *args)
+
+    def _schedule_heartbeat(self, g: Group, m: Member) -> None:
+        if m.heartbeat_timer is not None:
+            m.heartbeat_timer.cancel()
+        m.heartbeat_timer = self._later(m.session_timeout_ms, self._on_session_expired, g, m)
+
+    def _on_session_expired(self, g: Group, m: Member) -> None:
+        if g.members.get(m.member_id) is not m:
+            return
+        if m.join_future is not None or m.sync_future is not None:
+            self._schedule_heartbeat(g, m)  # blocked in a rebalance: alive by definition
+            return
+        log.info("member %s of group %s expired after %d ms without a heartbeat", m.member_id, g.group_id,
+                 m.session_timeout_ms)
+        self._remove_member(g, m, "session timeout")
+
+    # --- JoinGroup -------------------------------------------------------------------
+    def join_group(self, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
+                   client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
+                   protocols: list[tuple[str, bytes]], require_known_member_id: bool) -> JoinResult | asyncio.Future[Any]:
+        if not group_id:
+            return JoinResult(ErrorCode.INVALID_GROUP_ID, member_id=member_id)
+        if not self.min_session_ms <= session_timeout_ms <= self.max_session_ms:
+            return JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id=member_id)
+        if rebalance_timeout_ms < 0:
+            rebalance_timeout_ms = session_timeout_ms
+        g = self.groups.get(group_id)
+        if g is None:
+            if member_id:
+                return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id)
+            g = self.groups[group_id] = Group(group_id, current_state_timestamp_ms=_now_ms())
+        if g.state == DEAD:
+            return JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id=member_id)
+        if not g.supports(protocol_type, [n for n, _ in protocols]):
+            return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
+        protocols = [(n, bytes(m)) for n, m in protocols]
+
+        def new_member(mid: str) -> Member:
+            return Member(mid, group_instance_id, client_id, client_host, rebalance_timeout_ms, session_timeout_ms,
+                          protocol_type, protocols)
+
+        if member_id in g.pending_members:
+            return self._add_member_and_rebalance(g, new_member(member_id))
+        if member_id:
+            return self._join_known_member(g, member_id, group_instance_id, protocols)
+        new_id = f"{client_id}-{uuid.uuid4()}"
+        if group_instance_id is not None and group_instance_id in g.static_members:
+            return self._replace_static_member(g, group_instance_id, new_id, protocols)
+        if len(g.members) + len(g.pending_members) >= self.max_group_size:
+            return JoinResult(ErrorCode.GROUP_MAX_SIZE_REACHED, member_id="")
+        if require_known_member_id and group_instance_id is None:
+            # KIP-394: hand out the id first; the member must rejoin with it within its session timeout.
+            g.pending_members[new_id] = self._later(session_timeout_ms, self._expire_pending, g, new_id)
+            return JoinResult(ErrorCode.MEMBER_ID_REQUIRED, member_id=new_id)
+        return self._add_member_and_rebalance(g, new_member(new_id))
+
+    def _expire_pending(self, g: Group, member_id: str) -> None:
+        if g.pending_members.pop(member_id, None) is not None and g.state == PREPARING_REBALANCE:
+            self._try_complete_join(g)
+
+    def _add_member_and_rebalance(self, g: Group, m: Member) -> asyncio.Future[Any]:
+        assert self._loop is not None
+        timer = g.pending_members.pop(m.member_id, None)
+        if timer is not None:
+            timer.cancel()
+        fut = m.join_future = self._loop.create_future()
+        g.members[m.member_id] = m
+        if m.group_instance_id is not None:
+            g.static_members[m.group_instance_id] = m.member_id
+        if g.protocol_type is None:
+            g.protocol_type = m.protocol_type
+        if g.state == PREPARING_REBALANCE and g.initial_delay_remaining_ms >= 0:
+            g.new_member_joined_during_delay = True
+        self._schedule_heartbeat(g, m)
+        self._maybe_prepare_rebalance(g, f"member {m.member_id} joined")
+        self._try_complete_join(g)
+        return fut
+
+    def _join_known_member(self, g: Group, member_id: str, instance_id: str | None,
+                           protocols: list[tuple[str, bytes]]) -> JoinResult | asyncio.Future[Any]:
+        assert self._loop is not None
+        m = g.members.get(member_id)
+        if instance_id is not None and g.static_members.get(instance_id) not in (None, member_id):
+            return JoinResult(ErrorCode.FENCED_INSTANCE_ID, member_id=member_id)
+        if m is None:
+            return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id)
+        if m.join_future is not None and not m.join_future.done():
+            m.join_future.set_result(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id))
+        if g.state == PREPARING_REBALANCE:
+            m.protocols = protocols
+            fut = m.join_future = self._loop.create_future()
+            self._try_complete_join(g)
+            return fut
+        if g.state in (COMPLETING_REBALANCE, STABLE):
+            if m.same_protocols(protocols) and (g.state == COMPLETING_REBALANCE or member_id != g.leader_id):
+                # Nothing changed: the member lost the join response. Answer with the current generation.
+                return self._join_result(g, m)
+            m.protocols = protocols
+            fut = m.join_future = self._loop.create_future()
+            self._prepare_rebalance(g, f"member {member_id} rejoined with new metadata")
+            self._try_complete_join(g)
+            return fut
+        return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id)
+
+    def _replace_static_member(self, g: Group, instance_id: str, new_id: str,
+                               protocols: list[tuple[str, bytes]]) -> JoinResult | asyncio.Future[Any]:
+        """A static member restarted: it takes over its old identity without a rebalance if nothing changed."""
+        old_id = g.static_members[instance_id]
+        old = g.members.pop(old_id)
+        if old.heartbeat_timer is not None:
+            old.heartbeat_timer.cancel()
+        for fut in (old.join_future, old.sync_future):
+            if fut is not None and not fut.done():
+                fut.set_result(JoinResult(ErrorCode.FENCED_INSTANCE_ID, member_id=old_id))
+        m = Member(new_id, instance_id, old.client_id, old.client_host, old.rebalance_timeout_ms,
+                   old.session_timeout_ms, old.protocol_type, protocols, old.assignment, is_new=False)
+        g.members[new_id] = m
+        g.static_members[instance_id] = new_id
+        if g.leader_id == old_id:
+            g.leader_id = new_id
+        self._schedule_heartbeat(g, m)
+        if g.state == STABLE and old.same_protocols(protocols):
+            self._persist_group(g)
+            return self._join_result(g, m)
+        assert self._loop is not None
+        fut = m.join_future = self._loop.create_future()
+        self._maybe_prepare_rebalance(g, f"static member {instance_id} rejoined")
+        self._try_complete_join(g)
+        return fut
+
+    def _join_result(self, g: Group, m: Member) -> JoinResult:
+        members = None
+        if m.member_id == g.leader_id:
+            assert g.protocol_name is not None
+            members = [(x.member_id, x.group_instance_id, x.metadata_for(g.protocol_name)) for x in g.members.values()]
+        return JoinResult(ErrorCode.NONE, g.generation, g.protocol_type, g.protocol_name, g.leader_id or "",
+                          m.member_id, members)
+
+    # --- rebalance -------------------------------------------------------------------
+    def _maybe_prepare_rebalance(self, g: Group, reason: str) -> None:
+        if g.state in (EMPTY, STABLE, COMPLETING_REBALANCE):
+            self._prepare_rebalance(g, reason)
+
+    def _prepare_rebalance(self, g: Group, reason: str) -> None:
+        if g.state == COMPLETING_REBALANCE:
+            for m in g.members.values():  # their syncs belong to a generation that will not complete
+                if m.sync_future is not None and not m.sync_future.done():
+                    m.sync_future.set_result(SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
+                m.sync_future = None
+        was_empty = g.state == EMPTY
+        self._transition(g, PREPARING_REBALANCE)
+        log.info("preparing to rebalance group %s (generation %d): %s", g.group_id, g.generation, reason)
+        if g.join_timer is not None:
+            g.join_timer.cancel()
+        if was_empty and self.initial_delay_ms > 0:
+            g.initial_delay_remaining_ms = max(g.max_rebalance_timeout_ms() - self.initial_delay_ms, 0)
+            g.new_member_joined_during_delay = False
+            g.join_timer = self._later(min(self.initial_delay_ms, g.max_rebalance_timeout_ms()),
+                                       self._on_initial_delay, g)
+        else:
+            g.initial_delay_remaining_ms = -1
+            g.join_timer = self._later(g.max_rebalance_timeout_ms(), self._on_join_timeout, g)
+
+    def _on_initial_delay(self, g: Group) -> None:
+        g.join_timer = None
+        if g.state != PREPARING_REBALANCE:
+            return
+        if g.new_member_joined_during_delay and g.initial_delay_remaining_ms > 0:
+            step = min(self.initial_delay_ms, g.initial_delay_remaining_ms)
+            g.initial_delay_remaining_ms -= step
+            g.new_member_joined_during_delay = False
+            g.join_timer = self._later(step, self._on_initial_delay, g)
+            return
+        g.initial_delay_remaining_ms = -1
+        self._complete_join(g)
+
+    def _on_join_timeout(self, g: Group) -> None:
+        g.join_timer = None
+        if g.state == PREPARING_REBALANCE:
+            self._complete_join(g)
+
+    def _try_complete_join(self, g: Group) -> None:
+        if g.state != PREPARING_REBALANCE or g.initial_delay_remaining_ms >= 0:
+            return  # still in the initial delay: more members may be on their way
+        if g.all_rejoined():
+            if g.join_timer is not None:
+                g.join_timer.cancel()
+                g.join_timer = None
+            self._complete_join(g)
+
+    def _complete_join(self, g: Group) -> None:
+        for m in [m for m in g.members.values() if m.join_future is None]:
+            log.info("removing member %s from group %s: it did not rejoin in time", m.member_id, g.group_id)
+            self._drop_member(g, m)
+        for t in g.pending_members.values():
+            t.cancel()
+        g.pending_members.clear()
+        g.generation += 1
+        if not g.members:
+            g.protocol_name = None
+            g.leader_id = None
+            self._transition(g, EMPTY)
+            self._persist_group(g)
+            log.info("group %s is empty at generation %d", g.group_id, g.generation)
+            return
+        g.protocol_name = g.select_protocol()
+        if g.leader_id not in g.members:
+            g.leader_id = next(iter(g.members))
+        self._transition(g, COMPLETING_REBALANCE)
+        log.info("group %s formed generation %d with %d members (protocol %s)", g.group_id, g.generation,
+                 len(g.members), g.protocol_name)
+        for m in g.members.values():
+            fut, m.join_future = m.join_future, None
+            m.is_new = False
+            self._schedule_heartbeat(g, m)
+            if fut is not None and not fut.done():
+                fut.set_result(self._join_result(g, m))
+
+    def _transition(self, g: Group, state: str) -> None:
+        g.state = state
+        g.current_state_timestamp_ms = _now_ms()
+
+    # --- SyncGroup -------------------------------------------------------------------
+    def sync_group(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
+                   protocol_type: str | None, protocol_name: str | None,
+                   assignments: dict[str, bytes]) -> SyncResult | asyncio.Future[Any]:
+        assert self._loop is not None
+        g = self.groups.get(group_id)
+        if g is None or g.state == DEAD:
+            return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
+        err = self._check_member(g, member_id, instance_id)
+        if err is not None:
+            return SyncResult(err)
+        if generation_id != g.generation:
+            return SyncResult(ErrorCode.ILLEGAL_GENERATION)
+        if (protocol_type is not None and protocol_type != g.protocol_type) or (
+                protocol_name is not None and protocol_name != g.protocol_name):
+            return SyncResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        m = g.members[member_id]
+        if g.state == PREPARING_REBALANCE:
+            return SyncResult(ErrorCode.REBALANCE_IN_PROGRESS)
+        if g.state == STABLE:
+            return SyncResult(ErrorCode.NONE, g.protocol_type, g.protocol_name, m.assignment)
+        if g.state != COMPLETING_REBALANCE:
+            return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
+        self._schedule_heartbeat(g, m)
+        m.sync_future = self._loop.create_future()
+        fut = m.sync_future
+        if member_id == g.leader_id:
+            for mid, member in g.members.items():
+                member.assignment = assignments.get(mid, b"")
+            self._persist_group(g)
+            self._transition(g, STABLE)
+            for member in g.members.values():
+                if member.sync_future is not None and not member.sync_future.done():
+                    member.sync_future.set_result(
+                        SyncResult(ErrorCode.NONE, g.protocol_type, g.protocol_name, member.assignment))
+                member.sync_future = None
+        return fut
+
+    def _check_member(self, g: Group, member_id: str, instance_id: str | None) -> ErrorCode | None:
+        if instance_id is not None:
+            known = g.static_members.get(instance_id)
+            if known is not None and known != member_id:
+                return ErrorCode.FENCED_INSTANCE_ID
+        if member_id not in g.members:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        return None
+
+    # --- Heartbeat / LeaveGroup ------------------------------------------------------
+    def heartbeat(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None) -> ErrorCode:
+        g = self.groups.get(group_id)
+        if g is None or g.state == DEAD:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        err = self._check_member(g, member_id, instance_id)
+        if err is not None:
+            return err
+        m = g.members[member_id]
+        if g.state == EMPTY:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        self._schedule_heartbeat(g, m)
+        if g.state == PREPARING_REBALANCE:
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        if generation_id != g.generation:
+            return ErrorCode.ILLEGAL_GENERATION
+        return ErrorCode.NONE
+
+    def leave_group(self, group_id: str, members: list[tuple[str, str | None]]) -> tuple[ErrorCode, list[ErrorCode]]:
+        g = self.groups.get(group_id)
+        if g is None or g.state == DEAD:
+            return ErrorCode.NONE, [ErrorCode.UNKNOWN_MEMBER_ID] * len(members)
+        out = []
+        for member_id, instance_id in members:
+            if instance_id is not None:
+                known = g.static_members.get(instance_id)
+                if known is None:
+                    out.append(ErrorCode.UNKNOWN_MEMBER_ID)
+                    continue
+                if member_id and member_id != known:
+                    out.append(ErrorCode.FENCED_INSTANCE_ID)
+                    continue
+                member_id = known
+            if member_id in g.pending_members:
+                g.pending_members.pop(member_id).cancel()
+                out.append(ErrorCode.NONE)
+                continue
+            m = g.members.get(member_id)
+            if m is None:
+                out.append(ErrorCode.UNKNOWN_MEMBER_ID)
+                continue
+            self._remove_member(g, m, "left the group")
+            out.append(ErrorCode.NONE)
+        return ErrorCode.NONE, out
+
+    def _drop_member(self, g: Group, m: Member) -> None:
+        g.members.pop(m.member_id, None)
+        if m.group_instance_id is not None and g.static_members.get(m.group_instance_id) == m.member_id:
+            del g.static_members[m.group_instance_id]
+        if m.heartbeat_timer is not None:
+            m.heartbeat_timer.cancel()
+        for fut in (m.join_future, m.sync_future):
+            if fut is not None and not fut.done():
+                fut.set_result(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=m.member_id)
+                               if fut is m.join_future else SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))
+
+    def _remove_member(self, g: Group, m: Member, reason: str) -> None:
+        self._drop_member(g, m)
+        if g.state == PREPARING_REBALANCE:
+            self._try_complete_join(g)
+        elif g.state in (STABLE, COMPLETING_REBALANCE):
+            self._prepare_rebalance(g, f"member {m.member_id} {reason}")
+            self._try_complete_join(g)
+
+    # --- offsets ---------------------------------------------------------------------
+    def commit_offsets(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
+                       offsets: list[tuple[str, int, int, int, str | None]]) -> ErrorCode | dict[tuple[str, int], ErrorCode]:
+        """Group-level error, or an error per (topic, partition)."""
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID
+        g = self.groups.get(group_id)
+        if g is None:
+            if generation_id >= 0:
+                return ErrorCode.ILLEGAL_GENERATION
+            g = self.groups[group_id] = Group(group_id, current_state_timestamp_ms=_now_ms())
+        if g.state == DEAD:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if not (generation_id < 0 and g.state == EMPTY):
+            if g.state == COMPLETING_REBALANCE and member_id in g.members:
+                return ErrorCode.REBALANCE_IN_PROGRESS
+            err = self._check_member(g, member_id, instance_id)
+            if err is not None:
+                return err
+            if generation_id != g.generation:
+                return ErrorCode.ILLEGAL_GENERATION
+            self._schedule_heartbeat(g, g.members[member_id])
+        now = _now_ms()
+        results: dict[tuple[str, int], ErrorCode] = {}
+        entries: list[tuple[bytes, bytes | None]] = []
+        accepted: list[tuple[tuple[str, int], OffsetAndMetadata]] = []
+        for topic, partition, offset, epoch, metadata in offsets:
+            md = metadata or ""
+            if len(md.encode()) > self.max_metadata_bytes:
+                results[(topic, partition)] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+                continue
+            entries.append((rec.offset_key(group_id, topic, partition), rec.offset_value(offset, epoch, md, now)))
+            accepted.append(((topic, partition), OffsetAndMetadata(offset, epoch, md, now)))
+        if entries:
+            try:
+                self._write(group_id, entries)
+            except KafkaError as e:
+                code = e.code if e.code != ErrorCode.NOT_LEADER_OR_FOLLOWER else ErrorCode.NOT_COORDINATOR
+                for tp, _ in accepted:
+                    results[tp] = code
+                return results
+        for tp, om in accepted:
+            g.offsets[tp] = om
+            results[tp] = ErrorCode.NONE
+        return results
+
+    def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
+                      ) -> dict[tuple[str, int], OffsetAndMetadata | None]:
+        g = self.groups.get(group_id)
+        offsets = g.offsets if g is not None else {}
+        if partitions is None:
+            return dict(offsets)
+        return {tp: offsets.get(tp) for tp in partitions}
+
+    def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]
+                       ) -> ErrorCode | dict[tuple[str, int], ErrorCode]:
+        g = self.groups.get(group_id)
+        if g is None or g.state == DEAD:
+            return ErrorCode.GROUP_ID_NOT_FOUND
+        subscribed = g.subscribed_topics() if g.state != EMPTY else set()
+        if subscribed is None and g.state != EMPTY:
+            return ErrorCode.NON_EMPTY_GROUP
+        results: dict[tuple[str, int], ErrorCode] = {}
+        entries: list[tuple[bytes, bytes | None]] = []
+        for topic, partition in partitions:
+            if subscribed and topic in subscribed:
+                results[(topic, partition)] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+                continue
+            results[(topic, partition)] = ErrorCode.NONE
+            if (topic, partition) in g.offsets:
+                entries.append((rec.offset_key(group_id, topic, partition), None))
+        if entries:
+            self._write(group_id, entries)
+            for k, _ in entries:
+                key = rec.decode_key(k)
+                assert isinstance(key, rec.OffsetKey)
+                g.offsets.pop((key.topic, key.partition), None)
+        return results
+
+    # --- describe / list / delete ----------------------------------------------------
+    def describe_group(self, group_id: str) -> Group | None:
+        return self.groups.get(group_id)
+
+    def list_groups(self) -> list[Group]:
+        return [g for g in self.groups.values() if g.state != DEAD]
+
+    def delete_group(self, group_id: str) -> ErrorCode:
+        g = self.groups.get(group_id)
+        if g is None or g.state == DEAD:
+            return ErrorCode.GROUP_ID_NOT_FOUND
+        if g.state != EMPTY:
+            return ErrorCode.NON_EMPTY_GROUP
+        entries: list[tuple[bytes, bytes | None]] = [
+            (rec.offset_key(group_id, t, p), None) for (t, p) in g.offsets]
+        entries.append((rec.group_key(group_id), None))
+        try:
+            self._write(group_id, entries)
+        except KafkaError as e:
+            return e.code
+        g.state = DEAD
+        del self.groups[group_id]
+        return ErrorCode.NONE
+
+    def _maybe_drop(self, g: Group) -> None:
+        if g.state == EMPTY and not g.offsets and not g.members and g.generation == 0:
+            self.groups.pop(g.group_id, None)
+
+    def expire_offsets(self, now_ms: int | None = None) -> int:
+        """offsets.retention.minutes: an empty group's offsets go once it has been empty that long;
+        a group that never had members (standalone commits) loses each offset that long after its commit."""
+        now = _now_ms() if now_ms is None else now_ms
+        removed = 0
+        for g in list(self.groups.values()):
+            if g.state != EMPTY:
+                continue
+            if g.protocol_type is not None or g.generation > 0:
+                expired = list(g.offsets) if now - g.current_state_timestamp_ms >= self.offsets_retention_ms else []
+            else:
+                expired = [tp for tp, om in g.offsets.items() if now - om.commit_timestamp_ms >= self.offsets_retention_ms]
+            if not expired:
+                continue
+            entries: list[tuple[bytes, bytes | None]] = [(rec.offset_key(g.group_id, t, p), None) for t, p in expired]
+            drop_group = len(expired) == len(g.offsets)
+            if drop_group:
+                entries.append((rec.group_key(g.group_id), None))
+            try:
+                self._write(g.group_id, entries)
+            except KafkaError as e:
+                log.error("could not expire offsets of group %s: %s", g.group_id, e)
+                continue
+            for tp in expired:
+                del g.offsets[tp]
+            removed += len(expired)
+            if drop_group:
+                del self.groups[g.group_id]
+            log.info("expired %d offsets of group %s", len(expired), g.group_id)
+        return removed
+
+
+def append_via(replica_manager: Any) -> Callable[[str, int, bytes], None]:
+    """Adapter: write a built batch through the replica manager as leader (acks=-1)."""
+
+    def append(topic: str, partition: int, batch: bytes) -> None:
+        buf = memoryview(bytearray(batch))
+        headers = validate_record_set(buf, 1 << 30)
+        replica_manager.append(topic, partition, buf, headers, -1)
+
+    return append

@@ -1,0 +1,268 @@
+"""Consumer group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+OffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups, OffsetDelete.
+
+Translation only: the rules live in gregor.coordinator.group. Delayed answers (join and
+sync wait for the rest of the group) come back as futures that resolve to responses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from gregor.coordinator.group.coordinator import JoinResult, SyncResult
+from gregor.coordinator.group.state import STABLE
+from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.protocol.schema import Struct
+from gregor.server.dispatcher import RequestContext
+
+KEY_TYPE_GROUP = 0
+
+
+def _then(result: Any, build: Any) -> Any:
+    """Apply `build` now, or when a delayed coordinator result arrives."""
+    if isinstance(result, asyncio.Future):
+        out: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+        def done(f: asyncio.Future[Any]) -> None:
+            if f.cancelled():
+                out.cancel()
+            elif f.exception() is not None:
+                out.set_exception(f.exception())  # type: ignore[arg-type]
+            else:
+                out.set_result(build(f.result()))
+
+        result.add_done_callback(done)
+        return out
+    return build(result)
+
+
+def _coordinator(ctx: RequestContext) -> Any:
+    """The group coordinator, creating __consumer_offsets on first use as Kafka does."""
+    return ctx.broker.group_coordinator_ready()
+
+
+def handle_find_coordinator(ctx: RequestContext, req: Struct) -> dict[str, Any]:
+    keys = list(req.coordinator_keys) if ctx.version >= 4 else [req.key]
+    broker = ctx.broker
+    me = next(b for b in broker.store.brokers() if b.broker_id == broker.config.broker_id)
+    entries = []
+    for key in keys:
+        entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1,
+                                 "error_code": ErrorCode.NONE, "error_message": None}
+        if req.key_type != KEY_TYPE_GROUP:
+            entry["error_code"] = ErrorCode.COORDINATOR_NOT_AVAILABLE
+            entry["error_message"] = "Only group coordinators are available on this broker (no transactions yet)"
+        else:
+            try:
+                _coordinator(ctx)
+                entry.update({"node_id": me.broker_id, "host": me.host, "port": me.port})
+            except KafkaError as e:
+                entry["error_code"] = e.code
+                entry["error_message"] = e.message
+        entries.append(entry)
+    if ctx.version >= 4:
+        return {"throttle_time_ms": 0, "coordinators": entries}
+    e = entries[0]
+    return {"throttle_time_ms": 0, "error_code": e["error_code"], "error_message": e["error_message"],
+            "node_id": e["node_id"], "host": e["host"], "port": e["port"]}
+
+
+def _client_host(ctx: RequestContext) -> str:
+    return "/" + ctx.connection.peer.rsplit(":", 1)[0]
+
+
+def handle_join_group(ctx: RequestContext, req: Struct) -> Any:
+    try:
+        gc = _coordinator(ctx)
+    except KafkaError as e:
+        return {"error_code": e.code, "generation_id": -1, "protocol_name": None, "leader": "",
+                "member_id": req.member_id, "members": []}
+    result = gc.join_group(
+        req.group_id, req.member_id, req.group_instance_id, ctx.header.client_id or "", _client_host(ctx),
+        req.session_timeout_ms, req.rebalance_timeout_ms, req.protocol_type,
+        [(p.name, p.metadata) for p in req.protocols], require_known_member_id=ctx.version >= 4)
+
+    def build(r: JoinResult) -> dict[str, Any]:
+        return {
+            "throttle_time_ms": 0,
+            "error_code": r.error,
+            "generation_id": r.generation_id,
+            "protocol_type": r.protocol_type,
+            # Before v7 the name is not nullable: "" stands for none.
+            "protocol_name": r.protocol_name if (r.protocol_name is not None or ctx.version >= 7) else "",
+            "leader": r.leader,
+            "member_id": r.member_id,
+            "members": [{"member_id": m, "group_instance_id": i, "metadata": md} for m, i, md in (r.members or [])],
+        }
+
+    return _then(result, build)
+
+
+def handle_sync_group(ctx: RequestContext, req: Struct) -> Any:
+    try:
+        gc = _coordinator(ctx)
+    except KafkaError as e:
+        return {"error_code": e.code, "assignment": b""}
+    result = gc.sync_group(req.group_id, req.generation_id, req.member_id, req.group_instance_id,
+                           req.protocol_type, req.protocol_name,
+                           {a.member_id: bytes(a.assignment) for a in req.assignments})
+
+    def build(r: SyncResult | JoinResult) -> dict[str, Any]:
+        if isinstance(r, JoinResult):  # the member was removed while its sync waited
+            return {"throttle_time_ms": 0, "error_code": r.error, "assignment": b""}
+        return {"throttle_time_ms": 0, "error_code": r.error, "protocol_type": r.protocol_type,
+                "protocol_name": r.protocol_name, "assignment": r.assignment}
+
+    return _then(result, build)
+
+
+def handle_heartbeat(ctx: RequestContext, req: Struct) -> dict[str, Any]:
+    try:
+        code = _coordinator(ctx).heartbeat(req.group_id, req.generation_id, req.member_id, req.group_instance_id)
+    except KafkaError as e:
+        code = e.code
+    return {"throttle_time_ms": 0, "error_code": code}
+
+
+def handle_leave_group(ctx: RequestContext, req: Struct) -> dict[str, Any]:
+    if ctx.version < 3:
+        members = [(req.member_id, None)]
+    else:
+        members = [(m.member_id, m.group_instance_id) for m in req.members]
+    try:
+        code, per_member = _coordinator(ctx).leave_group(req.group_id, members)
+    except KafkaError as e:
+        code, per_member = e.code, [e.code] * len(members)
+    if ctx.version < 3:
+        return {"throttle_time_ms": 0, "error_code": per_member[0] if code == ErrorCode.NONE else code}
+    return {"throttle_time_ms": 0, "error_code": code,
+            "members": [{"member_id": m, "group_instance_id": i, "error_code": c}
+                        for (m, i), c in zip(members, per_member, strict=True)]}
+
+
+def handle_offset_commit(ctx: RequestContext, req: Struct) -> dict[str, Any]:
+    offsets = [(t.name, p.partition_index, p.committed_offset, p.committed_leader_epoch, p.committed_metadata)
+               for t in req.topics for p in t.partitions]
+    try:
+        result = _coordinator(ctx).commit_offsets(req.group_id, req.generation_id_or_member_epoch, req.member_id,
+                                                  req.group_instance_id, offsets)
+    except KafkaError as e:
+        result = e.code
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            code = result if isinstance(result, ErrorCode) else result.get((t.name, p.partition_index), ErrorCode.NONE)
+            parts.append({"partition_index": p.partition_index, "error_code": code})
+        topics.append({"name": t.name, "partitions": parts})
+    return {"throttle_time_ms": 0, "topics": topics}
+
+
+def _fetch_group(ctx: RequestContext, group_id: str, topics: list[Struct] | None) -> tuple[ErrorCode, list[dict[str, Any]]]:
+    try:
+        gc = _coordinator(ctx)
+    except KafkaError as e:
+        return e.code, []
+    wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
+    found = gc.fetch_offsets(group_id, wanted)
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    order = wanted if wanted is not None else sorted(found)
+    for topic, partition in order:
+        om = found.get((topic, partition))
+        by_topic.setdefault(topic, []).append({
+            "partition_index": partition,
+            "committed_offset": om.offset if om else -1,
+            "committed_leader_epoch": om.leader_epoch if om else -1,
+            "metadata": om.metadata if om else "",
+            "error_code": ErrorCode.NONE,
+        })
+    return ErrorCode.NONE, [{"name": t, "partitions": ps} for t, ps in by_topic.items()]
+
+
+def handle_offset_fetch(ctx: RequestContext, req: Struct) -> dict[str, Any]:
+    if ctx.version >= 8:
+        groups = []
+        for g in req.groups:
+            code, topics = _fetch_group(ctx, g.group_id, g.topics)
+            groups.append({"group_id": g.group_id, "topics": topics, "error_code": code})
+        return {"throttle_time_ms": 0, "groups": groups}
+    code, topics = _fetch_group(ctx, req.group_id, req.topics)
+    return {"throttle_time_ms": 0, "topics": topics, "error_code": code}
+
+
+def handle_describe_groups(ctx: RequestContext, req: Struct) -> dict[str, Any]:
+    out = []
+    for group_id in req.groups:
+        entry: dict[str, Any] = {"error_code": ErrorCode.NONE, "error_message": None, "group_id": group_id,
+                                 "group_state": "Dead", "protocol_type": "", "protocol_data": "", "members": []}
+        try:
+            g = _coordinator(ctx).describe_group(group_id)
+        except KafkaError as e:
+            entry["error_code"] = e.code
+            out.append(entry)
+            continue
+        if g is None:
+            if ctx.version >= 6:
+                entry["error_code"] = ErrorCode.GROUP_ID_NOT_FOUND
+                entry["error_message"] = f"Group {group_id} not found."
+            out.append(entry)
+            continue
+        stable = g.state == STABLE
+        entry.update({
+            "group_state": g.state,
+            "protocol_type": g.protocol_type or "",
+            "protocol_data": (g.protocol_name or "") if stable else "",
+            "members": [{
+                "member_id": m.member_id, "group_instance_id": m.group_instance_id, "client_id": m.client_id,
+                "client_host": m.client_host,
+                "member_metadata": m.metadata_for(g.protocol_name) if stable and g.protocol_name else b"",
+                "member_assignment": m.assignment if stable else b"",
+            } for m in g.members.values()],
+        })
+        out.append(entry)
+    return {"throttle_time_ms": 0, "groups": out}
+
+
+def handle_list_groups(ctx: RequestContext, req: Struct) -> dict[str, Any]:
+    states = {s.lower() for s in (req.states_filter or [])}
+    types = {t.lower() for t in (req.types_filter or [])}
+    try:
+        groups = _coordinator(ctx).list_groups()
+    except KafkaError as e:
+        return {"throttle_time_ms": 0, "error_code": e.code, "groups": []}
+    out = []
+    for g in groups:
+        if states and g.state.lower() not in states:
+            continue
+        if types and "classic" not in types:
+            continue
+        out.append({"group_id": g.group_id, "protocol_type": g.protocol_type or "", "group_state": g.state,
+                    "group_type": "classic"})
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "groups": out}
+
+
+def handle_delete_groups(ctx: RequestContext, req: Struct) -> dict[str, Any]:
+    results = []
+    for group_id in req.groups_names:
+        try:
+            code = _coordinator(ctx).delete_group(group_id)
+        except KafkaError as e:
+            code = e.code
+        results.append({"group_id": group_id, "error_code": code})
+    return {"throttle_time_ms": 0, "results": results}
+
+
+def handle_offset_delete(ctx: RequestContext, req: Struct) -> dict[str, Any]:
+    wanted = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
+    try:
+        result = _coordinator(ctx).delete_offsets(req.group_id, wanted)
+    except KafkaError as e:
+        result = e.code
+    if isinstance(result, ErrorCode):
+        return {"error_code": result, "throttle_time_ms": 0, "topics": []}
+    topics = [{"name": t.name, "partitions": [
+        {"partition_index": p.partition_index, "error_code": result[(t.name, p.partition_index)]}
+        for p in t.partitions]} for t in req.topics]
+    return {"error_code": ErrorCode.NONE, "throttle_time_ms": 0, "topics": topics}
+

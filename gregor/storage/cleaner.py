@@ -1,0 +1,976 @@
+"""LogCleaner: log compaction, Kafka's way. Keeps the latest record of every key in logs whose
+cleanup.policy has "compact" (and in the internal compacted topics), on background threads.
+
+A log is split by the cleaner checkpoint (`cleaner-offset-checkpoint` in each log dir, the
+first dirty offset of each log) into a clean head and a dirty tail:
+
+    log start ........ first dirty ............ first uncleanable ...... active segment, LEO
+    [ clean: one record per key ][ dirty: cleanable ][ uncleanable: min.compaction.lag.ms, HW ]
+
+One clean of one log:
+  1. Offset map: decode the dirty records (decompressing) and map key -> latest offset. The map
+     holds at most `dedupe_buffer_size / threads / MAP_ENTRY_BYTES` keys; if the dirty section
+     has more, this clean covers the prefix that fits (whole batches), and the checkpoint lands
+     there: later cleans do the rest (Kafka does the same with its fixed-size SkimpyOffsetMap).
+  2. Rewrite: the closed segments from the log start up to where the map ends, in groups whose
+     total size fits segment.bytes (and whose index entries and relative offsets fit one
+     segment), each group into one `.cleaned` segment, keeping a record only if its key's
+     latest offset is its own (keys absent from the map, i.e. clean-head records not updated
+     since, are kept). Batches keep their base and last offsets (so offsets are preserved, gaps
+     appear), producer id/epoch/sequence, leader epoch, attributes and codec; a batch that
+     loses records is re-encoded and recompressed with its codec; untouched batches are copied
+     byte for byte. Records without a key are dropped (Kafka rejects them at produce time:
+     `validate_compacted_records`). Control batches (transaction markers) are kept as they are.
+  3. Swap each group in (`Log.replace_segments`: .cleaned -> .swap -> old segments .deleted ->
+     final names), then advance the checkpoint.
+
+Tombstones (null values) use the delete horizon of KIP-534 (Kafka 3.1+): the first clean that
+keeps a tombstone sets DELETE_HORIZON_BIT on its batch and puts now + delete.retention.ms in
+the batch's base timestamp (record timestamp deltas are rewritten so every record keeps its
+timestamp); a later clean at or after the horizon drops the tombstone. The cleaner remembers
+the earliest horizon per log and cleans a log once it passes, even if the log is not dirty.
+
+Batches with a producer id that lose every record are dropped, except the last batch of
+each producer id in the log, which is kept as an empty batch (header only, Kafka's
+RETAIN_EMPTY) so producer state rebuilt from the log keeps its last sequence number.
+
+Memory bound of the offset map: a Python dict, keys stored as-is when shorter than 16 bytes and
+as their 16-byte BLAKE2b digest otherwise (collision odds ~n^2/2^129, as for Kafka's MD5 map).
+MAP_ENTRY_BYTES (240) is the measured worst case per entry (key object, int offset, dict slot
+with the table just grown and the old one not yet freed), so the map never exceeds its share
+of log.cleaner.dedupe.buffer.size. That is ~10x less dense than Kafka's 24-byte entries: 128 MiB
+maps ~560k distinct keys per clean.
+
+Concurrency: the cleaner never blocks produce or fetch for long. It plans from
+`Log.cleaner_snapshot()`, reads segments through descriptors duplicated under the log's lock
+(`Log.open_segment_readers`; closed, non-active segments are immutable except by truncation),
+and takes the lock again only to swap: a few renames and one directory fsync. `Log.read`
+copies the bytes it returns while holding the lock, so no read can be in progress on a
+segment the swap closes. A clean planned before a truncation, a retention deletion, or
+the log's closing notices at the swap (`replace_segments` returns False) and is abandoned;
+the next one starts over.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import struct
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+
+from gregor.protocol import compression
+from gregor.protocol.primitives import DecodeError
+from gregor.protocol.records import (
+    CONTROL_BIT,
+    DELETE_HORIZON_BIT,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC,
+    TIMESTAMP_TYPE_BIT,
+    TRANSACTIONAL_BIT,
+    BatchHeader,
+    compute_crc,
+    read_header,
+)
+from gregor.storage.checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile, TopicPartition, fsync_dir
+from gregor.storage.config import LONG_MAX, CleanerConfig, LogConfig
+from gregor.storage.errors import CorruptCheckpointError, CorruptRecordError, RecordValidationError, StorageError
+from gregor.storage.index import INT32_MAX
+from gregor.storage.log import CleanerSnapshot, Log, now_ms
+from gregor.storage.segment import CLEANED_SUFFIX, LogSegment, SegmentInfo
+
+logger = logging.getLogger(__name__)
+
+MAP_ENTRY_BYTES = 240
+"""Worst-case bytes per offset map entry (see the module docstring)."""
+
+INTERNAL_COMPACTED_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+"""Kafka creates these with cleanup.policy=compact; they are compacted whatever their config says."""
+
+_SHORT_KEY_BYTES = 16  # keys shorter than a digest are stored as-is: no hashing, no collisions
+_HEADER_CHUNK_BYTES = 64 * 1024
+_BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
+_CRC_AT = 17
+_U32 = struct.Struct(">I")
+
+
+def is_compacted(log: Log) -> bool:
+    """Whether the cleaner compacts this log."""
+    return log.config.compact or log.topic in INTERNAL_COMPACTED_TOPICS
+
+
+# --- records inside a batch, scanned without building Record objects ---------------------
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    """A zigzag varint at `pos`: (value, position after it). IndexError if truncated."""
+    b = buf[pos]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos + 1
+    result = b & 0x7F
+    shift = 7
+    pos += 1
+    while True:
+        b = buf[pos]
+        result |= (b & 0x7F) << shift
+        pos += 1
+        if b < 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+        if shift > 63:
+            raise DecodeError("varint too long")
+
+
+def _zigzag(value: int) -> bytes:
+    v = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+# One scanned record: (start, end, ts_start, ts_end, ts_delta, offset_delta, key, is_tombstone),
+# positions in the decompressed batch body; start..end spans the record with its length prefix,
+# ts_start..ts_end its timestamp-delta varint.
+_Scanned = tuple[int, int, int, int, int, int, bytes | None, bool]
+
+
+def _scan_records(body: bytes, count: int) -> list[_Scanned]:
+    """The records of a batch body. Raises DecodeError if they do not frame exactly.
+
+    The hot loop of the cleaner: one-byte varints (most lengths and deltas) are decoded inline."""
+    out: list[_Scanned] = []
+    append = out.append
+    pos = 0
+    n = len(body)
+    varint = _varint
+    try:
+        for _ in range(count):
+            start = pos
+            b = body[pos]
+            if b < 0x80:
+                length, pos = (b >> 1) ^ -(b & 1), pos + 1
+            else:
+                length, pos = varint(body, pos)
+            end = pos + length
+            if length < 3 or end > n:
+                raise DecodeError(f"record length {length} out of range")
+            ts_start = pos + 1  # after the attributes byte
+            b = body[ts_start]
+            if b < 0x80:
+                ts_delta, ts_end = (b >> 1) ^ -(b & 1), ts_start + 1
+            else:
+                ts_delta, ts_end = varint(body, ts_start)
+            b = body[ts_end]
+            if b < 0x80:
+                offset_delta, p = (b >> 1) ^ -(b & 1), ts_end + 1
+            else:
+                offset_delta, p = varint(body, ts_end)
+            b = body[p]
+            if b < 0x80:
+                key_len, p = (b >> 1) ^ -(b & 1), p + 1
+            else:
+                key_len, p = varint(body, p)
+            if key_len < 0:
+                key = None
+            else:
+                key = body[p : p + key_len]
+                p += key_len
+            b = body[p]
+            if b < 0x80:
+                value_len, p = (b >> 1) ^ -(b & 1), p + 1
+            else:
+                value_len, p = varint(body, p)
+            if p + max(value_len, 0) > end:
+                raise DecodeError("record fields overrun the record")
+            append((start, end, ts_start, ts_end, ts_delta, offset_delta, key, value_len < 0))
+            pos = end
+    except IndexError:
+        raise DecodeError("truncated record") from None
+    if pos != n:
+        raise DecodeError(f"{n - pos} bytes after the last record")
+    return out
+
+
+def _batch_body(batch: bytes | memoryview, h: BatchHeader) -> bytes:
+    """The batch's records section, decompressed. `batch` starts at the batch."""
+    payload = memoryview(batch)[HEADER_SIZE : h.size]
+    if h.compression:
+        return compression.decompress(h.compression, payload)
+    return bytes(payload)
+
+
+def validate_compacted_records(headers: list[BatchHeader], records: bytes | bytearray | memoryview) -> None:
+    """Produce-time check for a compacted topic: every record must have a key (Kafka's rule).
+    `headers` are `validate_record_set(records, ...)`'s. Decodes (and decompresses) the batches.
+
+    Raises RecordValidationError (.error == "INVALID_RECORD", with the offending record's
+    batch and in-batch index for Produce's record_errors)."""
+    view = memoryview(records)
+    for batch_index, h in enumerate(headers):
+        if h.is_control:
+            continue
+        try:
+            scanned = _scan_records(_batch_body(view[h.position : h.position + h.size], h), h.records_count)
+        except (DecodeError, ValueError) as e:
+            raise RecordValidationError(f"cannot decode the records of batch {batch_index}: {e}", batch_index) from e
+        for i, rec in enumerate(scanned):
+            if rec[6] is None:
+                raise RecordValidationError(
+                    "Compacted topic cannot accept message without key", batch_index=batch_index, record_index=i
+                )
+
+
+# --- the offset map --------------------------------------------------------------------------
+
+
+class OffsetMap:
+    """key -> latest offset, for at most `capacity` keys (see the module docstring)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(1, capacity)
+        self._map: dict[bytes, int] = {}
+
+    @staticmethod
+    def slot(key: bytes) -> bytes:
+        if len(key) < _SHORT_KEY_BYTES:
+            return key
+        return hashlib.blake2b(key, digest_size=_SHORT_KEY_BYTES).digest()
+
+    def put(self, key: bytes, offset: int) -> None:
+        self._map[self.slot(key)] = offset
+
+    def get(self, key: bytes) -> int | None:
+        return self._map.get(self.slot(key))
+
+    def __len__(self) -> int:
+        return len(self._map)
+
+    @property
+    def utilization(self) -> float:
+        return len(self._map) / self.capacity
+
+
+# --- stats -----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class CleanerStats:
+    """What one clean of one log did. Logged at INFO; returned by `clean_now`."""
+
+    topic: str
+    partition: int
+    first_dirty_offset: int = 0
+    end_offset: int = 0  # the new first dirty offset (the checkpoint), if not aborted
+    map_bytes_read: int = 0  # dirty section decoded for the offset map
+    map_records: int = 0  # keyed records put in the map
+    map_keys: int = 0
+    map_capacity: int = 0
+    bytes_read: int = 0  # segments rewritten
+    bytes_written: int = 0
+    records_read: int = 0
+    records_removed: int = 0  # superseded + tombstones + without key
+    tombstones_removed: int = 0
+    keyless_removed: int = 0
+    batches_read: int = 0
+    batches_rewritten: int = 0  # re-encoded (lost records or got a delete horizon)
+    segments_before: int = 0
+    segments_after: int = 0
+    elapsed_s: float = 0.0
+    aborted: bool = False
+    reason: str = ""  # why it was cleaned (ratio, max.compaction.lag.ms, tombstones, requested)
+
+    @property
+    def mb_per_s(self) -> float:
+        return (self.bytes_read + self.map_bytes_read) / 1e6 / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def summary(self) -> str:
+        if self.aborted:
+            return f"cleaning of {self.topic}-{self.partition} aborted after {self.elapsed_s:.3f} s ({self.reason})"
+        shrink = 100.0 * (1 - self.bytes_written / self.bytes_read) if self.bytes_read else 0.0
+        return (
+            f"cleaned {self.topic}-{self.partition} ({self.reason}; dirty section [{self.first_dirty_offset}, "
+            f"{self.end_offset})) in {self.elapsed_s:.3f} s, {self.mb_per_s:.1f} MB/s: "
+            f"offset map {self.map_keys} keys from {self.map_records} records, {self.map_bytes_read / 1e6:.2f} MB "
+            f"({100.0 * self.map_keys / max(self.map_capacity, 1):.1f}% of {self.map_capacity}); "
+            f"{self.segments_before} segments of {self.bytes_read / 1e6:.2f} MB -> {self.segments_after} of "
+            f"{self.bytes_written / 1e6:.2f} MB ({shrink:.1f}% smaller); {self.records_removed} of "
+            f"{self.records_read} records removed ({self.tombstones_removed} tombstones, "
+            f"{self.keyless_removed} without key), {self.batches_rewritten} of {self.batches_read} batches rewritten"
+        )
+
+
+# --- planning --------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class LogToClean:
+    """A log's cleanable range and dirtiness, as the cleaner planned it."""
+
+    log: Log
+    snapshot: CleanerSnapshot
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    clean_bytes: int
+    cleanable_bytes: int
+    need_compaction_now: bool  # max.compaction.lag.ms passed for some dirty record
+
+    @property
+    def cleanable_ratio(self) -> float:
+        total = self.clean_bytes + self.cleanable_bytes
+        return self.cleanable_bytes / total if total else 0.0
+
+
+class _Aborted(Exception):
+    """The clean was overtaken (truncation, deletion, close, shutdown): nothing to report as an error."""
+
+
+@dataclass(slots=True)
+class _Checkpoint:
+    offset: int
+    log: weakref.ref[Log] | None  # the Log it was taken for: a re-created partition starts afresh
+
+
+@dataclass(slots=True)
+class _Output:
+    """Batches waiting to be appended to the cleaned segment."""
+
+    data: bytearray = field(default_factory=bytearray)
+    headers: list[BatchHeader] = field(default_factory=list)
+
+
+class _Throttler:
+    """log.cleaner.io.max.bytes.per.second for one thread; sleeps on the stop event."""
+
+    def __init__(self, rate: float, stop: threading.Event) -> None:
+        self.rate = rate
+        self.stop = stop
+        self.start = time.monotonic()
+        self.bytes = 0
+
+    def add(self, n: int) -> None:
+        if self.rate == float("inf"):
+            return
+        self.bytes += n
+        ahead = self.bytes / self.rate - (time.monotonic() - self.start)
+        if ahead > 0.01:
+            self.stop.wait(ahead)
+
+
+# --- the cleaner ---------------------------------------------------------------------------------
+
+
+class LogCleaner:
+    """Compacts the compacted logs of a broker on `config.threads` background threads.
+
+    `logs` returns the broker's current logs (LogManager.logs); `time_ms` the wall clock in ms
+    (tests pass their own). `start()` starts the threads, `shutdown()` aborts any clean in
+    progress and joins them; `clean_now(log)` cleans one log synchronously on the caller's
+    thread. Checkpoints are written to `cleaner-offset-checkpoint` in each log dir after every
+    clean. Thread-safe.
+    """
+
+    def __init__(
+        self,
+        log_dirs: list[str],
+        logs: Callable[[], Mapping[TopicPartition, Log]],
+        config: CleanerConfig | None = None,
+        time_ms: Callable[[], int] = now_ms,
+    ) -> None:
+        self.config = config or CleanerConfig()
+        self.log_dirs = [os.path.abspath(d) for d in log_dirs]
+        self._logs = logs
+        self._time_ms = time_ms
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._in_progress: set[TopicPartition] = set()
+        self._uncleanable: set[TopicPartition] = set()
+        self._checkpoints: dict[TopicPartition, _Checkpoint] = {}
+        self._tombstone_horizons: dict[TopicPartition, tuple[int, weakref.ref[Log]]] = {}
+        self._checkpoint_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.map_capacity = max(1, self.config.dedupe_buffer_size // self.config.threads // MAP_ENTRY_BYTES)
+        self._load_checkpoints()
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the cleaner threads (log.cleaner.threads)."""
+        if self._threads:
+            return
+        self._stop.clear()
+        for i in range(self.config.threads):
+            t = threading.Thread(target=self._run, name=f"gregor-log-cleaner-{i}", daemon=True)
+            self._threads.append(t)
+            t.start()
+        logger.info("log cleaner started (%d threads, offset map of %d keys each)", self.config.threads,
+                    self.map_capacity)
+
+    def shutdown(self) -> None:
+        """Abort cleans in progress (their .cleaned files are deleted, logs untouched) and stop."""
+        self._stop.set()
+        for t in self._threads:
+            t.join()
+        self._threads = []
+        logger.info("log cleaner shut down")
+
+    @property
+    def running(self) -> bool:
+        return any(t.is_alive() for t in self._threads)
+
+    def _run(self) -> None:
+        backoff_s = self.config.backoff_ms / 1000.0
+        while not self._stop.is_set():
+            try:
+                stats = self.clean_once()
+            except Exception:  # a bug: keep the thread alive, try again later
+                logger.exception("log cleaner iteration failed")
+                stats = None
+            if stats is None or stats.aborted:
+                self._stop.wait(backoff_s)
+
+    # --- public operations ------------------------------------------------------------------------
+
+    def clean_once(self, now_ms: int | None = None) -> CleanerStats | None:
+        """Clean the filthiest log, if any qualifies (dirty ratio >= min.cleanable.dirty.ratio, or
+        max.compaction.lag.ms passed, or a tombstone's delete horizon passed). One cleaner thread
+        iteration; returns None if there was nothing to do."""
+        now = self._time_ms() if now_ms is None else now_ms
+        picked = self._grab_filthiest(now)
+        if picked is None:
+            return None
+        ltc, reason = picked
+        tp = (ltc.log.topic, ltc.log.partition)
+        try:
+            return self._clean(ltc, now, reason)
+        except Exception as e:
+            logger.error("cleaning %s-%d failed; it will not be cleaned again until restarted or cleaned on "
+                         "request: %s", tp[0], tp[1], e, exc_info=not isinstance(e, StorageError | DecodeError))
+            with self._lock:
+                self._uncleanable.add(tp)
+            return None
+        finally:
+            self._done(tp)
+
+    def clean_now(self, log: Log, now_ms: int | None = None) -> CleanerStats:
+        """Clean `log` now, whatever its dirty ratio, on the calling thread (waiting for a clean of
+        it in progress on a cleaner thread). The active segment, min.compaction.lag.ms and the
+        high watermark still bound what is cleaned. Raises ValueError if the log is not compacted."""
+        if not is_compacted(log):
+            raise ValueError(f"{log.topic}-{log.partition} has cleanup.policy={log.config.cleanup_policy}")
+        tp = (log.topic, log.partition)
+        with self._lock:
+            while tp in self._in_progress:
+                self._idle.wait()
+            self._in_progress.add(tp)
+        try:
+            now = self._time_ms() if now_ms is None else now_ms
+            ltc = self._log_to_clean(log, now)
+            stats = self._clean(ltc, now, "requested")
+            with self._lock:
+                self._uncleanable.discard(tp)
+            return stats
+        finally:
+            self._done(tp)
+
+    def checkpoints(self) -> dict[TopicPartition, int]:
+        """Each log's first dirty offset, as checkpointed."""
+        with self._lock:
+            return {tp: c.offset for tp, c in self._checkpoints.items()}
+
+    @property
+    def uncleanable_partitions(self) -> set[TopicPartition]:
+        """Partitions whose last clean failed with an error (Kafka's uncleanable-partitions)."""
+        with self._lock:
+            return set(self._uncleanable)
+
+    def _done(self, tp: TopicPartition) -> None:
+        with self._lock:
+            self._in_progress.discard(tp)
+            self._idle.notify_all()
+
+    # --- choosing a log -----------------------------------------------------------------------------
+
+    def _grab_filthiest(self, now: int) -> tuple[LogToClean, str] | None:
+        """The dirtiest cleanable log, marked in progress (Kafka's grabFilthiestCompactedLog)."""
+        best: LogToClean | None = None
+        best_reason = ""
+        due: list[Log] = []
+        for tp, log in self._logs().items():
+            if not is_compacted(log) or log.closed:
+                continue
+            with self._lock:
+                if tp in self._in_progress or tp in self._uncleanable:
+                    continue
+                horizon = self._tombstone_horizons.get(tp)
+            try:
+                ltc = self._log_to_clean(log, now)
+            except (StorageError, _Aborted):  # closed or changing under us: next time
+                continue
+            if ltc.cleanable_bytes > 0 and (
+                ltc.need_compaction_now or ltc.cleanable_ratio >= log.config.min_cleanable_dirty_ratio
+            ):
+                if best is None or ltc.cleanable_ratio > best.cleanable_ratio:
+                    best = ltc
+                    best_reason = (f"dirty ratio {ltc.cleanable_ratio:.2f}"
+                                   + (", max.compaction.lag.ms passed" if ltc.need_compaction_now else ""))
+            elif horizon is not None and horizon[1]() is log and horizon[0] <= now:
+                due.append(log)
+        if best is None and due:
+            try:
+                best, best_reason = self._log_to_clean(due[0], now), "tombstones past delete.retention.ms"
+            except (StorageError, _Aborted):
+                return None
+        if best is None:
+            return None
+        tp = (best.log.topic, best.log.partition)
+        with self._lock:
+            if tp in self._in_progress:  # clean_now took it meanwhile
+                return None
+            self._in_progress.add(tp)
+        return best, best_reason
+
+    def _first_dirty_offset(self, log: Log, snap: CleanerSnapshot) -> int:
+        """The checkpointed first dirty offset, pulled back by truncations and clamped to the log
+        (Kafka's cleanableOffsets): before the log start -> the log start; past the LEO -> the
+        log start (the log was replaced or damaged: clean it all again)."""
+        tp = (log.topic, log.partition)
+        with self._lock:
+            c = self._checkpoints.get(tp)
+            offset = c.offset if c is not None and (c.log is None or c.log() is log) else None
+            if offset is not None and snap.truncated_to is not None and snap.truncated_to < offset:
+                offset = snap.truncated_to
+                self._checkpoints[tp] = _Checkpoint(offset, weakref.ref(log))
+        if offset is None or offset < snap.log_start_offset:
+            return snap.log_start_offset
+        if offset > snap.log_end_offset:
+            logger.warning("%s-%d: cleaner checkpoint %d is past the log end offset %d; cleaning from the log start",
+                           tp[0], tp[1], offset, snap.log_end_offset)
+            return snap.log_start_offset
+        return offset
+
+    def _log_to_clean(self, log: Log, now: int) -> LogToClean:
+        """Plan: the dirty range [first dirty, first uncleanable) and its share of the log's bytes.
+
+        The first uncleanable offset is the lowest of: the active segment's base offset, the high
+        watermark (data above it may still be truncated), and the base offset of the first dirty
+        segment holding a record newer than min.compaction.lag.ms."""
+        snap = log.cleaner_snapshot()
+        config = log.config
+        segs = snap.segments
+        first_dirty = self._first_dirty_offset(log, snap)
+        upper = min(segs[-1].base_offset, snap.high_watermark)
+        dirty = [s for s in segs[:-1] if s.next_base > first_dirty and s.base_offset < upper]
+        need_now = False
+        if dirty and (config.min_compaction_lag_ms > 0 or config.max_compaction_lag_ms < LONG_MAX):
+            earliest = LONG_MAX
+            for s in dirty:
+                ts = log.segment_timestamps(s.segment)
+                if ts is None:
+                    raise _Aborted("segment left the log")
+                largest, first_batch = ts
+                if config.min_compaction_lag_ms > 0 and largest > now - config.min_compaction_lag_ms:
+                    upper = min(upper, s.base_offset)
+                    break
+                if first_batch is not None and 0 <= first_batch < earliest:
+                    earliest = first_batch
+            need_now = earliest != LONG_MAX and now - config.max_compaction_lag_ms > earliest
+        first_uncleanable = max(first_dirty, upper)
+        clean_bytes = sum(s.size for s in segs if s.base_offset < first_dirty)
+        cleanable_bytes = sum(
+            s.size for s in segs[:-1] if s.next_base > first_dirty and s.base_offset < first_uncleanable
+        )
+        return LogToClean(log, snap, first_dirty, first_uncleanable, clean_bytes, cleanable_bytes, need_now)
+
+    # --- cleaning ---------------------------------------------------------------------------------
+
+    def _clean(self, ltc: LogToClean, now: int, reason: str) -> CleanerStats:
+        log, snap = ltc.log, ltc.snapshot
+        config = log.config
+        stats = CleanerStats(log.topic, log.partition, ltc.first_dirty_offset, reason=reason,
+                             map_capacity=self.map_capacity)
+        t0 = time.monotonic()
+        throttler = _Throttler(self.config.io_max_bytes_per_second, self._stop)
+        closed: list[SegmentInfo] = []
+        horizon: int | None = None
+        try:
+            offset_map = OffsetMap(self.map_capacity)
+            end = self._build_offset_map(log, ltc, offset_map, stats, throttler)
+            stats.end_offset = end
+            closed = [s for s in snap.segments[:-1] if s.base_offset < end]
+            if closed:
+                producers = self._producer_last_offsets(log, snap.segments)
+                for group in group_segments(closed, config):
+                    h = self._clean_group(log, snap, group, end, offset_map, producers, now, stats, throttler)
+                    if h is not None and (horizon is None or h < horizon):
+                        horizon = h
+                fsync_dir(log.dir)  # the final names are durable before the checkpoint says so
+        except _Aborted as e:
+            stats.aborted, stats.reason = True, str(e)
+        except (StorageError, DecodeError, OSError) as e:
+            if log.closed or log.generation != snap.generation:  # read a segment being truncated or deleted
+                stats.aborted, stats.reason = True, f"log changed during the clean: {e}"
+            else:
+                raise
+        stats.elapsed_s = time.monotonic() - t0
+        if stats.aborted:
+            logger.info("%s", stats.summary())
+            return stats
+        tp = (log.topic, log.partition)
+        with self._lock:
+            self._checkpoints[tp] = _Checkpoint(stats.end_offset, weakref.ref(log))
+            if horizon is not None:
+                self._tombstone_horizons[tp] = (horizon, weakref.ref(log))
+            elif closed:
+                self._tombstone_horizons.pop(tp, None)
+        self._write_checkpoint(os.path.dirname(log.dir))
+        logger.info("%s", stats.summary())
+        return stats
+
+    @contextmanager
+    def _reader(self, log: Log, info: SegmentInfo) -> Iterator[int]:
+        fds = log.open_segment_readers([info.segment])
+        if fds is None:
+            raise _Aborted(f"segment {info.base_offset} left the log")
+        try:
+            yield fds[0]
+        finally:
+            os.close(fds[0])
+
+    def _batches(self, log: Log, info: SegmentInfo, throttler: _Throttler | None,
+                 headers_only: bool = False) -> Iterator[tuple[BatchHeader, memoryview]]:
+        """The segment's batches up to its planned size, read through a duplicated descriptor."""
+        stop = self._stop
+        with self._reader(log, info) as fd:
+            chunk = _HEADER_CHUNK_BYTES if headers_only else self.config.io_buffer_size
+            for h, raw in _iter_file_batches(fd, info.size, chunk, headers_only):
+                if stop.is_set():
+                    raise _Aborted("the cleaner is shutting down")
+                if throttler is not None:
+                    throttler.add(h.size)
+                yield h, raw
+
+    def _build_offset_map(
+        self, log: Log, ltc: LogToClean, offset_map: OffsetMap, stats: CleanerStats, throttler: _Throttler
+    ) -> int:
+        """Map the keys of the dirty range; returns where the map ends (the next first dirty offset):
+        the first uncleanable offset, or the first batch that did not fit."""
+        start, upper = ltc.first_dirty_offset, ltc.first_uncleanable_offset
+        dirty = [s for s in ltc.snapshot.segments[:-1] if s.next_base > start and s.base_offset < upper]
+        put = offset_map.put
+        capacity = offset_map.capacity
+        try:
+            for info in dirty:
+                for h, raw in self._batches(log, info, throttler):
+                    if h.last_offset < start:
+                        continue
+                    if h.last_offset >= upper:  # straddles the high watermark: not ours yet
+                        return max(start, h.base_offset)
+                    if not h.is_control:
+                        if len(offset_map) and len(offset_map) + h.records_count > capacity:
+                            logger.info("%s-%d: offset map full (%d keys); cleaning up to offset %d this time",
+                                        log.topic, log.partition, len(offset_map), h.base_offset)
+                            return h.base_offset
+                        _check_crc(h, raw, info)
+                        base = h.base_offset
+                        for rec in _scan_records(_batch_body(raw, h), h.records_count):
+                            key = rec[6]
+                            if key is not None:
+                                put(key, base + rec[5])
+                                stats.map_records += 1
+                    stats.map_bytes_read += h.size
+            return upper
+        finally:
+            stats.map_keys = len(offset_map)
+
+    def _producer_last_offsets(self, log: Log, segments: list[SegmentInfo]) -> dict[int, int]:
+        """producer id -> last offset of its last batch in the log (header scan of every segment up
+        to the planned LEO): the batches that must survive, if emptied, as empty batches."""
+        last: dict[int, int] = {}
+        for info in segments:
+            for h, _ in self._batches(log, info, None, headers_only=True):
+                if h.producer_id >= 0:
+                    last[h.producer_id] = h.last_offset
+        return last
+
+    def _clean_group(
+        self,
+        log: Log,
+        snap: CleanerSnapshot,
+        group: list[SegmentInfo],
+        end: int,
+        offset_map: OffsetMap,
+        producers: dict[int, int],
+        now: int,
+        stats: CleanerStats,
+        throttler: _Throttler,
+    ) -> int | None:
+        """Rewrite `group` into one .cleaned segment and swap it in. Returns the earliest delete
+        horizon of the tombstones kept, if any."""
+        config = log.config
+        new = LogSegment.create(log.dir, group[0].base_offset, replace(config, preallocate=False), now,
+                                suffix=CLEANED_SUFFIX)
+        out = _Output()
+        flush_bytes = self.config.io_buffer_size
+        delete_retention_ms = config.delete_retention_ms
+        earliest_horizon: int | None = None
+        mtime_ns = 0
+        swapped = False
+        try:
+            for info in group:
+                stats.bytes_read += info.size
+                for h, raw in self._batches(log, info, throttler):
+                    stats.batches_read += 1
+                    if h.base_offset >= end or h.is_control or h.records_count == 0:
+                        _emit(out, h, raw)  # past the map, a transaction marker, or already empty
+                    else:
+                        _check_crc(h, raw, info)
+                        horizon = _clean_batch(h, raw, offset_map, producers, now, delete_retention_ms, out, stats)
+                        if horizon is not None and (earliest_horizon is None or horizon < earliest_horizon):
+                            earliest_horizon = horizon
+                    if len(out.data) >= flush_bytes:
+                        _flush_output(new, out, stats)
+                mtime_ns = max(mtime_ns, _mtime_ns(log, info))
+            _flush_output(new, out, stats)
+            new.on_become_inactive()
+            if mtime_ns:
+                os.utime(new.log_path, ns=(mtime_ns, mtime_ns))  # retention falls back to it without timestamps
+            new.fsync()
+            if self._stop.is_set():
+                raise _Aborted("the cleaner is shutting down")
+            swapped = log.replace_segments(new, [info.segment for info in group], snap.generation, now)
+            if not swapped:
+                raise _Aborted("the log changed (truncated, retention, closed) during the clean")
+        finally:
+            if not swapped:
+                new.close(write_indexes=False)
+                new.delete_files()
+        stats.segments_before += len(group)
+        stats.segments_after += 1
+        return earliest_horizon
+
+    # --- checkpoint file ---------------------------------------------------------------------------
+
+    def _load_checkpoints(self) -> None:
+        logs = self._logs()
+        for d in self.log_dirs:
+            path = os.path.join(d, CLEANER_OFFSET_CHECKPOINT)
+            try:
+                offsets = OffsetCheckpointFile(path).read()
+            except CorruptCheckpointError as e:
+                logger.error("%s; ignoring it (compacted logs in %s are cleaned from their start)", e, d)
+                continue
+            for tp, offset in offsets.items():
+                log = logs.get(tp)
+                if log is not None and os.path.dirname(log.dir) == d:
+                    self._checkpoints[tp] = _Checkpoint(offset, weakref.ref(log))
+
+    def _write_checkpoint(self, log_dir: str) -> None:
+        """Rewrite `log_dir`'s cleaner-offset-checkpoint with the current logs' entries."""
+        logs = self._logs()
+        with self._lock:
+            offsets = {
+                tp: c.offset
+                for tp, c in self._checkpoints.items()
+                if (log := logs.get(tp)) is not None and (c.log is None or c.log() is log)
+                and os.path.dirname(log.dir) == log_dir
+            }
+        with self._checkpoint_lock:
+            try:
+                OffsetCheckpointFile(os.path.join(log_dir, CLEANER_OFFSET_CHECKPOINT)).write(offsets)
+            except OSError as e:
+                logger.error("cannot write the cleaner checkpoint of %s: %s", log_dir, e)
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+
+def group_segments(segments: list[SegmentInfo], config: LogConfig) -> list[list[SegmentInfo]]:
+    """Consecutive segments grouped so each group's cleaned segment fits one segment: total size
+    within segment.bytes, index entries within segment.index.bytes, offsets within an int32 of
+    the base (Kafka's groupSegmentsBySize; sizes before cleaning bound those after)."""
+    groups: list[list[SegmentInfo]] = []
+    i = 0
+    while i < len(segments):
+        first = segments[i]
+        group = [first]
+        size, entries, time_entries = first.size, first.index_entries, first.time_index_entries
+        i += 1
+        while i < len(segments):
+            s = segments[i]
+            if (size + s.size > config.segment_bytes
+                    or entries + s.index_entries > config.max_index_entries
+                    or time_entries + s.time_index_entries > config.max_time_index_entries
+                    or s.next_base - 1 - first.base_offset > INT32_MAX):
+                break
+            group.append(s)
+            size += s.size
+            entries += s.index_entries
+            time_entries += s.time_index_entries
+            i += 1
+        groups.append(group)
+    return groups
+
+
+def _iter_file_batches(fd: int, size: int, chunk: int, headers_only: bool) -> Iterator[tuple[BatchHeader, memoryview]]:
+    """Batches of a segment file up to `size`, read in chunks. With `headers_only` the batch bytes
+    are not read (an empty view is yielded)."""
+    pos = 0
+    buf = b""
+    buf_pos = 0
+    empty = memoryview(b"")
+    while pos < size:
+        off = pos - buf_pos
+        if off + HEADER_SIZE > len(buf):
+            buf = os.pread(fd, min(chunk, size - pos), pos)
+            buf_pos, off = pos, 0
+            if len(buf) < HEADER_SIZE:
+                raise CorruptRecordError(f"partial batch header at position {pos}")
+        h = read_header(buf, off)
+        n = h.size
+        if h.batch_length < HEADER_SIZE - LOG_OVERHEAD or pos + n > size or h.magic != MAGIC:
+            raise CorruptRecordError(f"bad batch at position {pos} (length {h.batch_length}, magic {h.magic})")
+        h.position = pos
+        if headers_only:
+            yield h, empty
+        else:
+            if off + n > len(buf):
+                buf = os.pread(fd, min(max(chunk, n), size - pos), pos)
+                buf_pos, off = pos, 0
+                if len(buf) < n:
+                    raise CorruptRecordError(f"short read of the batch at position {pos}")
+            yield h, memoryview(buf)[off : off + n]
+        pos += n
+
+
+def _check_crc(h: BatchHeader, raw: memoryview, info: SegmentInfo) -> None:
+    """Never launder a damaged batch into a fresh CRC."""
+    if compute_crc(raw, 0, h.size) != h.crc:
+        raise CorruptRecordError(f"CRC mismatch in the batch at offset {h.base_offset} of segment {info.base_offset}")
+
+
+def _emit(out: _Output, h: BatchHeader, raw: bytes | memoryview) -> None:
+    out.data += raw
+    out.headers.append(h)
+
+
+def _flush_output(seg: LogSegment, out: _Output, stats: CleanerStats) -> None:
+    if not out.headers:
+        return
+    if seg.size + len(out.data) > INT32_MAX:
+        raise StorageError(f"cleaned segment {seg.log_path} would exceed 2 GiB")
+    seg.append(out.data, out.headers)
+    stats.bytes_written += len(out.data)
+    out.data = bytearray()
+    out.headers = []
+
+
+def _mtime_ns(log: Log, info: SegmentInfo) -> int:
+    fds = log.open_segment_readers([info.segment])
+    if fds is None:
+        raise _Aborted(f"segment {info.base_offset} left the log")
+    try:
+        return os.fstat(fds[0]).st_mtime_ns
+    finally:
+        os.close(fds[0])
+
+
+def _clean_batch(
+    h: BatchHeader,
+    raw: memoryview,
+    offset_map: OffsetMap,
+    producers: dict[int, int],
+    now: int,
+    delete_retention_ms: int,
+    out: _Output,
+    stats: CleanerStats,
+) -> int | None:
+    """Filter one data batch into `out`. Returns the delete horizon of its kept tombstones, if any."""
+    body = _batch_body(raw, h)
+    records = _scan_records(body, h.records_count)
+    stats.records_read += len(records)
+    horizon = h.base_timestamp if h.attributes & DELETE_HORIZON_BIT else None
+    base = h.base_offset
+    get = offset_map.get
+    kept: list[_Scanned] = []
+    tombstone_kept = False
+    for rec in records:
+        key = rec[6]
+        if key is None:
+            stats.keyless_removed += 1
+            continue
+        latest = get(key)
+        if latest is not None and latest > base + rec[5]:
+            continue  # superseded
+        if rec[7]:
+            if horizon is not None and now >= horizon:
+                stats.tombstones_removed += 1
+                continue
+            tombstone_kept = True
+        kept.append(rec)
+    stats.records_removed += len(records) - len(kept)
+    set_horizon = tombstone_kept and horizon is None
+    if len(kept) == len(records) and not set_horizon:
+        _emit(out, h, raw)
+        return horizon if tombstone_kept else None
+    stats.batches_rewritten += 1
+    if not kept:
+        if h.producer_id >= 0 and producers.get(h.producer_id) == h.last_offset:
+            _emit(out, h, _empty_batch(h))  # the producer's last batch: keep its sequence numbers
+        return None
+    if set_horizon:
+        horizon = now + delete_retention_ms
+    batch = _rebuild_batch(h, body, kept, horizon if set_horizon else None)
+    _emit(out, read_header(batch), batch)
+    return horizon if tombstone_kept else None
+
+
+def _rebuild_batch(h: BatchHeader, body: bytes, kept: list[_Scanned], new_horizon: int | None) -> bytes:
+    """A batch of the `kept` records of `h`, same offsets range, producer fields, leader epoch,
+    attributes and codec. With `new_horizon`, the base timestamp becomes the delete horizon and
+    each record's timestamp delta is rewritten against it, so record timestamps do not change."""
+    old_base_ts = h.base_timestamp
+    base_ts = old_base_ts if new_horizon is None else new_horizon
+    attributes = h.attributes | (DELETE_HORIZON_BIT if new_horizon is not None else 0)
+    parts: list[bytes] = []
+    max_ts = -1
+    for start, end, ts_start, ts_end, ts_delta, _, _, _ in kept:
+        ts = old_base_ts + ts_delta
+        if ts > max_ts:
+            max_ts = ts
+        if new_horizon is None:
+            parts.append(body[start:end])
+        else:
+            inner = body[ts_start - 1 : ts_start] + _zigzag(ts - base_ts) + body[ts_end:end]
+            parts.append(_zigzag(len(inner)) + inner)
+    if h.log_append_time:
+        max_ts = h.max_timestamp
+    payload = b"".join(parts)
+    if h.compression:
+        payload = compression.compress(h.compression, payload)
+    return _pack_batch(h, attributes, base_ts, max_ts, len(kept), payload)
+
+
+def _empty_batch(h: BatchHeader) -> bytes:
+    """Kafka's empty batch header: same offsets and producer fields, no records, no codec."""
+    attributes = h.attributes & (TIMESTAMP_TYPE_BIT | TRANSACTIONAL_BIT | CONTROL_BIT)
+    return _pack_batch(h, attributes, h.max_timestamp, h.max_timestamp, 0, b"")
+
+
+def _pack_batch(h: BatchHeader, attributes: int, base_ts: int, max_ts: int, count: int, payload: bytes) -> bytes:
+    out = bytearray(_BATCH_HEADER.pack(
+        h.base_offset, HEADER_SIZE - LOG_OVERHEAD + len(payload), h.partition_leader_epoch, MAGIC, 0, attributes,
+        h.last_offset_delta, base_ts, max_ts, h.producer_id, h.producer_epoch, h.base_sequence, count,
+    ))
+    out += payload
+    _U32.pack_into(out, _CRC_AT, compute_crc(out, 0, len(out)))
+    return bytes(out)
