@@ -62,9 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=cmd_serve)
 
-    from gregor.tools import console
+    from gregor.tools import console, groups
 
     console.add_subcommands(sub)
+    groups.add_subcommands(sub)
 
     args = parser.parse_args(argv)
     return int(args.func(args) or 0)

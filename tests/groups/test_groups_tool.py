@@ -1,0 +1,60 @@
+"""`gregor groups`: list, describe with lag, reset offsets (dry run and --execute), delete."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from tests.broker_process import BrokerProcess
+
+
+def gregor(b: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gregor", "groups", "--bootstrap-server", b.bootstrap, *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_list_describe_reset_delete(start_broker: Callable[..., BrokerProcess]) -> None:
+    b = start_broker({"group.initial.rebalance.delay.ms": "0"})
+    p = Producer({"bootstrap.servers": b.bootstrap})
+    base = int(time.time() * 1000) - 100_000
+    for i in range(100):
+        p.produce("tool", str(i).encode(), timestamp=base + i * 1000)
+    assert p.flush(10) == 0
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "tooled", "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False})
+    c.subscribe(["tool"])
+    got = 0
+    deadline = time.monotonic() + 30
+    while got < 60 and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            got += 1
+            c.commit(message=m, asynchronous=False)
+    out = gregor(b, "describe", "tooled").stdout
+    assert "Stable" in out
+    row = next(ln for ln in out.splitlines() if ln.startswith("tooled"))
+    assert row.split()[3:6] == ["60", "100", "40"], row  # current offset, log end offset, lag
+    # An active group cannot be reset.
+    res = gregor(b, "reset-offsets", "tooled", "--topic", "tool", "--to-earliest", "--execute")
+    assert res.returncode == 1 and "inactive" in res.stderr
+    c.close()
+    assert "tooled" in gregor(b, "list").stdout
+    dry = gregor(b, "reset-offsets", "tooled", "--topic", "tool", "--shift-by", "-10")
+    assert "50" in dry.stdout and "dry run" in dry.stdout
+    check = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "tooled"})
+    assert check.committed([TopicPartition("tool", 0)], timeout=10)[0].offset == 60  # dry run changed nothing
+    for flags, expected in [(["--shift-by", "-10"], 50), (["--to-offset", "7"], 7), (["--to-latest"], 100),
+                            (["--to-earliest"], 0), (["--to-offset", "500"], 100)]:
+        res = gregor(b, "reset-offsets", "tooled", "--topic", "tool", *flags, "--execute")
+        assert res.returncode == 0, res.stderr
+        assert check.committed([TopicPartition("tool", 0)], timeout=10)[0].offset == expected, flags
+    when = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime((base + 30_000) / 1000))
+    assert gregor(b, "reset-offsets", "tooled", "--topic", "tool", "--to-datetime", when, "--execute").returncode == 0
+    assert check.committed([TopicPartition("tool", 0)], timeout=10)[0].offset == 30
+    check.close()
+    assert gregor(b, "delete", "tooled").returncode == 0
+    assert "tooled" not in gregor(b, "list").stdout
