@@ -152,3 +152,32 @@ def test_log_append_time(start_broker: Callable[..., BrokerProcess]) -> None:
     ts_type, ts = m.timestamp()
     assert ts_type == 2 and ts > before  # TIMESTAMP_LOG_APPEND_TIME, set by the broker
     c.close()
+
+
+def test_torn_tail_after_power_cut_is_truncated(start_broker: Callable[..., BrokerProcess]) -> None:
+    b = start_broker()
+    p = Producer({"bootstrap.servers": b.bootstrap, "batch.num.messages": 10, "linger.ms": 0})
+    for i in range(500):
+        p.produce("torn", f"{i:05d}".encode() * 10)
+    assert p.flush(10) == 0
+    b.kill()
+    seg = b.data_dir / "torn-0" / "00000000000000000000.log"
+    data = seg.read_bytes()
+    # A power cut mid-write: the last batch is cut short, and garbage follows an earlier batch's end.
+    seg.write_bytes(data[:-37])
+    (b.data_dir / "torn-0" / "00000000000000000000.index").write_bytes(b"\xff" * 24)  # a corrupt index
+    b.restart()
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "torn"})
+    low, high = c.get_watermark_offsets(TopicPartition("torn", 0), timeout=10)
+    c.close()
+    assert low == 0 and 480 <= high < 500, "only the torn batch is lost"
+    values = [v for _, _, v in _consume(b.bootstrap, "torn", 1, high)]
+    assert len(values) == high
+    assert values == [f"{i:05d}".encode() * 10 for i in range(len(values))]
+    assert "truncat" in b.log_text().lower()
+    # The log continues at the truncation point with no hole.
+    p = Producer({"bootstrap.servers": b.bootstrap})
+    p.produce("torn", b"after")
+    assert p.flush(10) == 0
+    got = _consume(b.bootstrap, "torn", 1, len(values) + 1, timeout_s=10)
+    assert got[-1][1:] == (len(values), b"after")

@@ -12,6 +12,8 @@ from gregor.server.handlers.configs import (
 )
 from gregor.server.handlers.fetch import handle_fetch
 from gregor.server.handlers.groups import (
+    handle_consumer_group_describe,
+    handle_consumer_group_heartbeat,
     handle_delete_groups,
     handle_describe_groups,
     handle_find_coordinator,
@@ -59,4 +61,6 @@ HANDLERS: dict[int, Handler] = {
     44: handle_incremental_alter_configs,
     47: handle_offset_delete,
     60: handle_describe_cluster,
+    68: handle_consumer_group_heartbeat,
+    69: handle_consumer_group_describe,
 }

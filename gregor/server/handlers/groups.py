@@ -1,5 +1,6 @@
 """Consumer group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-OffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups, OffsetDelete.
+OffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups, OffsetDelete, and the
+KIP-848 ones, ConsumerGroupHeartbeat and ConsumerGroupDescribe.
 
 Translation only: the rules live in gregor.coordinator.group. Delayed answers (join and
 sync wait for the rest of the group) come back as futures that resolve to responses.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from gregor.coordinator.group.consumer_protocol import HeartbeatRequest
 from gregor.coordinator.group.coordinator import JoinResult, SyncResult
 from gregor.coordinator.group.state import STABLE
 from gregor.protocol.errors import ErrorCode, KafkaError
@@ -146,7 +148,7 @@ def handle_offset_commit(ctx: RequestContext, req: Struct) -> dict[str, Any]:
                for t in req.topics for p in t.partitions]
     try:
         result = _coordinator(ctx).commit_offsets(req.group_id, req.generation_id_or_member_epoch, req.member_id,
-                                                  req.group_instance_id, offsets)
+                                                  req.group_instance_id, offsets, api_version=ctx.version)
     except KafkaError as e:
         result = e.code
     topics = []
@@ -159,11 +161,15 @@ def handle_offset_commit(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     return {"throttle_time_ms": 0, "topics": topics}
 
 
-def _fetch_group(ctx: RequestContext, group_id: str, topics: list[Struct] | None) -> tuple[ErrorCode, list[dict[str, Any]]]:
+def _fetch_group(ctx: RequestContext, group_id: str, topics: list[Struct] | None, member_id: str | None = None,
+                 member_epoch: int = -1) -> tuple[ErrorCode, list[dict[str, Any]]]:
     try:
         gc = _coordinator(ctx)
     except KafkaError as e:
         return e.code, []
+    code = gc.check_offset_fetch(group_id, member_id, member_epoch)
+    if code != ErrorCode.NONE:
+        return code, []
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
     found = gc.fetch_offsets(group_id, wanted)
     by_topic: dict[str, list[dict[str, Any]]] = {}
@@ -184,7 +190,7 @@ def handle_offset_fetch(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     if ctx.version >= 8:
         groups = []
         for g in req.groups:
-            code, topics = _fetch_group(ctx, g.group_id, g.topics)
+            code, topics = _fetch_group(ctx, g.group_id, g.topics, g.member_id, g.member_epoch)
             groups.append({"group_id": g.group_id, "topics": topics, "error_code": code})
         return {"throttle_time_ms": 0, "groups": groups}
     code, topics = _fetch_group(ctx, req.group_id, req.topics)
@@ -202,10 +208,12 @@ def handle_describe_groups(ctx: RequestContext, req: Struct) -> dict[str, Any]:
             entry["error_code"] = e.code
             out.append(entry)
             continue
-        if g is None:
+        if g is None or g.consumer is not None:
+            # Kafka 4.0 describes only classic groups here; consumer groups have ConsumerGroupDescribe.
             if ctx.version >= 6:
                 entry["error_code"] = ErrorCode.GROUP_ID_NOT_FOUND
-                entry["error_message"] = f"Group {group_id} not found."
+                entry["error_message"] = (f"Group {group_id} not found." if g is None
+                                          else f"Group {group_id} is not a classic group.")
             out.append(entry)
             continue
         stable = g.state == STABLE
@@ -233,12 +241,13 @@ def handle_list_groups(ctx: RequestContext, req: Struct) -> dict[str, Any]:
         return {"throttle_time_ms": 0, "error_code": e.code, "groups": []}
     out = []
     for g in groups:
+        group_type = "consumer" if g.consumer is not None else "classic"
         if states and g.state.lower() not in states:
             continue
-        if types and "classic" not in types:
+        if types and group_type not in types:
             continue
         out.append({"group_id": g.group_id, "protocol_type": g.protocol_type or "", "group_state": g.state,
-                    "group_type": "classic"})
+                    "group_type": group_type})
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "groups": out}
 
 
@@ -266,3 +275,61 @@ def handle_offset_delete(ctx: RequestContext, req: Struct) -> dict[str, Any]:
         for p in t.partitions]} for t in req.topics]
     return {"error_code": ErrorCode.NONE, "throttle_time_ms": 0, "topics": topics}
 
+
+
+def handle_consumer_group_heartbeat(ctx: RequestContext, req: Struct) -> dict[str, Any]:
+    out: dict[str, Any] = {"throttle_time_ms": 0, "member_id": None, "member_epoch": 0, "heartbeat_interval_ms": 0,
+                           "assignment": None}
+    try:
+        gc = _coordinator(ctx)
+    except KafkaError as e:
+        return {**out, "error_code": e.code, "error_message": e.message}
+    owned = None if req.topic_partitions is None else [(tp.topic_id, list(tp.partitions)) for tp in req.topic_partitions]
+    r = gc.consumer.heartbeat(HeartbeatRequest(
+        group_id=req.group_id, member_id=req.member_id, member_epoch=req.member_epoch, instance_id=req.instance_id,
+        rack_id=req.rack_id, rebalance_timeout_ms=req.rebalance_timeout_ms,
+        subscribed_topic_names=None if req.subscribed_topic_names is None else list(req.subscribed_topic_names),
+        subscribed_topic_regex=req.get("subscribed_topic_regex"), server_assignor=req.server_assignor,
+        topic_partitions=owned, client_id=ctx.header.client_id or "", client_host=_client_host(ctx),
+    ), ctx.broker.store.topics(), ctx.version)
+    assignment = None
+    if r.assignment is not None:
+        assignment = {"topic_partitions": [{"topic_id": tid, "partitions": sorted(ps)}
+                                           for tid, ps in sorted(r.assignment.items())]}
+    return {"throttle_time_ms": 0, "error_code": r.error, "error_message": r.message, "member_id": r.member_id,
+            "member_epoch": r.member_epoch, "heartbeat_interval_ms": r.heartbeat_interval_ms, "assignment": assignment}
+
+
+def handle_consumer_group_describe(ctx: RequestContext, req: Struct) -> dict[str, Any]:
+    names = {t.topic_id: name for name, t in ctx.broker.store.topics().items()}
+
+    def assignment(a: dict[Any, frozenset[int]]) -> dict[str, Any]:
+        return {"topic_partitions": [{"topic_id": tid, "topic_name": names.get(tid, ""), "partitions": sorted(ps)}
+                                     for tid, ps in sorted(a.items())]}
+
+    out = []
+    for group_id in req.group_ids:
+        entry: dict[str, Any] = {"error_code": ErrorCode.NONE, "error_message": None, "group_id": group_id,
+                                 "group_state": "Dead", "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "",
+                                 "members": []}
+        try:
+            g = _coordinator(ctx).consumer.describe(group_id)
+        except KafkaError as e:
+            entry["error_code"], entry["error_message"] = e.code, e.message
+            out.append(entry)
+            continue
+        cg = g.consumer
+        entry.update({
+            "group_state": g.state, "group_epoch": cg.group_epoch, "assignment_epoch": cg.assignment_epoch,
+            "assignor_name": cg.assignor or _coordinator(ctx).consumer.assignors[0],
+            "members": [{
+                "member_id": m.member_id, "instance_id": m.instance_id, "rack_id": m.rack_id,
+                "member_epoch": m.member_epoch, "client_id": m.client_id, "client_host": m.client_host,
+                "subscribed_topic_names": list(m.subscribed_topic_names),
+                "subscribed_topic_regex": m.subscribed_topic_regex,
+                "assignment": assignment(m.assigned), "target_assignment": assignment(cg.target.get(m.member_id, {})),
+                "member_type": 1,  # KIP-1099: 1 = a member of the consumer protocol
+            } for m in cg.members.values()],
+        })
+        out.append(entry)
+    return {"throttle_time_ms": 0, "groups": out}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from gregor.metadata.store import TopicMetadata
@@ -41,8 +42,20 @@ def handle_metadata(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     else:
         out = []
         allow_auto = req.allow_auto_topic_creation and broker.config.get("auto.create.topics.enable")
+        by_id: dict[uuid.UUID, TopicMetadata] | None = None
         for rt in req.topics:
             name = rt.name
+            if name is None and ctx.version >= 12 and rt.topic_id.int:
+                # By topic id (v12+, as Kafka): KIP-848 consumers resolve the ids of their assignment this way.
+                if by_id is None:
+                    by_id = {t.topic_id: t for t in topics.values()}
+                found = by_id.get(rt.topic_id)
+                if found is None:
+                    out.append({"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": None, "topic_id": rt.topic_id,
+                                "partitions": []})
+                else:
+                    out.append(topic_entry(found))
+                continue
             t = topics.get(name) if name is not None else None
             if t is None and name is not None and allow_auto:
                 try:

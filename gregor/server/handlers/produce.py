@@ -15,6 +15,7 @@ from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.records import BatchHeader, InvalidRecordError, validate_record_set
 from gregor.protocol.schema import Struct
 from gregor.server.dispatcher import RequestContext
+from gregor.storage.cleaner import validate_compacted_records
 from gregor.storage.errors import StorageError
 
 log = logging.getLogger("gregor.produce")
@@ -60,6 +61,8 @@ def handle_produce(ctx: RequestContext, req: Struct) -> dict[str, Any] | None:
                     raise KafkaError(ErrorCode.INVALID_RECORD, "null record set")
                 headers = validate_record_set(pd.records, part.log.config.max_message_bytes)
                 _check_batches(headers, ctx.version)
+                if part.log.config.compact:
+                    validate_compacted_records(headers, pd.records)  # every record needs a key
                 res = rm.append(td.name, idx, pd.records, headers, acks)
                 parts.append({"index": idx, "error_code": ErrorCode.NONE, "base_offset": res.base_offset,
                               "log_append_time_ms": res.log_append_time_ms,
