@@ -159,8 +159,10 @@ def test_cooperative_sticky_group(start_broker: Callable[..., BrokerProcess], tm
     for p in procs:
         assert p.wait(120) == 0
     values = _records(outs)
-    assert set(values) == set(range(6000))
-    assert sorted(_last_assignment(outs[0]) + _last_assignment(outs[1])) == list(range(6))
+    assert sorted(values) == list(range(6000)), "every message exactly once"
+    # Incremental (cooperative) assignments: each member worked on some of the partitions.
+    worked = [{int(ln.split()[0]) for ln in o.read_text().splitlines() if ln and not ln.startswith("#")} for o in outs]
+    assert all(worked) and worked[0] | worked[1] == set(range(6))
 
 
 def test_kafka_python_group(start_broker: Callable[..., BrokerProcess]) -> None:

@@ -7,6 +7,10 @@ arriving); a SyncGroup is answered when the leader has sent the assignment. Sess
 expire on timers. Committed offsets and group metadata are written to the compacted
 internal topic __consumer_offsets (partition = hash of the group id) through the normal
 log, and replayed from it at startup.
+
+KIP-848 consumer groups (group.protocol=consumer) share the group table, the timers and
+the log; their protocol (ConsumerGroupHeartbeat) is in `consumer_protocol`, reached
+through `self.consumer`.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any
 
 from gregor.config import BrokerConfig
 from gregor.coordinator.group import records as rec
+from gregor.coordinator.group.consumer_protocol import ConsumerGroupProtocol
 from gregor.coordinator.group.state import (
     COMPLETING_REBALANCE,
     DEAD,
@@ -94,6 +99,8 @@ class GroupCoordinator:
         self.max_metadata_bytes: int = config.get("offset.metadata.max.bytes")
         self.offsets_retention_ms: int = config.get("offsets.retention.minutes") * 60_000
         self._loop: asyncio.AbstractEventLoop | None = None
+        # KIP-848 consumer groups live in the same table; their protocol is in consumer_protocol.
+        self.consumer = ConsumerGroupProtocol(config, self.groups, self._later, self._write)
 
     # --- lifecycle -------------------------------------------------------------------
     def load(self) -> None:
@@ -119,6 +126,8 @@ class GroupCoordinator:
         if key is None:
             return
         try:
+            if self.consumer.replay(key, value):
+                return
             k = rec.decode_key(key)
         except Exception:
             log.warning("skipping an unreadable %s key", OFFSETS_TOPIC)
@@ -169,6 +178,7 @@ class GroupCoordinator:
                     m.heartbeat_timer.cancel()
             for t in g.pending_members.values():
                 t.cancel()
+        self.consumer.shutdown()
 
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.num_partitions)
@@ -242,6 +252,11 @@ class GroupCoordinator:
             g = self.groups[group_id] = Group(group_id, current_state_timestamp_ms=_now_ms())
         if g.state == DEAD:
             return JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id=member_id)
+        if g.consumer is not None:
+            # A consumer (KIP-848) group: classic members cannot join it here; an empty one turns classic.
+            if g.consumer.members:
+                return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
+            self.consumer.convert_to_classic(g)
         if not g.supports(protocol_type, [n for n, _ in protocols]):
             return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
         protocols = [(n, bytes(m)) for n, m in protocols]
@@ -544,8 +559,10 @@ class GroupCoordinator:
 
     # --- offsets ---------------------------------------------------------------------
     def commit_offsets(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
-                       offsets: list[tuple[str, int, int, int, str | None]]) -> ErrorCode | dict[tuple[str, int], ErrorCode]:
-        """Group-level error, or an error per (topic, partition)."""
+                       offsets: list[tuple[str, int, int, int, str | None]],
+                       api_version: int = 9) -> ErrorCode | dict[tuple[str, int], ErrorCode]:
+        """Group-level error, or an error per (topic, partition). For a consumer (KIP-848) group
+        `generation_id` is the member epoch."""
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID
         g = self.groups.get(group_id)
@@ -555,7 +572,11 @@ class GroupCoordinator:
             g = self.groups[group_id] = Group(group_id, current_state_timestamp_ms=_now_ms())
         if g.state == DEAD:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        if not (generation_id < 0 and g.state == EMPTY):
+        if g.consumer is not None:
+            err = self.consumer.validate_offset_commit(g, member_id, generation_id, api_version)
+            if err is not None:
+                return err
+        elif not (generation_id < 0 and g.state == EMPTY):
             if g.state == COMPLETING_REBALANCE and member_id in g.members:
                 return ErrorCode.REBALANCE_IN_PROGRESS
             err = self._check_member(g, member_id, instance_id)
@@ -588,6 +609,13 @@ class GroupCoordinator:
             results[tp] = ErrorCode.NONE
         return results
 
+    def check_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:
+        """OffsetFetch v9 names the member: a consumer (KIP-848) group checks it is one, at its epoch."""
+        g = self.groups.get(group_id)
+        if g is None or g.consumer is None:
+            return ErrorCode.NONE
+        return self.consumer.validate_offset_fetch(g, member_id, member_epoch) or ErrorCode.NONE
+
     def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
                       ) -> dict[tuple[str, int], OffsetAndMetadata | None]:
         g = self.groups.get(group_id)
@@ -601,7 +629,10 @@ class GroupCoordinator:
         g = self.groups.get(group_id)
         if g is None or g.state == DEAD:
             return ErrorCode.GROUP_ID_NOT_FOUND
-        subscribed = g.subscribed_topics() if g.state != EMPTY else set()
+        if g.consumer is not None:
+            subscribed: set[str] | None = g.consumer.all_subscribed_topics()
+        else:
+            subscribed = g.subscribed_topics() if g.state != EMPTY else set()
         if subscribed is None and g.state != EMPTY:
             return ErrorCode.NON_EMPTY_GROUP
         results: dict[tuple[str, int], ErrorCode] = {}
@@ -637,6 +668,7 @@ class GroupCoordinator:
         entries: list[tuple[bytes, bytes | None]] = [
             (rec.offset_key(group_id, t, p), None) for (t, p) in g.offsets]
         entries.append((rec.group_key(group_id), None))
+        entries += self.consumer.tombstones(g)
         try:
             self._write(group_id, entries)
         except KafkaError as e:
@@ -646,7 +678,7 @@ class GroupCoordinator:
         return ErrorCode.NONE
 
     def _maybe_drop(self, g: Group) -> None:
-        if g.state == EMPTY and not g.offsets and not g.members and g.generation == 0:
+        if g.state == EMPTY and not g.offsets and not g.members and g.generation == 0 and g.consumer is None:
             self.groups.pop(g.group_id, None)
 
     def expire_offsets(self, now_ms: int | None = None) -> int:
@@ -661,12 +693,13 @@ class GroupCoordinator:
                 expired = list(g.offsets) if now - g.current_state_timestamp_ms >= self.offsets_retention_ms else []
             else:
                 expired = [tp for tp, om in g.offsets.items() if now - om.commit_timestamp_ms >= self.offsets_retention_ms]
-            if not expired:
+            if not expired and not (g.consumer is not None and not g.offsets):  # an empty consumer group goes too
                 continue
             entries: list[tuple[bytes, bytes | None]] = [(rec.offset_key(g.group_id, t, p), None) for t, p in expired]
             drop_group = len(expired) == len(g.offsets)
             if drop_group:
                 entries.append((rec.group_key(g.group_id), None))
+                entries += self.consumer.tombstones(g)
             try:
                 self._write(g.group_id, entries)
             except KafkaError as e:

@@ -10,6 +10,11 @@ The states and their transitions are Kafka's:
 
 Transitions are made by the coordinator; this module only holds the data and the rules
 that are pure functions of it (protocol selection, who has rejoined).
+
+A `Group` is also the entry of a KIP-848 consumer group in the coordinator's table: then
+`consumer` holds its state (gregor.coordinator.group.consumer_state), `state` one of Empty,
+Assigning, Reconciling, Stable, and the classic membership fields stay empty. Offsets are
+kept here for both kinds.
 """
 
 from __future__ import annotations
@@ -17,7 +22,10 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gregor.coordinator.group.consumer_state import ConsumerGroup
 
 EMPTY = "Empty"
 PREPARING_REBALANCE = "PreparingRebalance"
@@ -81,6 +89,9 @@ class Group:
     join_timer: asyncio.TimerHandle | None = None
     initial_delay_remaining_ms: int = 0
     new_member_joined_during_delay: bool = False
+    # Set when this is a KIP-848 consumer group (group.protocol=consumer): its members, epochs and
+    # assignments; the classic fields above then stay empty and `state` holds the consumer group state.
+    consumer: ConsumerGroup | None = None
 
     def is_(self, state: str) -> bool:
         return self.state == state
