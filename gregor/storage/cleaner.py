@@ -236,11 +236,10 @@ def validate_compacted_records(headers: list[BatchHeader], records: bytes | byte
             scanned = _scan_records(_batch_body(view[h.position : h.position + h.size], h), h.records_count)
         except (DecodeError, ValueError) as e:
             raise RecordValidationError(f"cannot decode the records of batch {batch_index}: {e}", batch_index) from e
-        for i, rec in enumerate(scanned):
-            if rec[6] is None:
-                raise RecordValidationError(
-                    "Compacted topic cannot accept message without key", batch_index=batch_index, record_index=i
-                )
+        keyless = [i for i, rec in enumerate(scanned) if rec[6] is None]
+        if keyless:
+            raise RecordValidationError("Compacted topic cannot accept message without key",
+                                        batch_index=batch_index, record_index=keyless[0], record_indexes=keyless)
 
 
 # --- the offset map --------------------------------------------------------------------------

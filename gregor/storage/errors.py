@@ -80,7 +80,10 @@ class RecordValidationError(StorageError):
 
     error = "INVALID_RECORD"
 
-    def __init__(self, message: str, batch_index: int = 0, record_index: int = 0) -> None:
+    def __init__(self, message: str, batch_index: int = 0, record_index: int = 0,
+                 record_indexes: list[int] | None = None) -> None:
         super().__init__(message)
         self.batch_index = batch_index
         self.record_index = record_index
+        # Every offending record of the batch, for KIP-467 record_errors (the rest may be retried).
+        self.record_indexes = record_indexes if record_indexes is not None else [record_index]

@@ -16,7 +16,7 @@ from gregor.protocol.records import BatchHeader, InvalidRecordError, validate_re
 from gregor.protocol.schema import Struct
 from gregor.server.dispatcher import RequestContext
 from gregor.storage.cleaner import validate_compacted_records
-from gregor.storage.errors import StorageError
+from gregor.storage.errors import RecordValidationError, StorageError
 
 log = logging.getLogger("gregor.produce")
 
@@ -71,6 +71,12 @@ def handle_produce(ctx: RequestContext, req: Struct) -> dict[str, Any] | None:
                 parts.append(_error(idx, ErrorCode[e.error], str(e)))
             except KafkaError as e:
                 parts.append(_error(idx, e.code, e.message))
+            except RecordValidationError as e:
+                # KIP-467: name the bad records, so the client fails only those and retries the rest.
+                entry = _error(idx, ErrorCode[e.error], str(e))
+                entry["record_errors"] = [{"batch_index": i, "batch_index_error_message": str(e)}
+                                          for i in e.record_indexes]
+                parts.append(entry)
             except StorageError as e:
                 parts.append(_error(idx, ErrorCode[e.error], str(e)))
             except OSError as e:
