@@ -3,49 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, TopicPartition
 
 from tests.broker_process import BrokerProcess
+from tests.groups.common import fill_topic, read_records, start_worker
 
 GROUP_BROKER = {"group.initial.rebalance.delay.ms": "300", "group.min.session.timeout.ms": "1000"}
-
-
-def _topic(b: BrokerProcess, name: str, partitions: int, n: int) -> None:
-    admin = AdminClient({"bootstrap.servers": b.bootstrap})
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(10)
-    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5})
-    for i in range(n):
-        p.produce(name, str(i).encode(), f"key-{i}".encode())
-        if i % 10000 == 0:
-            p.poll(0)
-    assert p.flush(30) == 0
-
-
-def _worker(b: BrokerProcess, group: str, topic: str, mode: str, out: Path, delay_ms: int = 0,
-            extra: dict[str, object] | None = None) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "tests.groups.worker", b.bootstrap, group, topic, mode, str(out),
-                             str(delay_ms), json.dumps(extra or {})], cwd=Path(__file__).resolve().parents[2],
-                            stderr=subprocess.DEVNULL)
-
-
-def _records(paths: list[Path]) -> list[int]:
-    values = []
-    for p in paths:
-        if p.exists():
-            for line in p.read_text().splitlines():
-                if line and not line.startswith("#"):
-                    values.append(int(line.split()[2]))
-    return values
 
 
 def _assignments(path: Path) -> list[tuple[float, list[int]]]:
@@ -68,12 +37,12 @@ def _first_assignment_after(path: Path, t: float) -> list[int]:
 
 def test_three_members_split_six_partitions(start_broker: Callable[..., BrokerProcess], tmp_path: Path) -> None:
     b = start_broker(GROUP_BROKER)
-    _topic(b, "orders", 6, 60_000)
+    fill_topic(b, "orders", 6, 60_000)
     outs = [tmp_path / f"w{i}.txt" for i in range(3)]
-    procs = [_worker(b, "g1", "orders", "auto", out) for out in outs]
+    procs = [start_worker(b, "g1", "orders", "auto", out) for out in outs]
     for p in procs:
         assert p.wait(120) == 0
-    values = _records(outs)
+    values = read_records(outs)
     assert len(values) == 60_000 and set(values) == set(range(60_000)), "each message processed exactly once"
     assert [len(_last_assignment(o)) for o in outs] == [2, 2, 2]
     assert sorted(sum((_last_assignment(o) for o in outs), [])) == list(range(6))
@@ -84,11 +53,11 @@ def test_sigkill_member_partitions_move_and_resume_from_commit(
         start_broker: Callable[..., BrokerProcess], tmp_path: Path, mode: str) -> None:
     b = start_broker(GROUP_BROKER)
     n = 6000
-    _topic(b, "jobs", 6, n)
+    fill_topic(b, "jobs", 6, n)
     outs = [tmp_path / f"w{i}.txt" for i in range(3)]
-    procs = [_worker(b, "g2", "jobs", mode, out, delay_ms=2) for out in outs]
+    procs = [start_worker(b, "g2", "jobs", mode, out, delay_ms=2) for out in outs]
     deadline = time.monotonic() + 30
-    while len(_records(outs)) < n // 4 and time.monotonic() < deadline:
+    while len(read_records(outs)) < n // 4 and time.monotonic() < deadline:
         time.sleep(0.05)
     victim_parts = _last_assignment(outs[0])
     procs[0].kill()  # SIGKILL mid-stream: no LeaveGroup, no final commit
@@ -97,7 +66,7 @@ def test_sigkill_member_partitions_move_and_resume_from_commit(
     killed_wall = time.time()
     for p in procs[1:]:
         assert p.wait(120) == 0
-    values = _records(outs)
+    values = read_records(outs)
     counts = Counter(values)
     if mode == "alo":
         assert set(values) == set(range(n)), "at-least-once: nothing skipped"
@@ -111,7 +80,7 @@ def test_sigkill_member_partitions_move_and_resume_from_commit(
 
 def test_offsets_and_group_survive_broker_restart(start_broker: Callable[..., BrokerProcess]) -> None:
     b = start_broker(GROUP_BROKER)
-    _topic(b, "resume", 3, 300)
+    fill_topic(b, "resume", 3, 300)
     c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "g3", "auto.offset.reset": "earliest",
                   "enable.auto.commit": False})
     c.subscribe(["resume"])
@@ -152,13 +121,13 @@ def test_offsets_and_group_survive_broker_restart(start_broker: Callable[..., Br
 
 def test_cooperative_sticky_group(start_broker: Callable[..., BrokerProcess], tmp_path: Path) -> None:
     b = start_broker(GROUP_BROKER)
-    _topic(b, "coop", 6, 6000)
+    fill_topic(b, "coop", 6, 6000)
     outs = [tmp_path / f"w{i}.txt" for i in range(2)]
     conf = {"partition.assignment.strategy": "cooperative-sticky"}
-    procs = [_worker(b, "g4", "coop", "auto", out, extra=conf) for out in outs]
+    procs = [start_worker(b, "g4", "coop", "auto", out, extra=conf) for out in outs]
     for p in procs:
         assert p.wait(120) == 0
-    values = _records(outs)
+    values = read_records(outs)
     assert sorted(values) == list(range(6000)), "every message exactly once"
     # Incremental (cooperative) assignments: each member worked on some of the partitions.
     worked = [{int(ln.split()[0]) for ln in o.read_text().splitlines() if ln and not ln.startswith("#")} for o in outs]
@@ -169,7 +138,7 @@ def test_kafka_python_group(start_broker: Callable[..., BrokerProcess]) -> None:
     from kafka import KafkaConsumer
 
     b = start_broker(GROUP_BROKER)
-    _topic(b, "kp-group", 4, 2000)
+    fill_topic(b, "kp-group", 4, 2000)
     consumers = [KafkaConsumer("kp-group", bootstrap_servers=b.bootstrap, group_id="kp", auto_offset_reset="earliest",
                                session_timeout_ms=6000, heartbeat_interval_ms=500) for _ in range(2)]
     seen: list[int] = []
@@ -190,7 +159,7 @@ def test_aiokafka_group(start_broker: Callable[..., BrokerProcess]) -> None:
     from aiokafka import AIOKafkaConsumer
 
     b = start_broker(GROUP_BROKER)
-    _topic(b, "aio-group", 4, 2000)
+    fill_topic(b, "aio-group", 4, 2000)
 
     async def run() -> tuple[list[int], list[list[int]]]:
         consumers = [AIOKafkaConsumer("aio-group", bootstrap_servers=b.bootstrap, group_id="aio",

@@ -4,9 +4,7 @@ before reassignment, the errors of the KIP)."""
 
 from __future__ import annotations
 
-import json
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -22,7 +20,6 @@ from confluent_kafka import (
     ConsumerGroupType,
     KafkaError,
     KafkaException,
-    Producer,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
@@ -30,6 +27,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from gregor.coordinator.group.assignors import AssignmentSpec, range_, uniform
 from gregor.protocol.errors import ErrorCode
 from tests.broker_process import BrokerProcess
+from tests.groups.common import fill_topic, read_records, start_worker
 from tests.wire import WireClient
 
 # Fast timing for tests: members heartbeat every 300 ms and are fenced 3 s after their last one.
@@ -42,31 +40,8 @@ KIP848_BROKER = {
 CONSUMER = {"group.protocol": "consumer"}
 
 
-def _topic(b: BrokerProcess, name: str, partitions: int, n: int) -> None:
-    admin = AdminClient({"bootstrap.servers": b.bootstrap})
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(10)
-    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5})
-    for i in range(n):
-        p.produce(name, str(i).encode(), f"key-{i}".encode())
-        if i % 10000 == 0:
-            p.poll(0)
-    assert p.flush(30) == 0
-
-
 def _worker(b: BrokerProcess, group: str, topic: str, mode: str, out: Path, delay_ms: int = 0) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "tests.groups.worker", b.bootstrap, group, topic, mode, str(out),
-                             str(delay_ms), json.dumps(CONSUMER)], cwd=Path(__file__).resolve().parents[2],
-                            stderr=subprocess.DEVNULL)
-
-
-def _records(paths: list[Path]) -> list[int]:
-    values = []
-    for p in paths:
-        if p.exists():
-            for line in p.read_text().splitlines():
-                if line and not line.startswith("#"):
-                    values.append(int(line.split()[2]))
-    return values
+    return start_worker(b, group, topic, mode, out, delay_ms, CONSUMER)
 
 
 def _events(path: Path) -> list[tuple[str, float, set[int]]]:
@@ -108,7 +83,7 @@ def _commit(c: Consumer, m: Any, tolerate: tuple[int, ...] = ()) -> bool:
 def test_three_members_split_six_partitions(start_broker: Callable[..., BrokerProcess], tmp_path: Path) -> None:
     b = start_broker(KIP848_BROKER)
     n = 30_000
-    _topic(b, "orders", 6, n)
+    fill_topic(b, "orders", 6, n)
     outs = [tmp_path / f"w{i}.txt" for i in range(3)]
     procs = [_worker(b, "g1", "orders", "alo", out) for out in outs]
     admin = AdminClient({"bootstrap.servers": b.bootstrap})
@@ -119,7 +94,7 @@ def test_three_members_split_six_partitions(start_broker: Callable[..., BrokerPr
             break
         time.sleep(0.2)
     assert listed["g1"].type == ConsumerGroupType.CONSUMER
-    while len(_records(outs)) < n and time.monotonic() < deadline + 30:
+    while len(read_records(outs)) < n and time.monotonic() < deadline + 30:
         time.sleep(0.1)
     done_at = time.time()  # all consumed; the workers stay 6 s more before they close (and revoke all)
     desc = admin.describe_consumer_groups(["g1"])["g1"].result(10)
@@ -128,7 +103,7 @@ def test_three_members_split_six_partitions(start_broker: Callable[..., BrokerPr
     assert sorted(len(m.assignment.topic_partitions) for m in desc.members) == [2, 2, 2]
     for p in procs:
         assert p.wait(60) == 0
-    counts = Counter(_records(outs))
+    counts = Counter(read_records(outs))
     assert set(counts) == set(range(n)) and max(counts.values()) == 1, "each message processed exactly once"
     finals = [_owned(o, done_at) for o in outs]
     assert [len(f) for f in finals] == [2, 2, 2]
@@ -138,7 +113,7 @@ def test_three_members_split_six_partitions(start_broker: Callable[..., BrokerPr
 def test_member_close_moves_its_partitions_without_duplicates(start_broker: Callable[..., BrokerProcess]) -> None:
     b = start_broker(KIP848_BROKER)
     n = 3000
-    _topic(b, "moves", 6, n)
+    fill_topic(b, "moves", 6, n)
     seen: list[tuple[int, int]] = []  # (consumer, value)
     lock = threading.Lock()
     closing = threading.Event()
@@ -186,23 +161,23 @@ def test_killed_member_partitions_move_after_session_timeout(start_broker: Calla
                                                               tmp_path: Path) -> None:
     b = start_broker(KIP848_BROKER)
     n = 6000
-    _topic(b, "jobs", 6, n)
+    fill_topic(b, "jobs", 6, n)
     outs = [tmp_path / f"w{i}.txt" for i in range(3)]
     procs = [_worker(b, "g3", "jobs", "alo", out, delay_ms=2) for out in outs]
     deadline = time.monotonic() + 30
-    while len(_records(outs)) < n // 4 and time.monotonic() < deadline:
+    while len(read_records(outs)) < n // 4 and time.monotonic() < deadline:
         time.sleep(0.05)
     killed_at = time.time()
     victim_parts = _owned(outs[0], killed_at)
     procs[0].kill()  # SIGKILL: no leave heartbeat, no final commit
     procs[0].wait()
-    while len(set(_records(outs))) < n and time.monotonic() < deadline + 30:
+    while len(set(read_records(outs))) < n and time.monotonic() < deadline + 30:
         time.sleep(0.1)
     done_at = time.time()  # the survivors close (and revoke all) 6 s after this
     for p in procs[1:]:
         assert p.wait(60) == 0
     assert victim_parts, "the killed member owned partitions"
-    assert set(_records(outs)) == set(range(n)), "at-least-once: nothing skipped"
+    assert set(read_records(outs)) == set(range(n)), "at-least-once: nothing skipped"
     assert sorted(_owned(outs[1], done_at) | _owned(outs[2], done_at)) == list(range(6)), "survivors hold them all"
     moved_at = min(at for o in outs[1:] for kind, at, parts in _events(o)
                    if kind == "assigned" and at > killed_at and parts & victim_parts)
@@ -222,7 +197,7 @@ def _describe_epoch(b: BrokerProcess, group: str) -> int:
 
 def test_offsets_survive_restart_and_members_rejoin(start_broker: Callable[..., BrokerProcess]) -> None:
     b = start_broker(KIP848_BROKER)
-    _topic(b, "resume", 3, 300)
+    fill_topic(b, "resume", 3, 300)
     c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "g4", "auto.offset.reset": "earliest",
                   "enable.auto.commit": False, **CONSUMER})
     c.subscribe(["resume"])
@@ -328,7 +303,7 @@ def wire(wire_broker: BrokerProcess) -> Iterator[WireClient]:
     w.close()
 
 
-def _new_topic(b: BrokerProcess, partitions: int) -> str:
+def _newfill_topic(b: BrokerProcess, partitions: int) -> str:
     name = f"t-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": b.bootstrap})  # kept alive until the result is in
     admin.create_topics([NewTopic(name, partitions, 1)])[name].result(10)
@@ -336,7 +311,7 @@ def _new_topic(b: BrokerProcess, partitions: int) -> str:
 
 
 def test_partition_moves_only_after_its_owner_revokes_it(wire_broker: BrokerProcess, wire: WireClient) -> None:
-    t = _new_topic(wire_broker, 4)
+    t = _newfill_topic(wire_broker, 4)
     tid = _topic_id(wire, t)
     a, b = Member(wire, "w-revoke", [t]), Member(wire, "w-revoke", [t])
     r = a.heartbeat()
@@ -364,7 +339,7 @@ def test_partition_moves_only_after_its_owner_revokes_it(wire_broker: BrokerProc
 
 
 def test_member_that_does_not_revoke_in_time_is_fenced(wire_broker: BrokerProcess, wire: WireClient) -> None:
-    t = _new_topic(wire_broker, 4)
+    t = _newfill_topic(wire_broker, 4)
     tid = _topic_id(wire, t)
     a = Member(wire, "w-slow", [t], rebalance_timeout_ms=500)
     a.heartbeat()
@@ -379,7 +354,7 @@ def test_member_that_does_not_revoke_in_time_is_fenced(wire_broker: BrokerProces
 
 
 def test_heartbeat_errors(wire_broker: BrokerProcess, wire: WireClient) -> None:
-    t = _new_topic(wire_broker, 2)
+    t = _newfill_topic(wire_broker, 2)
     a = Member(wire, "w-errors", [t])
     assert a.heartbeat().error_code == 0
     assert a.heartbeat(epoch=a.epoch + 1).error_code == ErrorCode.FENCED_MEMBER_EPOCH
@@ -402,7 +377,7 @@ def test_heartbeat_errors(wire_broker: BrokerProcess, wire: WireClient) -> None:
 
 
 def test_static_member_keeps_its_assignment_across_a_restart(wire_broker: BrokerProcess, wire: WireClient) -> None:
-    t = _new_topic(wire_broker, 2)
+    t = _newfill_topic(wire_broker, 2)
     a = Member(wire, "w-static", [t], instance_id="i1")
     assert a.heartbeat().error_code == 0 and a.partitions() == [0, 1]
     epoch = _describe_epoch(wire_broker, "w-static")
@@ -447,7 +422,7 @@ def test_range_assignor_and_regex_subscription(wire_broker: BrokerProcess, wire:
 
 
 def test_offset_commit_and_fetch_check_the_member_epoch(wire_broker: BrokerProcess, wire: WireClient) -> None:
-    t = _new_topic(wire_broker, 1)
+    t = _newfill_topic(wire_broker, 1)
     a = Member(wire, "w-offsets", [t])
     a.heartbeat()
 
@@ -481,7 +456,7 @@ def test_offset_commit_and_fetch_check_the_member_epoch(wire_broker: BrokerProce
 
 
 def test_group_types_do_not_mix(wire_broker: BrokerProcess, wire: WireClient) -> None:
-    t = _new_topic(wire_broker, 1)
+    t = _newfill_topic(wire_broker, 1)
     a = Member(wire, "w-mixed", [t])
     a.heartbeat()
     join = {"group_id": "w-mixed", "session_timeout_ms": 10000, "rebalance_timeout_ms": 10000, "member_id": "",

@@ -1,0 +1,41 @@
+"""Helpers shared by the group tests: fill a topic, run member processes, read what they processed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.broker_process import BrokerProcess
+
+
+def fill_topic(b: BrokerProcess, name: str, partitions: int, n: int) -> None:
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(10)
+    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5})
+    for i in range(n):
+        p.produce(name, str(i).encode(), f"key-{i}".encode())
+        if i % 10000 == 0:
+            p.poll(0)
+    assert p.flush(30) == 0
+
+
+def start_worker(b: BrokerProcess, group: str, topic: str, mode: str, out: Path, delay_ms: int = 0,
+            extra: dict[str, object] | None = None) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "tests.groups.worker", b.bootstrap, group, topic, mode, str(out),
+                             str(delay_ms), json.dumps(extra or {})], cwd=Path(__file__).resolve().parents[2],
+                            stderr=subprocess.DEVNULL)
+
+
+def read_records(paths: list[Path]) -> list[int]:
+    values = []
+    for p in paths:
+        if p.exists():
+            for line in p.read_text().splitlines():
+                if line and not line.startswith("#"):
+                    values.append(int(line.split()[2]))
+    return values
