@@ -67,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     console.add_subcommands(sub)
     groups.add_subcommands(sub)
 
+    from gregor.pipeline import cli as pipeline_cli
+
+    pipeline_cli.add_subcommands(sub)
+
     args = parser.parse_args(argv)
     return int(args.func(args) or 0)
 

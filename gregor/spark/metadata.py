@@ -36,14 +36,23 @@ def consumer_config(params: Mapping[str, str], group_id: str, **defaults: Any) -
     return conf
 
 
+def make_consumer(conf: dict[str, Any]) -> Any:
+    """A Consumer, with librdkafka's complaint about a bad `kafka.*` setting turned into an option error."""
+    from confluent_kafka import Consumer, KafkaException
+
+    try:
+        return Consumer(conf)
+    except (KafkaException, ValueError, TypeError) as e:
+        detail = e.args[0].str() if e.args and hasattr(e.args[0], "str") else str(e)
+        raise GregorOptionError(f"Invalid kafka.* consumer setting: {detail}") from e
+
+
 class KafkaMetadata:
     """Metadata and offsets of a broker, looked up with retries (`fetchOffset.numRetries`)."""
 
     def __init__(self, params: Mapping[str, str], group_id: str, *, retries: int = 3,
                  retry_interval_ms: int = 10, timeout_s: float = 30.0) -> None:
-        from confluent_kafka import Consumer
-
-        self._consumer = Consumer(consumer_config(params, group_id + "-driver"))
+        self._consumer = make_consumer(consumer_config(params, group_id + "-driver"))
         self._retries = retries
         self._retry_interval_s = retry_interval_ms / 1000.0
         self._timeout_s = timeout_s

@@ -117,7 +117,7 @@ def write_batches(opts: SinkOptions, batches: Iterator[pa.RecordBatch]) -> int:
         if "headers" in names:
             headers = [None if h is None else [(kv["key"], kv["value"]) for kv in h]
                        for h in batch.column(names.index("headers")).to_pylist()]
-        for topic, value, key, part, hdrs in zip(topics, values, keys, parts, headers):
+        for topic, value, key, part, hdrs in zip(topics, values, keys, parts, headers, strict=True):
             try:
                 produce(topic, value, key, part, headers=hdrs)
             except BufferError:  # local queue full: let deliveries drain, then retry once more

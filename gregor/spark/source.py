@@ -26,7 +26,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from gregor.spark.errors import GregorOptionError, GregorSourceError, report_data_loss
+from gregor.spark.errors import GregorOptionError, log
 from gregor.spark.fetch import read_range
 from gregor.spark.metadata import KafkaMetadata
 from gregor.spark.options import (
@@ -64,11 +64,12 @@ class GregorDataSource(DataSource):
 
     def schema(self) -> StructType:
         """The fixed Kafka schema. Source options are checked here too, because this is what Spark
-        calls at `load()`: a bad option fails there, before any job is planned."""
+        calls at `load()`: a bad option fails there, before any job is planned. Spark does not say
+        here whether the read is batch or streaming, so only options wrong in both modes fail now;
+        mode-specific ones (startingOffsets=latest in batch) fail when the query is planned."""
         if any(k.lower() in ("subscribe", "subscribepattern", "assign") for k in self.options):
-            parse_source_options(self.options, streaming=False)
-        include = str(self.options.get("includeheaders", "false")).strip().lower() == "true"
-        return source_schema(include)
+            _validate_for_some_mode(self.options)
+        return source_schema(_include_headers(self.options))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         opts = parse_source_options(self.options, streaming=False)
@@ -92,6 +93,21 @@ class GregorDataSource(DataSource):
         from gregor.spark.sink import GregorStreamWriter
 
         return GregorStreamWriter(parse_sink_options(self.options), schema)
+
+
+def _validate_for_some_mode(options: Any) -> None:
+    """Raise the batch-mode error unless the options are valid for a streaming read."""
+    try:
+        parse_source_options(options, streaming=False)
+    except GregorOptionError as batch_error:
+        try:
+            parse_source_options(options, streaming=True)
+        except GregorOptionError:
+            raise batch_error from None
+
+
+def _include_headers(options: Any) -> bool:
+    return str(options.get("includeheaders", "false")).strip().lower() == "true"
 
 
 def _check_schema(schema: StructType, opts: SourceOptions) -> None:
@@ -142,6 +158,7 @@ class _Planner:
                 raise GregorOptionError(msg + ". Check the names or create the topics first; with "
                                         "failOnDataLoss=false they are treated as empty (a streaming query "
                                         "picks them up when they appear).")
+            log.warning("%s: reading them as empty (failOnDataLoss=false)", msg)
         return found
 
     def ranges_to_partitions(self, ranges: list[OffsetRange]) -> list[InputPartition]:
@@ -273,4 +290,4 @@ class GregorStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvaila
         self.close_metadata()
 
 
-__all__ = ["GregorDataSource", "GregorSourceError", "KafkaInputPartition", "report_data_loss"]
+__all__ = ["GregorDataSource", "GregorBatchReader", "GregorStreamReader", "KafkaInputPartition"]

@@ -144,8 +144,17 @@ def handle_leave_group(ctx: RequestContext, req: Struct) -> dict[str, Any]:
 
 
 def handle_offset_commit(ctx: RequestContext, req: Struct) -> dict[str, Any]:
-    offsets = [(t.name, p.partition_index, p.committed_offset, p.committed_leader_epoch, p.committed_metadata)
-               for t in req.topics for p in t.partitions]
+    topics_meta = ctx.broker.store.topics()
+    unknown: set[tuple[str, int]] = set()
+    offsets = []
+    for t in req.topics:
+        meta = topics_meta.get(t.name)
+        for p in t.partitions:
+            if meta is None or p.partition_index not in meta.partitions:
+                unknown.add((t.name, p.partition_index))  # Kafka refuses commits for partitions it lacks
+            else:
+                offsets.append((t.name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
+                                p.committed_metadata))
     try:
         result = _coordinator(ctx).commit_offsets(req.group_id, req.generation_id_or_member_epoch, req.member_id,
                                                   req.group_instance_id, offsets, api_version=ctx.version)
@@ -155,7 +164,12 @@ def handle_offset_commit(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     for t in req.topics:
         parts = []
         for p in t.partitions:
-            code = result if isinstance(result, ErrorCode) else result.get((t.name, p.partition_index), ErrorCode.NONE)
+            if (t.name, p.partition_index) in unknown:
+                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif isinstance(result, ErrorCode):
+                code = result
+            else:
+                code = result.get((t.name, p.partition_index), ErrorCode.NONE)
             parts.append({"partition_index": p.partition_index, "error_code": code})
         topics.append({"name": t.name, "partitions": parts})
     return {"throttle_time_ms": 0, "topics": topics}

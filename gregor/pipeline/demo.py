@@ -1,0 +1,225 @@
+"""`gregor pipeline demo`: the whole reference pipeline in one command.
+
+Starts a broker if none is given, creates the topics, produces page views and ships application
+logs, runs the two streaming jobs (Trigger.AvailableNow: drain what is there, close the windows the
+watermark allows, stop), runs the offline report, checks the streaming aggregates against the same
+aggregates computed in plain Python, and prints where every output is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gregor.pipeline import reference
+from gregor.pipeline.events import PageView, app_log_lines, parse_iso_ms
+from gregor.pipeline.generator import generate_page_views
+from gregor.pipeline.shipper import ship_paths, write_log_file
+
+TOPICS = {"page_views": 4, "page_view_stats": 1, "logs": 2, "log_error_counts": 1}
+_LISTENING = re.compile(r"listening on [^:\s]+:(\d+)")
+
+
+class LocalBroker:
+    """A `gregor serve` child process on a free loopback port, stopped with SIGTERM (a clean shutdown)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.proc: subprocess.Popen[str] | None = None
+        self.port = 0
+        self.log: list[str] = []
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 20.0) -> LocalBroker:
+        cmd = [sys.executable, "-m", "gregor", "serve", "--override", f"log.dirs={self.data_dir}",
+               "--override", "listeners=PLAINTEXT://127.0.0.1:0"]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        ready = threading.Event()
+
+        def pump() -> None:
+            assert self.proc is not None and self.proc.stdout is not None
+            for line in self.proc.stdout:
+                self.log.append(line.rstrip("\n"))
+                m = _LISTENING.search(line)
+                if m and not ready.is_set():
+                    self.port = int(m.group(1))
+                    ready.set()
+
+        threading.Thread(target=pump, daemon=True).start()
+        if not ready.wait(timeout_s):
+            self.stop()
+            raise RuntimeError("broker did not start:\n" + "\n".join(self.log[-20:]))
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def create_topics(bootstrap: str, topics: dict[str, int]) -> None:
+    """Create the pipeline's topics; ones that already exist are left as they are."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(t, n, 1) for t, n in topics.items()])
+    for f in futures.values():
+        try:
+            f.result(30)
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+
+
+def read_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> list[bytes]:
+    """Every record value in `topic`, from the earliest offset to the end (the ground truth the
+    checks use: whatever the streams read, including records of earlier runs)."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "gregor-pipeline-check", "enable.auto.commit": False,
+                  "enable.partition.eof": True, "auto.offset.reset": "earliest"})
+    try:
+        md = c.list_topics(topic, timeout=timeout_s).topics[topic]
+        parts = list(md.partitions)
+        c.assign([TopicPartition(topic, p, -2) for p in parts])  # -2: OFFSET_BEGINNING
+        out: list[bytes] = []
+        pending = set(parts)
+        deadline = time.monotonic() + timeout_s
+        while pending and time.monotonic() < deadline:
+            for m in c.consume(10_000, 1.0):
+                if m.error() is None:
+                    out.append(m.value())
+                elif m.error().code() == KafkaError._PARTITION_EOF:
+                    pending.discard(m.partition())
+        if pending:
+            raise RuntimeError(f"could not read {topic} to its end in {timeout_s} s")
+        return out
+    finally:
+        c.close()
+
+
+@dataclass
+class DemoResult:
+    bootstrap: str
+    output_dir: Path
+    windows: int
+    windows_checked: bool
+    error_windows: int
+    errors_checked: bool
+    report: Any
+
+
+def run_demo(output_dir: Path, *, bootstrap: str | None = None, events: int = 20_000, minutes: float = 10.0,
+             rate: float = 0.0, log_lines: int = 6_000, master: str = "local[*]", seed: int = 1,
+             say: Any = print) -> DemoResult:
+    """Run the pipeline end to end; `say` receives progress lines.
+
+    Without a rate the events backfill `minutes` of event time ending now (so the watermark closes
+    all but the last minute's windows); with a rate they are produced live at that pace.
+    """
+    output_dir.mkdir(parents=True, exist_ok=True)
+    for stale in ("page_view_stats", "log_error_counts", "report", "checkpoints", "broker-data"):
+        shutil.rmtree(output_dir / stale, ignore_errors=True)  # outputs of an earlier run
+    broker = None
+    if bootstrap is None:
+        broker = LocalBroker(output_dir / "broker-data").start()
+        bootstrap = broker.bootstrap
+        say(f"started a broker on {bootstrap} (data in {broker.data_dir})")
+    try:
+        return _run(output_dir, bootstrap, events, minutes, rate, log_lines, master, seed, say)
+    finally:
+        if broker is not None:
+            broker.stop()
+            say("broker stopped")
+
+
+def _run(out: Path, bootstrap: str, events: int, minutes: float, rate: float, log_lines: int, master: str,
+         seed: int, say: Any) -> DemoResult:
+    from gregor.pipeline import jobs
+
+    create_topics(bootstrap, TOPICS)
+    say(f"starting Spark ({master})")
+    spark = jobs.build_session(master, "gregor-pipeline-demo")
+    spark.sparkContext.setLogLevel("WARN")
+    activity = jobs.StreamConfig(bootstrap, "page_views", "page_view_stats", out / "page_view_stats",
+                                 out / "checkpoints" / "page_view_stats",
+                                 source_options={"maxOffsetsPerTrigger": "10000"})
+    logs_cfg = jobs.StreamConfig(bootstrap, "logs", "log_error_counts", out / "log_error_counts",
+                                 out / "checkpoints" / "log_error_counts")
+    try:
+        live = None
+        if rate > 0:
+            # Live: the streaming query runs while the generator produces; it is stopped afterwards
+            # and the drain below restarts it from its checkpoint.
+            live = jobs.start_activity_stream(spark, dataclasses.replace(activity, trigger="processing-time=5 seconds"))
+            say(f"activity stream running every 5 s while {events:,} page views are produced at {rate:g}/s")
+        span_s = events / rate if rate > 0 else minutes * 60
+        t0 = time.monotonic()
+        produced = generate_page_views(bootstrap, "page_views", events, seed=seed, rate_per_s=rate,
+                                       events_per_second=events / span_s)
+        say(f"produced {len(produced):,} page views to page_views in {time.monotonic() - t0:.1f} s")
+        if live is not None:
+            live.stop()
+            say(f"live query stopped after {sum(p['numInputRows'] for p in live.recentProgress):,} page views")
+
+        log_file = out / "app.log"
+        lines = app_log_lines(log_lines, seed=seed + 1, start_ms=parse_iso_ms(produced[0].timestamp),
+                              lines_per_second=log_lines / span_s)
+        log_file.unlink(missing_ok=True)
+        write_log_file(log_file, lines)
+        shipped = ship_paths(bootstrap, "logs", [str(log_file)])
+        say(f"shipped {shipped:,} log lines from {log_file} to logs")
+
+        t0 = time.monotonic()
+        jobs.start_activity_stream(spark, activity).awaitTermination()
+        stats = spark.read.parquet(str(activity.output_dir)).collect() if activity.output_dir.exists() else []
+        say(f"activity stream (Trigger.AvailableNow): {len(stats):,} (window, url) rows in "
+            f"{time.monotonic() - t0:.1f} s")
+
+        jobs.start_log_errors_stream(spark, logs_cfg).awaitTermination()
+        errs = spark.read.parquet(str(logs_cfg.output_dir)).collect() if logs_cfg.output_dir.exists() else []
+        say(f"log errors stream (Trigger.AvailableNow): {len(errs):,} (window, service) rows")
+
+        report = jobs.activity_report(spark, bootstrap, "page_views", out / "report")
+        say("offline report (batch read of the whole page_views topic):")
+        say(report.format())
+    finally:
+        spark.stop()
+
+    truth = [PageView.from_json(v) for v in read_topic(bootstrap, "page_views")]
+    expected = reference.page_view_stats(truth, 60_000)
+    got = {(int(r["window_start"].timestamp() * 1000), r["url"]):
+           reference.UrlWindowStats(r["views"], r["unique_visitors"], r["p50_latency_ms"], r["p95_latency_ms"])
+           for r in stats}
+    logged = [v.decode("utf-8", "replace") for v in read_topic(bootstrap, "logs")]
+    expected_errors = reference.error_counts(logged, 60_000)
+    got_errors = {(int(r["window_start"].timestamp() * 1000), r["service"]): r["errors"] for r in errs}
+    result = DemoResult(bootstrap, out, len(stats), got == expected, len(errs), got_errors == expected_errors, report)
+    if not expected:
+        say("no window is closed yet: the events must span more than a window plus the watermark delay "
+            "(2 minutes); use more --minutes, or more --events at this --rate")
+    say(f"window aggregates {'match' if result.windows_checked else 'DO NOT match'} the plain-Python "
+        f"computation ({len(expected)} closed windows x urls); error counts "
+        f"{'match' if result.errors_checked else 'DO NOT match'} ({len(expected_errors)})")
+    say("outputs:")
+    say(f"  topics on {bootstrap}: page_views, page_view_stats, logs, log_error_counts")
+    say(f"  Parquet: {activity.output_dir}  {logs_cfg.output_dir}  {out / 'report'}")
+    say(f"  checkpoints: {out / 'checkpoints'}   application log: {log_file}")
+    return result
