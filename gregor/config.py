@@ -96,6 +96,7 @@ def _p(name: str, type_: str, default: Any, lo: float | None = None, hi: float |
 
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 CLEANUP_POLICIES = ("delete", "compact")
+COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
 
 # Broker properties we implement. Kafka's names and defaults.
 BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
@@ -136,6 +137,7 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
     _p("log.message.timestamp.type", "string", "CreateTime", choices=TIMESTAMP_TYPES),
     _p("log.cleanup.policy", "list", ["delete"], choices=CLEANUP_POLICIES),
     _p("log.preallocate", "bool", False),
+    _p("compression.type", "string", "producer", choices=COMPRESSION_TYPES),
     _p("log.cleaner.enable", "bool", True),
     _p("log.cleaner.threads", "int", 1, lo=1),
     _p("log.cleaner.backoff.ms", "long", 15000, lo=0),
@@ -212,6 +214,7 @@ def _from(name: str) -> Callable[[BrokerConfig], Any]:
 
 TOPIC_PROPS: dict[str, TopicProp] = {t.prop.name: t for t in [
     TopicProp(_p("cleanup.policy", "list", ["delete"], choices=CLEANUP_POLICIES), _from("log.cleanup.policy")),
+    TopicProp(_p("compression.type", "string", "producer", choices=COMPRESSION_TYPES), _from("compression.type")),
     TopicProp(_p("delete.retention.ms", "long", 86400000, lo=0), _from("log.cleaner.delete.retention.ms")),
     TopicProp(_p("file.delete.delay.ms", "long", 60000, lo=0), _from("log.segment.delete.delay.ms")),
     TopicProp(_p("flush.messages", "long", LONG_MAX, lo=1), _from("log.flush.interval.messages")),

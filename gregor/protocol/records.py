@@ -315,3 +315,20 @@ def iter_records(buf: memoryview | bytes) -> Iterator[Record]:
     view = memoryview(buf)
     for h in iter_headers(view):
         yield from decode_records(view, h)
+
+
+def recompress_batch(buf: memoryview | bytes, header: BatchHeader, codec: int) -> bytes:
+    """The batch at `header.position` re-encoded with `codec` (a topic's compression.type):
+    same records, offsets, timestamps, producer id/epoch/sequence and transactional flag."""
+    records = decode_records(buf, header)
+    return build_batch(
+        records,
+        base_offset=header.base_offset,
+        codec=codec,
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence,
+        transactional=header.is_transactional,
+        control=header.is_control,
+        leader_epoch=header.partition_leader_epoch,
+    )

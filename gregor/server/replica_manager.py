@@ -56,12 +56,13 @@ class Partition:
     """One hosted partition: its log and the leader/ISR state this broker last learnt."""
 
     def __init__(self, topic: str, index: int, log_: Log, state: PartitionState, broker_id: int,
-                 min_insync_replicas: int) -> None:
+                 min_insync_replicas: int, compression_type: str = "producer") -> None:
         self.topic = topic
         self.index = index
         self.log = log_
         self.broker_id = broker_id
         self.min_insync_replicas = min_insync_replicas
+        self.compression_type = compression_type  # a topic config; "producer" keeps what clients send
         self.follower_log_end_offsets: dict[int, int] = {}  # filled by follower fetches (replication)
         self.apply_state(state)
 
@@ -132,7 +133,9 @@ class ReplicaManager:
 
     def sync_topic(self, t: TopicMetadata) -> None:
         cfg = log_config_for(self.config, t.configs)
-        min_isr = int(effective_topic_configs(self.config, t.configs)["min.insync.replicas"])  # type: ignore[call-overload]
+        effective = effective_topic_configs(self.config, t.configs)
+        min_isr = int(effective["min.insync.replicas"])  # type: ignore[call-overload]
+        compression_type = str(effective["compression.type"])
         for p, state in t.partitions.items():
             if self.broker_id not in state.replicas:
                 continue
@@ -140,10 +143,11 @@ class ReplicaManager:
             part = self.partitions.get(key)
             if part is None:
                 lg = self.log_manager.get_or_create_log(t.name, p, cfg)
-                self.partitions[key] = Partition(t.name, p, lg, state, self.broker_id, min_isr)
+                self.partitions[key] = Partition(t.name, p, lg, state, self.broker_id, min_isr, compression_type)
             else:
                 part.apply_state(state)
                 part.min_insync_replicas = min_isr
+                part.compression_type = compression_type
                 if part.log.config != cfg:
                     part.log.update_config(cfg)
 

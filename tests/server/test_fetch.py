@@ -99,3 +99,23 @@ def test_acks_zero_gets_no_response(broker: BrokerProcess) -> None:
     # The next response on the connection is for the next request: nothing was sent for acks=0.
     r = c.request(1, 11, _fetch_body("acks0", 0))
     assert sum(h.records_count for h in iter_headers(r.responses[0].partitions[0].records)) == 1
+
+
+def test_topic_compression_type_recompresses(broker: BrokerProcess) -> None:
+    from gregor.protocol import compression
+    from gregor.protocol.records import decode_records
+
+    c = WireClient(broker.bootstrap)
+    r = c.request(19, 5, {"topics": [{"name": "zstd-topic", "num_partitions": 1, "replication_factor": 1,
+                                       "assignments": [], "configs": [{"name": "compression.type", "value": "zstd"}]}],
+                          "timeout_ms": 5000, "validate_only": False})
+    assert r.topics[0].error_code == 0
+    batch = build_batch([Record(i, 1000 + i, b"k%d" % i, b"value-%d" % i) for i in range(30)], codec=compression.GZIP)
+    _produce_raw = c.request(0, 9, {"transactional_id": None, "acks": 1, "timeout_ms": 5000, "topic_data": [
+        {"name": "zstd-topic", "partition_data": [{"index": 0, "records": batch}]}]})
+    assert _produce_raw.responses[0].partition_responses[0].error_code == 0
+    recs = c.request(1, 11, _fetch_body("zstd-topic", 0)).responses[0].partitions[0].records
+    (h,) = list(iter_headers(recs))
+    assert h.compression == compression.ZSTD  # stored in the topic's codec, not the producer's
+    assert [(r.offset, r.timestamp, r.key, r.value) for r in decode_records(recs, h)] == \
+        [(i, 1000 + i, b"k%d" % i, b"value-%d" % i) for i in range(30)]

@@ -29,6 +29,7 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 _TOPIC_TO_BROKER = {
     "cleanup.policy": "log.cleanup.policy",
+    "compression.type": "compression.type",
     "delete.retention.ms": "log.cleaner.delete.retention.ms",
     "file.delete.delay.ms": "log.segment.delete.delay.ms",
     "flush.messages": "log.flush.interval.messages",

@@ -12,7 +12,7 @@ from typing import Any
 
 from gregor.protocol import compression
 from gregor.protocol.errors import ErrorCode, KafkaError
-from gregor.protocol.records import BatchHeader, InvalidRecordError, validate_record_set
+from gregor.protocol.records import BatchHeader, InvalidRecordError, recompress_batch, validate_record_set
 from gregor.protocol.schema import Struct
 from gregor.server.dispatcher import RequestContext
 from gregor.storage.cleaner import validate_compacted_records
@@ -39,6 +39,19 @@ def _check_batches(headers: list[BatchHeader], version: int) -> None:
         raise KafkaError(ErrorCode.UNKNOWN_PRODUCER_ID, "idempotent and transactional producers are not supported yet")
 
 
+def _recompress(records: memoryview, headers: list[BatchHeader], compression_type: str,
+                max_batch_bytes: int) -> tuple[memoryview, list[BatchHeader]]:
+    """A topic with compression.type other than `producer` stores batches in its own codec."""
+    codec = compression.NONE if compression_type == "uncompressed" else compression.BY_NAME[compression_type]
+    if all(h.compression == codec for h in headers):
+        return records, headers
+    out = bytearray()
+    for h in headers:
+        out += records[h.position : h.position + h.size] if h.compression == codec else recompress_batch(records, h, codec)
+    buf = memoryview(out)
+    return buf, validate_record_set(buf, max(max_batch_bytes, len(out)))
+
+
 def handle_produce(ctx: RequestContext, req: Struct) -> dict[str, Any] | None:
     broker = ctx.broker
     rm = broker.replica_manager
@@ -63,7 +76,11 @@ def handle_produce(ctx: RequestContext, req: Struct) -> dict[str, Any] | None:
                 _check_batches(headers, ctx.version)
                 if part.log.config.compact:
                     validate_compacted_records(headers, pd.records)  # every record needs a key
-                res = rm.append(td.name, idx, pd.records, headers, acks)
+                records = pd.records
+                if part.compression_type != "producer":
+                    records, headers = _recompress(records, headers, part.compression_type,
+                                                   part.log.config.max_message_bytes)
+                res = rm.append(td.name, idx, records, headers, acks)
                 parts.append({"index": idx, "error_code": ErrorCode.NONE, "base_offset": res.base_offset,
                               "log_append_time_ms": res.log_append_time_ms,
                               "log_start_offset": res.log_start_offset, "record_errors": [], "error_message": None})
