@@ -255,8 +255,3 @@ class Writer:
     def getvalue(self) -> bytes:
         return b"".join(self.getvalue_chunks())
 
-
-def encode_unsigned_varint(v: int) -> bytes:
-    w = Writer()
-    w.unsigned_varint(v)
-    return bytes(w.buf)
