@@ -177,10 +177,15 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
 
 @dataclass(frozen=True)
 class TopicProp:
-    """A topic-level config: its own parser and the broker property it defaults to."""
+    """A topic-level config: its own parser, the broker property it defaults to, and how that
+    default is derived when coarser broker properties stand in (log.retention.hours for .ms)."""
 
     prop: Prop
-    broker_default: Callable[[BrokerConfig], Any]
+    broker_name: str
+    derive: Callable[[BrokerConfig], Any] | None = None
+
+    def broker_default(self, c: BrokerConfig) -> Any:
+        return self.derive(c) if self.derive is not None else c.get(self.broker_name)
 
 
 def _retention_ms(c: BrokerConfig) -> int:
@@ -208,33 +213,29 @@ def _flush_ms(c: BrokerConfig) -> int:
     return c.get("log.flush.scheduler.interval.ms") if v is None else v
 
 
-def _from(name: str) -> Callable[[BrokerConfig], Any]:
-    return lambda c: c.get(name)
-
-
 TOPIC_PROPS: dict[str, TopicProp] = {t.prop.name: t for t in [
-    TopicProp(_p("cleanup.policy", "list", ["delete"], choices=CLEANUP_POLICIES), _from("log.cleanup.policy")),
-    TopicProp(_p("compression.type", "string", "producer", choices=COMPRESSION_TYPES), _from("compression.type")),
-    TopicProp(_p("delete.retention.ms", "long", 86400000, lo=0), _from("log.cleaner.delete.retention.ms")),
-    TopicProp(_p("file.delete.delay.ms", "long", 60000, lo=0), _from("log.segment.delete.delay.ms")),
-    TopicProp(_p("flush.messages", "long", LONG_MAX, lo=1), _from("log.flush.interval.messages")),
-    TopicProp(_p("flush.ms", "long", LONG_MAX, lo=0), _flush_ms),
-    TopicProp(_p("index.interval.bytes", "int", 4096, lo=0), _from("log.index.interval.bytes")),
-    TopicProp(_p("max.message.bytes", "int", 1048588, lo=0), _from("message.max.bytes")),
+    TopicProp(_p("cleanup.policy", "list", ["delete"], choices=CLEANUP_POLICIES), "log.cleanup.policy"),
+    TopicProp(_p("compression.type", "string", "producer", choices=COMPRESSION_TYPES), "compression.type"),
+    TopicProp(_p("delete.retention.ms", "long", 86400000, lo=0), "log.cleaner.delete.retention.ms"),
+    TopicProp(_p("file.delete.delay.ms", "long", 60000, lo=0), "log.segment.delete.delay.ms"),
+    TopicProp(_p("flush.messages", "long", LONG_MAX, lo=1), "log.flush.interval.messages"),
+    TopicProp(_p("flush.ms", "long", LONG_MAX, lo=0), "log.flush.interval.ms", _flush_ms),
+    TopicProp(_p("index.interval.bytes", "int", 4096, lo=0), "log.index.interval.bytes"),
+    TopicProp(_p("max.message.bytes", "int", 1048588, lo=0), "message.max.bytes"),
     TopicProp(_p("message.timestamp.type", "string", "CreateTime", choices=TIMESTAMP_TYPES),
-              _from("log.message.timestamp.type")),
-    TopicProp(_p("min.cleanable.dirty.ratio", "double", 0.5, lo=0, hi=1), _from("log.cleaner.min.cleanable.ratio")),
-    TopicProp(_p("min.compaction.lag.ms", "long", 0, lo=0), _from("log.cleaner.min.compaction.lag.ms")),
-    TopicProp(_p("max.compaction.lag.ms", "long", LONG_MAX, lo=1), _from("log.cleaner.max.compaction.lag.ms")),
-    TopicProp(_p("min.insync.replicas", "int", 1, lo=1), _from("min.insync.replicas")),
-    TopicProp(_p("preallocate", "bool", False), _from("log.preallocate")),
-    TopicProp(_p("retention.bytes", "long", -1), _from("log.retention.bytes")),
-    TopicProp(_p("retention.ms", "long", 604800000, lo=-1), _retention_ms),
-    TopicProp(_p("segment.bytes", "int", 1073741824, lo=14), _from("log.segment.bytes")),
-    TopicProp(_p("segment.index.bytes", "int", 10485760, lo=4), _from("log.index.size.max.bytes")),
-    TopicProp(_p("segment.jitter.ms", "long", 0, lo=0), _roll_jitter_ms),
-    TopicProp(_p("segment.ms", "long", 604800000, lo=1), _roll_ms),
-    TopicProp(_p("unclean.leader.election.enable", "bool", False), _from("unclean.leader.election.enable")),
+              "log.message.timestamp.type"),
+    TopicProp(_p("min.cleanable.dirty.ratio", "double", 0.5, lo=0, hi=1), "log.cleaner.min.cleanable.ratio"),
+    TopicProp(_p("min.compaction.lag.ms", "long", 0, lo=0), "log.cleaner.min.compaction.lag.ms"),
+    TopicProp(_p("max.compaction.lag.ms", "long", LONG_MAX, lo=1), "log.cleaner.max.compaction.lag.ms"),
+    TopicProp(_p("min.insync.replicas", "int", 1, lo=1), "min.insync.replicas"),
+    TopicProp(_p("preallocate", "bool", False), "log.preallocate"),
+    TopicProp(_p("retention.bytes", "long", -1), "log.retention.bytes"),
+    TopicProp(_p("retention.ms", "long", 604800000, lo=-1), "log.retention.ms", _retention_ms),
+    TopicProp(_p("segment.bytes", "int", 1073741824, lo=14), "log.segment.bytes"),
+    TopicProp(_p("segment.index.bytes", "int", 10485760, lo=4), "log.index.size.max.bytes"),
+    TopicProp(_p("segment.jitter.ms", "long", 0, lo=0), "log.roll.jitter.ms", _roll_jitter_ms),
+    TopicProp(_p("segment.ms", "long", 604800000, lo=1), "log.roll.ms", _roll_ms),
+    TopicProp(_p("unclean.leader.election.enable", "bool", False), "unclean.leader.election.enable"),
 ]}
 
 

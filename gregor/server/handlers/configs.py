@@ -27,30 +27,6 @@ _TYPES = {"bool": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
-_TOPIC_TO_BROKER = {
-    "cleanup.policy": "log.cleanup.policy",
-    "compression.type": "compression.type",
-    "delete.retention.ms": "log.cleaner.delete.retention.ms",
-    "file.delete.delay.ms": "log.segment.delete.delay.ms",
-    "flush.messages": "log.flush.interval.messages",
-    "flush.ms": "log.flush.interval.ms",
-    "index.interval.bytes": "log.index.interval.bytes",
-    "max.message.bytes": "message.max.bytes",
-    "message.timestamp.type": "log.message.timestamp.type",
-    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
-    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
-    "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
-    "min.insync.replicas": "min.insync.replicas",
-    "preallocate": "log.preallocate",
-    "retention.bytes": "log.retention.bytes",
-    "retention.ms": "log.retention.ms",
-    "segment.bytes": "log.segment.bytes",
-    "segment.index.bytes": "log.index.size.max.bytes",
-    "segment.jitter.ms": "log.roll.jitter.ms",
-    "segment.ms": "log.roll.ms",
-    "unclean.leader.election.enable": "unclean.leader.election.enable",
-}
-
 
 def _entry(name: str, value: Any, source: int, type_: str, synonyms: list[dict[str, Any]], ctx: RequestContext,
            read_only: bool, doc: str = "") -> dict[str, Any]:
@@ -79,7 +55,7 @@ def _describe_topic(ctx: RequestContext, name: str, keys: list[str] | None, syno
         if keys is not None and k not in keys:
             continue
         tp = TOPIC_PROPS[k]
-        broker_key = _TOPIC_TO_BROKER[k]
+        broker_key = tp.broker_name
         syn = []
         if k in meta.configs:
             source = DYNAMIC_TOPIC_CONFIG
