@@ -9,12 +9,7 @@ aggregates computed in plain Python, and prints where every output is.
 from __future__ import annotations
 
 import dataclasses
-import re
 import shutil
-import signal
-import subprocess
-import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,53 +19,9 @@ from gregor.pipeline import reference
 from gregor.pipeline.events import PageView, app_log_lines, parse_iso_ms
 from gregor.pipeline.generator import generate_page_views
 from gregor.pipeline.shipper import ship_paths, write_log_file
+from gregor.tools.local_broker import BrokerProcess
 
 TOPICS = {"page_views": 4, "page_view_stats": 1, "logs": 2, "log_error_counts": 1}
-_LISTENING = re.compile(r"listening on [^:\s]+:(\d+)")
-
-
-class LocalBroker:
-    """A `gregor serve` child process on a free loopback port, stopped with SIGTERM (a clean shutdown)."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.data_dir = data_dir
-        self.proc: subprocess.Popen[str] | None = None
-        self.port = 0
-        self.log: list[str] = []
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self, timeout_s: float = 20.0) -> LocalBroker:
-        cmd = [sys.executable, "-m", "gregor", "serve", "--override", f"log.dirs={self.data_dir}",
-               "--override", "listeners=PLAINTEXT://127.0.0.1:0"]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        ready = threading.Event()
-
-        def pump() -> None:
-            assert self.proc is not None and self.proc.stdout is not None
-            for line in self.proc.stdout:
-                self.log.append(line.rstrip("\n"))
-                m = _LISTENING.search(line)
-                if m and not ready.is_set():
-                    self.port = int(m.group(1))
-                    ready.set()
-
-        threading.Thread(target=pump, daemon=True).start()
-        if not ready.wait(timeout_s):
-            self.stop()
-            raise RuntimeError("broker did not start:\n" + "\n".join(self.log[-20:]))
-        return self
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
 
 
 def create_topics(bootstrap: str, topics: dict[str, int]) -> None:
@@ -139,7 +90,7 @@ def run_demo(output_dir: Path, *, bootstrap: str | None = None, events: int = 20
         shutil.rmtree(output_dir / stale, ignore_errors=True)  # outputs of an earlier run
     broker = None
     if bootstrap is None:
-        broker = LocalBroker(output_dir / "broker-data").start()
+        broker = BrokerProcess(output_dir / "broker-data").start()
         bootstrap = broker.bootstrap
         say(f"started a broker on {bootstrap} (data in {broker.data_dir})")
     try:

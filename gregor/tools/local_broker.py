@@ -1,4 +1,7 @@
-"""Run a real `gregor serve` process for tests: a free port, its own data dir, SIGKILL-able."""
+"""A real `gregor serve` child process on a free loopback port with its own data dir.
+
+Used by the tests (which SIGKILL and restart it), the benchmarks and `gregor pipeline demo`.
+"""
 
 from __future__ import annotations
 
@@ -62,7 +65,11 @@ class BrokerProcess:
         """SIGTERM and wait: a clean shutdown. Returns the exit code."""
         assert self.proc is not None
         self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout_s)
+        try:
+            code = self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:  # a shutdown that hangs is killed, and reported by its exit code
+            self.proc.kill()
+            code = self.proc.wait(5)
         if self._reader is not None:
             self._reader.join(5)
         return code
