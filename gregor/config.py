@@ -1,264 +1,107 @@
-"""Broker and topic configuration with Kafka's property names, types and defaults.
+"""Broker configuration: the one table of broker properties, with Kafka's names, types and defaults.
 
 A broker is configured from a server.properties-style file plus `--override key=value`;
-every property is declared here once with its type, default and validator, so an unknown
-or ill-typed property is a startup error that names it. Topic-level configs (the names a
-user passes to CreateTopics / AlterConfigs) map onto broker defaults the way Kafka's do.
+every property is declared once, in BROKER_PROPS, with its type, default, bounds,
+documentation and Kafka's update mode (read-only, per-broker, cluster-wide: which of them
+dynamic broker configs may alter), so an unknown or ill-typed property is a startup error
+that names it. The properties that are topic configs' broker-level synonyms (log.segment.bytes,
+log.retention.hours, ...) and the log cleaner's are defined with the topic-config table in
+gregor.storage.config and only listed here, so each has one definition.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-LONG_MAX = 2**63 - 1
+from gregor.configdef import CLUSTER_WIDE, LONG_MAX, PER_BROKER, READ_ONLY, ConfigError, Prop, format_value
+from gregor.storage.config import (
+    CLEANER_PROPS,
+    CLEANUP_POLICIES,
+    COMPRESSION_TYPES,
+    TIMESTAMP_TYPES,
+    TOPIC_CONFIGS,
+    LogConfig,
+    broker_synonym_props,
+)
+from gregor.storage.errors import InvalidConfigError
 
-
-class ConfigError(ValueError):
-    """A property is unknown, ill-typed or out of range."""
-
-
-# --- parsing --------------------------------------------------------------------------
-
-def _int(name: str, raw: Any, lo: int = -(2**31), hi: int = 2**31 - 1) -> int:
-    try:
-        v = int(str(raw).strip())
-    except ValueError:
-        raise ConfigError(f"{name}: expected an integer, got {raw!r}") from None
-    if not lo <= v <= hi:
-        raise ConfigError(f"{name}: {v} is out of range [{lo}, {hi}]")
-    return v
-
-
-def _bool(name: str, raw: Any) -> bool:
-    if isinstance(raw, bool):
-        return raw
-    s = str(raw).strip().lower()
-    if s in ("true", "false"):
-        return s == "true"
-    raise ConfigError(f"{name}: expected true or false, got {raw!r}")
-
-
-def _float(name: str, raw: Any) -> float:
-    try:
-        return float(str(raw).strip())
-    except ValueError:
-        raise ConfigError(f"{name}: expected a number, got {raw!r}") from None
-
-
-@dataclass(frozen=True)
-class Prop:
-    """One property: its type ('int', 'long', 'bool', 'double', 'string', 'list'), default, bounds."""
-
-    name: str
-    type: str
-    default: Any
-    lo: float | None = None
-    hi: float | None = None
-    choices: tuple[str, ...] | None = None
-    doc: str = ""
-
-    def parse(self, raw: Any) -> Any:
-        if raw is None:
-            return None
-        t = self.type
-        if t == "int":
-            v: Any = _int(self.name, raw)
-        elif t == "long":
-            v = _int(self.name, raw, -(2**63), LONG_MAX)
-        elif t == "bool":
-            v = _bool(self.name, raw)
-        elif t == "double":
-            v = _float(self.name, raw)
-        elif t == "list":
-            v = [x.strip() for x in str(raw).split(",") if x.strip()]
-        else:
-            v = str(raw).strip()
-        if self.lo is not None and v < self.lo:
-            raise ConfigError(f"{self.name}: {v} is below the minimum {self.lo}")
-        if self.hi is not None and v > self.hi:
-            raise ConfigError(f"{self.name}: {v} is above the maximum {self.hi}")
-        if self.choices is not None:
-            values = v if isinstance(v, list) else [v]
-            for x in values:
-                if x not in self.choices:
-                    raise ConfigError(f"{self.name}: {x!r} is not one of {', '.join(self.choices)}")
-        return v
+__all__ = ["BROKER_PROPS", "CLEANUP_POLICIES", "COMPRESSION_TYPES", "CLUSTER_WIDE", "LONG_MAX", "PER_BROKER",
+           "READ_ONLY", "TIMESTAMP_TYPES", "TOPIC_CONFIGS", "BrokerConfig", "ConfigError", "Prop", "format_value",
+           "parse_listener", "read_properties", "validate_topic_configs"]
 
 
 def _p(name: str, type_: str, default: Any, lo: float | None = None, hi: float | None = None,
-       choices: tuple[str, ...] | None = None, doc: str = "") -> Prop:
-    return Prop(name, type_, default, lo, hi, choices, doc)
+       choices: tuple[str, ...] | None = None, doc: str = "", mode: str = READ_ONLY) -> Prop:
+    """One broker property; `mode` is Kafka's update mode (READ_ONLY, PER_BROKER or CLUSTER_WIDE)."""
+    return Prop(name, type_, default, lo, hi, choices, doc, mode)
 
 
-TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
-CLEANUP_POLICIES = ("delete", "compact")
-COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
-
-# Broker properties we implement. Kafka's names and defaults.
+# Broker properties we implement: Kafka's names, defaults and update modes (what dynamic broker
+# configs will be allowed to alter; until then AlterConfigs refuses every broker config).
 BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
     _p("broker.id", "int", 0, lo=0, doc="This broker's id (Kafka defaults to -1 and generates one; a lone broker is 0)"),
-    _p("listeners", "list", ["PLAINTEXT://127.0.0.1:9092"]),
-    _p("advertised.listeners", "list", None),
-    _p("log.dirs", "list", None),
-    _p("log.dir", "string", "./gregor-data"),
-    _p("num.partitions", "int", 1, lo=1),
-    _p("default.replication.factor", "int", 1, lo=1),
-    _p("auto.create.topics.enable", "bool", True),
-    _p("delete.topic.enable", "bool", True),
-    _p("message.max.bytes", "int", 1048588, lo=0),
-    _p("socket.request.max.bytes", "int", 104857600, lo=1),
-    _p("socket.send.buffer.bytes", "int", 102400, lo=-1),
-    _p("socket.receive.buffer.bytes", "int", 102400, lo=-1),
-    _p("max.connections", "int", 2**31 - 1, lo=0),
+    _p("listeners", "list", ["PLAINTEXT://127.0.0.1:9092"], mode=PER_BROKER,
+       doc="Where the broker listens, NAME://host:port; only PLAINTEXT is implemented"),
+    _p("advertised.listeners", "list", None, mode=PER_BROKER,
+       doc="The addresses clients are told to use; unset: listeners"),
+    _p("log.dirs", "list", None, doc="The data directories; unset: log.dir"),
+    _p("log.dir", "string", "./gregor-data", doc="The data directory when log.dirs is unset"),
+    _p("num.partitions", "int", 1, lo=1, doc="Partitions of a topic created without a count"),
+    _p("default.replication.factor", "int", 1, lo=1, doc="Replicas of a topic created without a factor"),
+    _p("auto.create.topics.enable", "bool", True, doc="Create a topic when a client asks for its metadata"),
+    _p("delete.topic.enable", "bool", True, doc="Allow DeleteTopics"),
+    _p("socket.request.max.bytes", "int", 104857600, lo=1, doc="The largest request the broker reads"),
+    _p("socket.send.buffer.bytes", "int", 102400, lo=-1, doc="SO_SNDBUF of connections; -1: the OS default"),
+    _p("socket.receive.buffer.bytes", "int", 102400, lo=-1, doc="SO_RCVBUF of connections; -1: the OS default"),
+    _p("max.connections", "int", 2**31 - 1, lo=0, mode=CLUSTER_WIDE, doc="Connections the broker accepts at once"),
     _p("queued.max.requests", "int", 500, lo=1, doc="requests in flight per connection before reads pause"),
-    _p("log.segment.bytes", "int", 1073741824, lo=14),
-    _p("log.roll.ms", "long", None, lo=1),
-    _p("log.roll.hours", "int", 168, lo=1),
-    _p("log.roll.jitter.ms", "long", None, lo=0),
-    _p("log.roll.jitter.hours", "int", 0, lo=0),
-    _p("log.index.interval.bytes", "int", 4096, lo=0),
-    _p("log.index.size.max.bytes", "int", 10485760, lo=4),
-    _p("log.retention.hours", "int", 168),
-    _p("log.retention.minutes", "int", None),
-    _p("log.retention.ms", "long", None),
-    _p("log.retention.bytes", "long", -1),
-    _p("log.retention.check.interval.ms", "long", 300000, lo=1),
-    _p("log.segment.delete.delay.ms", "long", 60000, lo=0),
-    _p("log.flush.interval.messages", "long", LONG_MAX, lo=1),
-    _p("log.flush.interval.ms", "long", None, lo=0),
-    _p("log.flush.scheduler.interval.ms", "long", LONG_MAX, lo=0),
-    _p("log.flush.offset.checkpoint.interval.ms", "int", 60000, lo=0),
-    _p("log.flush.start.offset.checkpoint.interval.ms", "int", 60000, lo=0),
-    _p("replica.high.watermark.checkpoint.interval.ms", "long", 5000, lo=1),
-    _p("log.message.timestamp.type", "string", "CreateTime", choices=TIMESTAMP_TYPES),
-    _p("log.cleanup.policy", "list", ["delete"], choices=CLEANUP_POLICIES),
-    _p("log.preallocate", "bool", False),
-    _p("compression.type", "string", "producer", choices=COMPRESSION_TYPES),
-    _p("log.cleaner.enable", "bool", True),
-    _p("log.cleaner.threads", "int", 1, lo=1),
-    _p("log.cleaner.backoff.ms", "long", 15000, lo=0),
-    _p("log.cleaner.dedupe.buffer.size", "long", 134217728, lo=1),
-    _p("log.cleaner.io.buffer.size", "int", 524288, lo=1),
-    _p("log.cleaner.io.max.bytes.per.second", "double", float("inf"), lo=0),
-    _p("log.cleaner.delete.retention.ms", "long", 86400000, lo=0),
-    _p("log.cleaner.min.cleanable.ratio", "double", 0.5, lo=0, hi=1),
-    _p("log.cleaner.min.compaction.lag.ms", "long", 0, lo=0),
-    _p("log.cleaner.max.compaction.lag.ms", "long", LONG_MAX, lo=1),
-    _p("min.insync.replicas", "int", 1, lo=1),
-    _p("unclean.leader.election.enable", "bool", False),
+    # The topic configs' broker-level synonyms (log.segment.bytes, log.retention.hours, message.max.bytes, ...)
+    # and the log cleaner's properties: defined in gregor.storage.config, with the topic configs they default.
+    *broker_synonym_props(),
+    *CLEANER_PROPS,
+    _p("log.retention.check.interval.ms", "long", 300000, lo=1, doc="How often retention deletes old segments"),
+    _p("log.flush.offset.checkpoint.interval.ms", "int", 60000, lo=0,
+       doc="How often the recovery points are checkpointed"),
+    _p("log.flush.start.offset.checkpoint.interval.ms", "int", 60000, lo=0,
+       doc="How often the log start offsets are checkpointed"),
+    _p("replica.high.watermark.checkpoint.interval.ms", "long", 5000, lo=1,
+       doc="How often the high watermarks are checkpointed"),
     # Group coordinator.
-    _p("group.min.session.timeout.ms", "int", 6000, lo=0),
-    _p("group.max.session.timeout.ms", "int", 1800000, lo=0),
-    _p("group.initial.rebalance.delay.ms", "int", 3000, lo=0),
-    _p("group.max.size", "int", 2**31 - 1, lo=1),
+    _p("group.min.session.timeout.ms", "int", 6000, lo=0, doc="The shortest session timeout a classic group member may ask for"),
+    _p("group.max.session.timeout.ms", "int", 1800000, lo=0, doc="The longest session timeout a classic group member may ask for"),
+    _p("group.initial.rebalance.delay.ms", "int", 3000, lo=0, doc="How long a new classic group waits for more members before its first rebalance"),
+    _p("group.max.size", "int", 2**31 - 1, lo=1, doc="Members a classic group may have"),
     # KIP-848 consumer groups (group.protocol=consumer): the broker owns the session and heartbeat timing.
-    _p("group.consumer.session.timeout.ms", "int", 45000, lo=1),
-    _p("group.consumer.min.session.timeout.ms", "int", 45000, lo=1),
-    _p("group.consumer.max.session.timeout.ms", "int", 60000, lo=1),
-    _p("group.consumer.heartbeat.interval.ms", "int", 5000, lo=1),
-    _p("group.consumer.min.heartbeat.interval.ms", "int", 5000, lo=1),
-    _p("group.consumer.max.heartbeat.interval.ms", "int", 15000, lo=1),
-    _p("group.consumer.max.size", "int", 2**31 - 1, lo=1),
+    _p("group.consumer.session.timeout.ms", "int", 45000, lo=1, doc="A consumer group member's session timeout"),
+    _p("group.consumer.min.session.timeout.ms", "int", 45000, lo=1, doc="The least group.consumer.session.timeout.ms"),
+    _p("group.consumer.max.session.timeout.ms", "int", 60000, lo=1, doc="The most group.consumer.session.timeout.ms"),
+    _p("group.consumer.heartbeat.interval.ms", "int", 5000, lo=1, doc="How often a consumer group member heartbeats"),
+    _p("group.consumer.min.heartbeat.interval.ms", "int", 5000, lo=1, doc="The least heartbeat interval"),
+    _p("group.consumer.max.heartbeat.interval.ms", "int", 15000, lo=1, doc="The most heartbeat interval"),
+    _p("group.consumer.max.size", "int", 2**31 - 1, lo=1, doc="Members a consumer group may have"),
     _p("group.consumer.assignors", "list", ["uniform", "range"], choices=("uniform", "range"),
        doc="server-side assignors; the first is the default (Kafka also accepts class names)"),
-    _p("offsets.topic.num.partitions", "int", 50, lo=1),
+    _p("offsets.topic.num.partitions", "int", 50, lo=1, doc="Partitions of __consumer_offsets"),
     _p("offsets.topic.replication.factor", "int", 1, lo=1,
        doc="Kafka defaults to 3; a lone broker can only hold 1 (Kafka's sample server.properties says 1)"),
-    _p("offsets.topic.segment.bytes", "int", 104857600, lo=1),
-    _p("offsets.retention.minutes", "int", 10080, lo=1),
-    _p("offsets.retention.check.interval.ms", "long", 600000, lo=1),
+    _p("offsets.topic.segment.bytes", "int", 104857600, lo=TOPIC_CONFIGS["segment.bytes"].prop.lo,
+       doc="segment.bytes of __consumer_offsets (Kafka's minimum is 1; here segment.bytes' own, so the topic can be created)"),
+    _p("offsets.retention.minutes", "int", 10080, lo=1, doc="How long the committed offsets of an empty group are kept"),
+    _p("offsets.retention.check.interval.ms", "long", 600000, lo=1, doc="How often expired offsets are removed"),
     _p("offset.metadata.max.bytes", "int", 4096, lo=0),
 ]}
 
 
-@dataclass(frozen=True)
-class TopicProp:
-    """A topic-level config: its own parser, the broker property it defaults to, and how that
-    default is derived when coarser broker properties stand in (log.retention.hours for .ms)."""
-
-    prop: Prop
-    broker_name: str
-    derive: Callable[[BrokerConfig], Any] | None = None
-
-    def broker_default(self, c: BrokerConfig) -> Any:
-        return self.derive(c) if self.derive is not None else c.get(self.broker_name)
-
-
-def _retention_ms(c: BrokerConfig) -> int:
-    if c.get("log.retention.ms") is not None:
-        return c.get("log.retention.ms")
-    if c.get("log.retention.minutes") is not None:
-        return c.get("log.retention.minutes") * 60_000
-    return c.get("log.retention.hours") * 3_600_000
-
-
-def _roll_ms(c: BrokerConfig) -> int:
-    if c.get("log.roll.ms") is not None:
-        return c.get("log.roll.ms")
-    return c.get("log.roll.hours") * 3_600_000
-
-
-def _roll_jitter_ms(c: BrokerConfig) -> int:
-    if c.get("log.roll.jitter.ms") is not None:
-        return c.get("log.roll.jitter.ms")
-    return c.get("log.roll.jitter.hours") * 3_600_000
-
-
-def _flush_ms(c: BrokerConfig) -> int:
-    v = c.get("log.flush.interval.ms")
-    return c.get("log.flush.scheduler.interval.ms") if v is None else v
-
-
-TOPIC_PROPS: dict[str, TopicProp] = {t.prop.name: t for t in [
-    TopicProp(_p("cleanup.policy", "list", ["delete"], choices=CLEANUP_POLICIES), "log.cleanup.policy"),
-    TopicProp(_p("compression.type", "string", "producer", choices=COMPRESSION_TYPES), "compression.type"),
-    TopicProp(_p("delete.retention.ms", "long", 86400000, lo=0), "log.cleaner.delete.retention.ms"),
-    TopicProp(_p("file.delete.delay.ms", "long", 60000, lo=0), "log.segment.delete.delay.ms"),
-    TopicProp(_p("flush.messages", "long", LONG_MAX, lo=1), "log.flush.interval.messages"),
-    TopicProp(_p("flush.ms", "long", LONG_MAX, lo=0), "log.flush.interval.ms", _flush_ms),
-    TopicProp(_p("index.interval.bytes", "int", 4096, lo=0), "log.index.interval.bytes"),
-    TopicProp(_p("max.message.bytes", "int", 1048588, lo=0), "message.max.bytes"),
-    TopicProp(_p("message.timestamp.type", "string", "CreateTime", choices=TIMESTAMP_TYPES),
-              "log.message.timestamp.type"),
-    TopicProp(_p("min.cleanable.dirty.ratio", "double", 0.5, lo=0, hi=1), "log.cleaner.min.cleanable.ratio"),
-    TopicProp(_p("min.compaction.lag.ms", "long", 0, lo=0), "log.cleaner.min.compaction.lag.ms"),
-    TopicProp(_p("max.compaction.lag.ms", "long", LONG_MAX, lo=1), "log.cleaner.max.compaction.lag.ms"),
-    TopicProp(_p("min.insync.replicas", "int", 1, lo=1), "min.insync.replicas"),
-    TopicProp(_p("preallocate", "bool", False), "log.preallocate"),
-    TopicProp(_p("retention.bytes", "long", -1), "log.retention.bytes"),
-    TopicProp(_p("retention.ms", "long", 604800000, lo=-1), "log.retention.ms", _retention_ms),
-    TopicProp(_p("segment.bytes", "int", 1073741824, lo=14), "log.segment.bytes"),
-    TopicProp(_p("segment.index.bytes", "int", 10485760, lo=4), "log.index.size.max.bytes"),
-    TopicProp(_p("segment.jitter.ms", "long", 0, lo=0), "log.roll.jitter.ms", _roll_jitter_ms),
-    TopicProp(_p("segment.ms", "long", 604800000, lo=1), "log.roll.ms", _roll_ms),
-    TopicProp(_p("unclean.leader.election.enable", "bool", False), "unclean.leader.election.enable"),
-]}
-
-
-def format_value(v: Any) -> str:
-    """A config value as Kafka's admin APIs show it."""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, list):
-        return ",".join(v)
-    return str(v)
-
-
-def validate_topic_configs(configs: dict[str, str | None]) -> dict[str, Any]:
-    """Parse user-given topic configs; raises ConfigError naming the first bad one."""
-    out: dict[str, Any] = {}
-    for k, raw in configs.items():
-        tp = TOPIC_PROPS.get(k)
-        if tp is None:
-            raise ConfigError(f"Unknown topic config name: {k}")
-        if raw is None:
-            raise ConfigError(f"{k}: a null value is not allowed")
-        out[k] = tp.prop.parse(raw)
-    return out
+def validate_topic_configs(configs: dict[str, str | None], base: LogConfig | None = None) -> dict[str, str]:
+    """Topic configs as a client gave them, checked by the topic-config table over `base` (the broker's
+    defaults), in canonical text as they are stored. Raises ConfigError naming the first bad one."""
+    try:
+        LogConfig.from_properties(configs, base)
+    except InvalidConfigError as e:
+        raise ConfigError(str(e)) from None
+    return {k: format_value(TOPIC_CONFIGS[k].prop.parse(v)) for k, v in configs.items()}
 
 
 class BrokerConfig:
@@ -280,6 +123,10 @@ class BrokerConfig:
     def _check(self) -> None:
         for spec in self.listeners + self.advertised_listeners:
             parse_listener(spec)
+        try:
+            self.log_config = LogConfig.from_broker(self.get)
+        except InvalidConfigError as e:  # e.g. log.cleaner.min.compaction.lag.ms above its max
+            raise ConfigError(f"the broker's topic config defaults do not validate: {e}") from None
 
     def get(self, name: str) -> Any:
         return self._values[name]
@@ -302,10 +149,11 @@ class BrokerConfig:
         return self._values["advertised.listeners"] or self.listeners
 
     def topic_default(self, name: str) -> Any:
-        return TOPIC_PROPS[name].broker_default(self)
+        """A topic config's broker default, from its first synonym that is set."""
+        return self.log_config.values()[name]
 
     def topic_defaults(self) -> dict[str, Any]:
-        return {name: tp.broker_default(self) for name, tp in TOPIC_PROPS.items()}
+        return self.log_config.values()
 
     def items(self) -> list[tuple[str, Any]]:
         return sorted(self._values.items())

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import uuid
 
-from gregor.config import BrokerConfig, ConfigError, format_value, validate_topic_configs
+from gregor.config import BrokerConfig, ConfigError, validate_topic_configs
 from gregor.metadata.store import (
     MetadataStore,
     NoSuchTopicError,
@@ -75,8 +75,8 @@ class Controller:
                     ErrorCode.INVALID_TOPIC_EXCEPTION,
                     f"Topic '{name}' collides with existing topic: {other}",
                 )
-        try:
-            parsed = validate_topic_configs(dict(configs or {}))
+        try:  # the one topic-config table: what is stored here is what the logs load at restart
+            stored_configs = validate_topic_configs(dict(configs or {}), self.config.log_config)
         except ConfigError as e:
             raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
         brokers = [b.broker_id for b in self.store.brokers()]
@@ -105,7 +105,7 @@ class Controller:
             name,
             uuid.uuid4(),
             partitions,
-            {k: format_value(v) for k, v in parsed.items()},
+            stored_configs,
             internal=name in INTERNAL_TOPICS,
         )
         if not validate_only:
@@ -162,11 +162,11 @@ class Controller:
         if self.store.topic(name) is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist.")
         try:
-            parsed = validate_topic_configs(configs)
+            stored_configs = validate_topic_configs(dict(configs), self.config.log_config)
         except ConfigError as e:
             raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
         if not validate_only:
-            self.store.set_topic_configs(name, {k: format_value(v) for k, v in parsed.items()})
+            self.store.set_topic_configs(name, stored_configs)
 
     # --- assignment ------------------------------------------------------------------
     @staticmethod

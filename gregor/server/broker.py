@@ -40,15 +40,9 @@ class Broker:
         t0 = time.monotonic()
         self.store = store or EmbeddedMetadataStore(config.log_dirs[0], config.broker_id)
         # Logs open with their topics' configs, so the cleaner never sees a compacted log as delete-only.
-        topic_configs = {name: log_config_for(config, t.configs) for name, t in self.store.topics().items()}
-        self.log_manager = LogManager(config.log_dirs, log_config_for(config, {}), topic_configs, cleaner_config=CleanerConfig(
-            enable=config.get("log.cleaner.enable"),
-            threads=config.get("log.cleaner.threads"),
-            backoff_ms=config.get("log.cleaner.backoff.ms"),
-            dedupe_buffer_size=config.get("log.cleaner.dedupe.buffer.size"),
-            io_buffer_size=config.get("log.cleaner.io.buffer.size"),
-            io_max_bytes_per_second=config.get("log.cleaner.io.max.bytes.per.second"),
-        ))
+        topic_configs = {name: log_config_for(config, t.configs, name) for name, t in self.store.topics().items()}
+        self.log_manager = LogManager(config.log_dirs, config.log_config, topic_configs,
+                                      cleaner_config=CleanerConfig.from_broker(config.get))
         log.info("loaded %d logs in %.0f ms", len(self.log_manager.all_logs()), (time.monotonic() - t0) * 1000)
         self.controller = Controller(self.store, config)
         self.replica_manager = ReplicaManager(config, self.store, self.log_manager)

@@ -11,36 +11,50 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gregor.config import TOPIC_PROPS, BrokerConfig
+from gregor.config import BrokerConfig
 from gregor.metadata.store import MetadataStore, PartitionState, TopicMetadata
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.records import BatchHeader
 from gregor.server.purgatory import Purgatory
-from gregor.storage.config import TOPIC_PROPERTIES, LogConfig
+from gregor.storage.config import LogConfig
 from gregor.storage.log import Log
 from gregor.storage.log_manager import LogManager
 
 log = logging.getLogger("gregor.replica")
 
-def effective_topic_configs(config: BrokerConfig, overrides: dict[str, str]) -> dict[str, object]:
+_reported: set[tuple[str, str, str]] = set()
+
+
+def log_config_for(config: BrokerConfig, overrides: Mapping[str, str], topic: str | None = None) -> LogConfig:
+    """A topic's configs: its stored overrides over the broker's defaults, checked by the one
+    topic-config table. A stored override that does not validate (an older version's bounds, an
+    edited metadata store) is not allowed to stop the broker: it is reported once, naming the
+    topic and key, and that key keeps its default."""
+    invalid: list[tuple[str, object, str]] = []
+    cfg = LogConfig.from_properties(overrides, config.log_config, invalid)
+    for key, raw, why in invalid:
+        if topic is not None and (topic, key, str(raw)) not in _reported:
+            _reported.add((topic, key, str(raw)))
+            log.warning("topic %s: stored config %s=%s is ignored, using the default %s (%s)",
+                        topic, key, raw, config.log_config.to_properties().get(key, "none"), why)
+    return cfg
+
+
+def valid_overrides(config: BrokerConfig, overrides: Mapping[str, str]) -> dict[str, str]:
+    """The stored overrides that are in effect (those that validate)."""
+    invalid: list[tuple[str, object, str]] = []
+    LogConfig.from_properties(overrides, config.log_config, invalid)
+    bad = {key for key, _, _ in invalid}
+    return {k: v for k, v in overrides.items() if k not in bad}
+
+
+def effective_topic_configs(config: BrokerConfig, overrides: Mapping[str, str], topic: str | None = None
+                            ) -> dict[str, object]:
     """Every topic config's value for a topic: its override, else the broker default."""
-    values = config.topic_defaults()
-    for k, raw in overrides.items():
-        tp = TOPIC_PROPS.get(k)
-        if tp is not None:
-            values[k] = tp.prop.parse(raw)
-    return values
-
-
-def log_config_for(config: BrokerConfig, overrides: dict[str, str]) -> LogConfig:
-    values = effective_topic_configs(config, overrides)
-    kw: dict[str, object] = {}
-    for name, fld in TOPIC_PROPERTIES.items():
-        v = values[name]
-        kw[fld] = ",".join(v) if isinstance(v, list) else v
-    return LogConfig(**kw)  # type: ignore[arg-type]
+    return log_config_for(config, overrides, topic).values()
 
 
 @dataclass(slots=True)
@@ -132,10 +146,9 @@ class ReplicaManager:
                 self.remove_partition(name, p, delete=True)
 
     def sync_topic(self, t: TopicMetadata) -> None:
-        cfg = log_config_for(self.config, t.configs)
-        effective = effective_topic_configs(self.config, t.configs)
-        min_isr = int(effective["min.insync.replicas"])  # type: ignore[call-overload]
-        compression_type = str(effective["compression.type"])
+        cfg = log_config_for(self.config, t.configs, t.name)
+        min_isr = cfg.min_insync_replicas
+        compression_type = cfg.compression_type
         for p, state in t.partitions.items():
             if self.broker_id not in state.replicas:
                 continue

@@ -1,125 +1,227 @@
-"""LogConfig: a partition log's settings, with Kafka's topic-config names, defaults and bounds."""
+"""Topic configs and the log cleaner's broker configs: the one table of each, and the objects built from it.
+
+`TOPIC_CONFIGS` holds every topic config exactly once: name, type, default, bounds, documentation,
+and its broker-level synonyms (the server.properties names that give it its default, finest
+first, as Kafka's ServerTopicConfigSynonyms). CreateTopics, AlterConfigs,
+IncrementalAlterConfigs, DescribeConfigs and log loading all read this table, so a value one of
+them accepts is a value the log can load. The broker's own table (gregor.config) takes the
+synonyms' definitions from here rather than declaring them a second time, and derives each
+topic config's broker default with `LogConfig.from_broker`, the only place that does.
+
+Bounds are Kafka 4.0's unless the entry's documentation says why not.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from gregor.configdef import (
+    CLUSTER_WIDE,
+    INT_MAX,
+    LONG_MAX,
+    READ_ONLY,
+    ConfigError,
+    Prop,
+    format_value,
+)
 from gregor.storage.errors import InvalidConfigError
 
-LONG_MAX = 2**63 - 1
-INT_MAX = 2**31 - 1
+__all__ = ["CLEANER_PROPS", "CREATE_TIME", "LOG_APPEND_TIME", "LONG_MAX", "TOPIC_CONFIGS", "CleanerConfig",
+           "LogConfig", "Synonym", "TopicConfigDef", "broker_synonym_props"]
 
 CREATE_TIME = "CreateTime"
 LOG_APPEND_TIME = "LogAppendTime"
+TIMESTAMP_TYPES = (CREATE_TIME, LOG_APPEND_TIME)
+CLEANUP_POLICIES = ("delete", "compact")
+COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
 
-# Topic-level property name -> LogConfig field.
-TOPIC_PROPERTIES: dict[str, str] = {
-    "segment.bytes": "segment_bytes",
-    "segment.ms": "segment_ms",
-    "segment.jitter.ms": "segment_jitter_ms",
-    "segment.index.bytes": "segment_index_bytes",
-    "index.interval.bytes": "index_interval_bytes",
-    "retention.ms": "retention_ms",
-    "retention.bytes": "retention_bytes",
-    "flush.messages": "flush_messages",
-    "flush.ms": "flush_ms",
-    "max.message.bytes": "max_message_bytes",
-    "message.timestamp.type": "message_timestamp_type",
-    "cleanup.policy": "cleanup_policy",
-    "file.delete.delay.ms": "file_delete_delay_ms",
-    "preallocate": "preallocate",
-    "delete.retention.ms": "delete_retention_ms",
-    "min.cleanable.dirty.ratio": "min_cleanable_dirty_ratio",
-    "min.compaction.lag.ms": "min_compaction_lag_ms",
-    "max.compaction.lag.ms": "max_compaction_lag_ms",
-}
+MS_PER_MINUTE = 60_000
+MS_PER_HOUR = 3_600_000
 
-# Broker-level (server.properties) name -> LogConfig field: the defaults for every topic.
-BROKER_PROPERTIES: dict[str, str] = {
-    "log.segment.bytes": "segment_bytes",
-    "log.roll.ms": "segment_ms",
-    "log.roll.jitter.ms": "segment_jitter_ms",
-    "log.index.size.max.bytes": "segment_index_bytes",
-    "log.index.interval.bytes": "index_interval_bytes",
-    "log.retention.ms": "retention_ms",
-    "log.retention.bytes": "retention_bytes",
-    "log.flush.interval.messages": "flush_messages",
-    "log.flush.interval.ms": "flush_ms",
-    "message.max.bytes": "max_message_bytes",
-    "log.message.timestamp.type": "message_timestamp_type",
-    "log.cleanup.policy": "cleanup_policy",
-    "log.segment.delete.delay.ms": "file_delete_delay_ms",
-    "log.preallocate": "preallocate",
-    "log.cleaner.delete.retention.ms": "delete_retention_ms",
-    "log.cleaner.min.cleanable.ratio": "min_cleanable_dirty_ratio",
-    "log.cleaner.min.compaction.lag.ms": "min_compaction_lag_ms",
-    "log.cleaner.max.compaction.lag.ms": "max_compaction_lag_ms",
-}
-# Coarser broker names, used only when the finer one is absent (Kafka's precedence: ms > minutes > hours).
-_BROKER_UNITS: list[tuple[str, str, int]] = [
-    ("log.roll.hours", "segment_ms", 3_600_000),
-    ("log.roll.jitter.hours", "segment_jitter_ms", 3_600_000),
-    ("log.retention.minutes", "retention_ms", 60_000),
-    ("log.retention.hours", "retention_ms", 3_600_000),
-]
+
+@dataclass(frozen=True)
+class Synonym:
+    """A broker property that gives a topic config its default.
+
+    `prop` is its own definition when it differs from the topic config's (coarser units, or unset
+    by default so a coarser synonym decides); None means the topic config's own type, default and
+    bounds under the broker's name. `factor` converts its value to the topic config's unit."""
+
+    name: str
+    factor: int = 1
+    prop: Prop | None = None
+
+
+@dataclass(frozen=True)
+class TopicConfigDef:
+    """One topic config. `synonyms` are finest first: the first one set wins (Kafka's precedence,
+    e.g. log.retention.ms over log.retention.minutes over log.retention.hours). Every topic config
+    is dynamic, as in Kafka: AlterConfigs applies it to the running logs (index sizes and
+    preallocation from the next segment on)."""
+
+    prop: Prop
+    synonyms: tuple[Synonym, ...]
+    dynamic: bool = True
+
+    @property
+    def name(self) -> str:
+        return self.prop.name
+
+    @property
+    def field(self) -> str:
+        """The LogConfig attribute holding it."""
+        return self.prop.name.replace(".", "_")
+
+    def synonym_props(self) -> list[Prop]:
+        """The broker properties of this topic config. The finest synonym is cluster-wide (Kafka's
+        DynamicLogConfig can alter it), the coarser ones read-only."""
+        out = []
+        for i, s in enumerate(self.synonyms):
+            mode = CLUSTER_WIDE if i == 0 else READ_ONLY
+            if s.prop is not None:
+                out.append(replace(s.prop, mode=mode))
+            else:
+                p = self.prop
+                doc = f"The default of topic config {p.name}. {p.doc}"
+                out.append(Prop(s.name, p.type, p.default, p.lo, p.hi, p.choices, doc, mode))
+        return out
+
+
+def _t(name: str, type_: str, default: Any, *synonyms: Synonym | str, lo: float | None = None,
+       hi: float | None = None, choices: tuple[str, ...] | None = None, doc: str = "") -> TopicConfigDef:
+    syns = tuple(Synonym(s) if isinstance(s, str) else s for s in synonyms)
+    return TopicConfigDef(Prop(name, type_, default, lo, hi, choices, doc), syns)
+
+
+def _unset(name: str, type_: str, lo: float | None = None, doc: str = "") -> Prop:
+    return Prop(name, type_, None, lo, doc=doc)
+
+
+TOPIC_CONFIGS: dict[str, TopicConfigDef] = {t.name: t for t in [
+    _t("cleanup.policy", "list", ["delete"], "log.cleanup.policy", choices=CLEANUP_POLICIES,
+       doc="delete: old segments go by retention.ms / retention.bytes; compact: the log cleaner keeps the "
+           "latest record per key; both may be given. Kafka 4.0 also accepts an empty list; here at least "
+           "one policy is required, since an empty one has no defined meaning in this broker."),
+    _t("compression.type", "string", "producer", "compression.type", choices=COMPRESSION_TYPES,
+       doc="The codec batches are stored in; producer keeps the producer's codec."),
+    _t("delete.retention.ms", "long", 86400000, "log.cleaner.delete.retention.ms", lo=0,
+       doc="How long a tombstone (null value) stays in a compacted log after it is cleaned."),
+    _t("file.delete.delay.ms", "long", 60000, "log.segment.delete.delay.ms", lo=0,
+       doc="How long a deleted segment's files stay (renamed .deleted) before they are unlinked."),
+    _t("flush.messages", "long", LONG_MAX, "log.flush.interval.messages", lo=1,
+       doc="Messages appended to a partition before it is fsynced."),
+    _t("flush.ms", "long", LONG_MAX,
+       Synonym("log.flush.interval.ms", prop=_unset("log.flush.interval.ms", "long", 0,
+               "The default of topic config flush.ms; unset, log.flush.scheduler.interval.ms is used.")),
+       Synonym("log.flush.scheduler.interval.ms", prop=Prop(
+           "log.flush.scheduler.interval.ms", "long", LONG_MAX, 0,
+           doc="How often the flusher checks whether a log needs a flush; the default of flush.ms "
+               "when log.flush.interval.ms is unset.")),
+       lo=0, doc="Milliseconds after which a partition with unflushed messages is fsynced."),
+    _t("index.interval.bytes", "int", 4096, "log.index.interval.bytes", lo=0,
+       doc="Bytes of batches between two offset-index entries."),
+    _t("max.compaction.lag.ms", "long", LONG_MAX, "log.cleaner.max.compaction.lag.ms", lo=1,
+       doc="The longest a record may stay uncompacted in a compacted log."),
+    _t("max.message.bytes", "int", 1048588, "message.max.bytes", lo=0,
+       doc="The largest record batch (after compression) the partition accepts."),
+    _t("message.timestamp.type", "string", CREATE_TIME, "log.message.timestamp.type", choices=TIMESTAMP_TYPES,
+       doc="CreateTime keeps the producer's timestamps; LogAppendTime stamps the broker's time."),
+    _t("min.cleanable.dirty.ratio", "double", 0.5, "log.cleaner.min.cleanable.ratio", lo=0, hi=1,
+       doc="The dirty share of a compacted log above which the cleaner cleans it."),
+    _t("min.compaction.lag.ms", "long", 0, "log.cleaner.min.compaction.lag.ms", lo=0,
+       doc="The shortest time a record stays uncompacted; at most max.compaction.lag.ms."),
+    _t("min.insync.replicas", "int", 1, "min.insync.replicas", lo=1,
+       doc="Replicas that must acknowledge an acks=all produce."),
+    _t("preallocate", "bool", False, "log.preallocate",
+       doc="Allocate a new segment's segment.bytes on disk when it is created."),
+    _t("retention.bytes", "long", -1, "log.retention.bytes",
+       doc="The size a partition may reach before its oldest segments are deleted; negative: no limit."),
+    _t("retention.ms", "long", 604800000,
+       Synonym("log.retention.ms", prop=_unset("log.retention.ms", "long", doc=(
+           "The default of topic config retention.ms; unset, log.retention.minutes or .hours is used; "
+           "negative: keep forever."))),
+       Synonym("log.retention.minutes", MS_PER_MINUTE, _unset(
+           "log.retention.minutes", "int", doc="Retention in minutes, used when log.retention.ms is unset.")),
+       Synonym("log.retention.hours", MS_PER_HOUR, Prop(
+           "log.retention.hours", "int", 168, doc="Retention in hours, used when log.retention.ms and .minutes "
+                                                   "are unset.")),
+       lo=-1, doc="How long records are kept (by their segment's largest timestamp); -1: forever."),
+    _t("segment.bytes", "int", 1073741824, "log.segment.bytes", lo=14, hi=INT_MAX,
+       doc="The size at which a segment rolls. Kafka 4.0 raised the minimum to 1 MiB (KIP-1030); "
+           "this broker keeps Kafka 3's minimum of 14 (one empty batch), which small-segment setups "
+           "and tests use, and which loads."),
+    _t("segment.index.bytes", "int", 10485760, "log.index.size.max.bytes", lo=12, hi=INT_MAX,
+       doc="The largest offset index (8-byte entries) and time index (12-byte entries) of a segment; a "
+           "full index rolls the segment. Kafka's minimum is 4, which holds no index entry at all; here "
+           "it is 12, one time-index entry, the least every segment can be loaded with."),
+    _t("segment.jitter.ms", "long", 0,
+       Synonym("log.roll.jitter.ms", prop=_unset("log.roll.jitter.ms", "long", 0,
+               "The default of topic config segment.jitter.ms; unset, log.roll.jitter.hours is used.")),
+       Synonym("log.roll.jitter.hours", MS_PER_HOUR, Prop(
+           "log.roll.jitter.hours", "int", 0, 0, doc="Roll jitter in hours, used when log.roll.jitter.ms is unset.")),
+       lo=0, doc="The most a segment's time-based roll is brought forward at random."),
+    _t("segment.ms", "long", 604800000,
+       Synonym("log.roll.ms", prop=_unset("log.roll.ms", "long", 1,
+               "The default of topic config segment.ms; unset, log.roll.hours is used.")),
+       Synonym("log.roll.hours", MS_PER_HOUR, Prop(
+           "log.roll.hours", "int", 168, 1, doc="Segment age in hours before a roll, used when log.roll.ms is unset.")),
+       lo=1, doc="The age at which a segment rolls, so retention and compaction can act on it."),
+    _t("unclean.leader.election.enable", "bool", False, "unclean.leader.election.enable",
+       doc="Whether a replica outside the ISR may become leader, at the cost of losing records."),
+]}
+
+
+def broker_synonym_props() -> list[Prop]:
+    """Every broker property that is a topic config's synonym, defined by the topic table."""
+    return [p for t in TOPIC_CONFIGS.values() for p in t.synonym_props()]
+
+
+def _default(name: str) -> Any:
+    v = TOPIC_CONFIGS[name].prop.default
+    return ",".join(v) if isinstance(v, list) else v
 
 
 @dataclass(frozen=True, slots=True)
 class LogConfig:
-    """One partition log's configuration. Field names are Kafka's topic configs with '_' for '.'."""
+    """One partition log's topic configs: a field per TOPIC_CONFIGS entry, named like it with '_' for
+    '.', with its default; construction checks every field against the table's bounds.
+    `cleanup_policy` holds the comma-separated list as text."""
 
-    segment_bytes: int = 1073741824
-    segment_ms: int = 604800000
-    segment_jitter_ms: int = 0
-    segment_index_bytes: int = 10485760
-    index_interval_bytes: int = 4096
-    retention_ms: int = 604800000  # -1: keep forever
-    retention_bytes: int = -1  # -1: no size limit
-    flush_messages: int = LONG_MAX
-    flush_ms: int = LONG_MAX
-    max_message_bytes: int = 1048588
-    message_timestamp_type: str = CREATE_TIME
-    cleanup_policy: str = "delete"
-    file_delete_delay_ms: int = 60000
-    preallocate: bool = False
-    # Compaction (used by the log cleaner).
-    delete_retention_ms: int = 86400000
-    min_cleanable_dirty_ratio: float = 0.5
-    min_compaction_lag_ms: int = 0
-    max_compaction_lag_ms: int = LONG_MAX
+    cleanup_policy: str = _default("cleanup.policy")
+    compression_type: str = _default("compression.type")
+    delete_retention_ms: int = _default("delete.retention.ms")
+    file_delete_delay_ms: int = _default("file.delete.delay.ms")
+    flush_messages: int = _default("flush.messages")
+    flush_ms: int = _default("flush.ms")
+    index_interval_bytes: int = _default("index.interval.bytes")
+    max_compaction_lag_ms: int = _default("max.compaction.lag.ms")
+    max_message_bytes: int = _default("max.message.bytes")
+    message_timestamp_type: str = _default("message.timestamp.type")
+    min_cleanable_dirty_ratio: float = _default("min.cleanable.dirty.ratio")
+    min_compaction_lag_ms: int = _default("min.compaction.lag.ms")
+    min_insync_replicas: int = _default("min.insync.replicas")
+    preallocate: bool = _default("preallocate")
+    retention_bytes: int = _default("retention.bytes")
+    retention_ms: int = _default("retention.ms")
+    segment_bytes: int = _default("segment.bytes")
+    segment_index_bytes: int = _default("segment.index.bytes")
+    segment_jitter_ms: int = _default("segment.jitter.ms")
+    segment_ms: int = _default("segment.ms")
+    unclean_leader_election_enable: bool = _default("unclean.leader.election.enable")
 
     def __post_init__(self) -> None:
-        def at_least(name: str, low: int | float, high: int | float = LONG_MAX) -> None:
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int | float) or not low <= v <= high:
-                raise InvalidConfigError(f"{_topic_name(name)}={v!r} must be in [{low}, {high}]")
-
-        at_least("segment_bytes", 14, INT_MAX)
-        at_least("segment_ms", 1)
-        at_least("segment_jitter_ms", 0)
-        at_least("segment_index_bytes", 12, INT_MAX)  # Kafka says 4; one time-index entry needs 12
-        at_least("index_interval_bytes", 0, INT_MAX)
-        at_least("retention_ms", -1)
-        at_least("retention_bytes", -1)
-        at_least("flush_messages", 1)
-        at_least("flush_ms", 0)
-        at_least("max_message_bytes", 0, INT_MAX)
-        at_least("file_delete_delay_ms", 0)
-        at_least("delete_retention_ms", 0)
-        at_least("min_cleanable_dirty_ratio", 0.0, 1.0)
-        at_least("min_compaction_lag_ms", 0)
-        at_least("max_compaction_lag_ms", 1)
-        if self.message_timestamp_type not in (CREATE_TIME, LOG_APPEND_TIME):
+        for t in TOPIC_CONFIGS.values():
+            try:
+                t.prop.check(_table_value(t, getattr(self, t.field)))
+            except ConfigError as e:
+                raise InvalidConfigError(str(e)) from None
+        if self.min_compaction_lag_ms > self.max_compaction_lag_ms:  # Kafka's LogConfig.validateValues
             raise InvalidConfigError(
-                f"message.timestamp.type={self.message_timestamp_type!r} must be CreateTime or LogAppendTime"
+                f"Invalid value {self.min_compaction_lag_ms} for configuration min.compaction.lag.ms: "
+                f"conflicts with max.compaction.lag.ms={self.max_compaction_lag_ms} (min must not exceed max)"
             )
-        policies = self.cleanup_policies
-        if not policies or not policies <= {"delete", "compact"}:
-            raise InvalidConfigError(f"cleanup.policy={self.cleanup_policy!r} must list delete and/or compact")
-        if not isinstance(self.preallocate, bool):
-            raise InvalidConfigError(f"preallocate={self.preallocate!r} must be a boolean")
 
     @property
     def cleanup_policies(self) -> frozenset[str]:
@@ -157,138 +259,149 @@ class LogConfig:
     # --- conversion from / to Kafka property maps -------------------------------------
 
     @classmethod
-    def from_properties(cls, props: Mapping[str, Any], base: LogConfig | None = None) -> LogConfig:
-        """Apply topic-level properties ("retention.ms": "1000", ...) over `base` (or the defaults).
+    def from_properties(cls, props: Mapping[str, Any], base: LogConfig | None = None,
+                        invalid: list[tuple[str, Any, str]] | None = None) -> LogConfig:
+        """Apply topic configs ("retention.ms": "1000", ...) over `base` (or the defaults).
 
-        Unknown names raise InvalidConfigError: topic configs outside storage are not ours to accept.
-        """
+        Without `invalid`, the first unknown name, bad value or conflict raises InvalidConfigError
+        naming the config (CreateTopics, AlterConfigs). With it, each such config is left at its
+        value in `base` and reported there as (name, raw value, reason): a topic's stored configs are
+        loaded this way, so a value that no longer validates cannot stop the broker."""
+        config = base or cls()
         changes: dict[str, Any] = {}
         for key, raw in props.items():
-            name = TOPIC_PROPERTIES.get(key)
-            if name is None:
-                raise InvalidConfigError(f"unknown topic config {key!r}")
-            changes[name] = _coerce(name, raw)
-        return replace(base or cls(), **changes)
+            try:
+                name = _field(key)
+                changes[name] = _field_value(key, raw)
+            except InvalidConfigError as e:
+                if invalid is None:
+                    raise
+                invalid.append((key, raw, str(e)))
+        if invalid is None:
+            return replace(config, **changes)
+        for key in props:  # one at a time, so a conflict drops only the config that causes it
+            field = TOPIC_CONFIGS[key].field if key in TOPIC_CONFIGS else None
+            if field is None or field not in changes:
+                continue
+            try:
+                config = replace(config, **{field: changes[field]})
+            except InvalidConfigError as e:
+                invalid.append((key, props[key], str(e)))
+        return config
 
     @classmethod
-    def from_broker_properties(cls, props: Mapping[str, Any]) -> LogConfig:
-        """The broker-wide default log config from server.properties names (log.retention.hours, ...).
-
-        Names this class does not know are ignored: server.properties holds much more than log settings.
-        """
+    def from_broker(cls, get: Callable[[str], Any]) -> LogConfig:
+        """Every topic config's broker default: its first synonym that is set, in the topic config's
+        unit. `get(name)` returns a parsed broker property, None when unset. As in Kafka, any negative
+        retention (log.retention.hours=-2, log.retention.ms=-5) means -1, keep forever."""
         changes: dict[str, Any] = {}
-        for key, name, unit in reversed(_BROKER_UNITS):  # hours first, so minutes and ms override
-            if key in props:
-                v = _coerce(name, props[key])
-                changes[name] = v * unit if v >= 0 else v
-        for key, name in BROKER_PROPERTIES.items():
-            if key in props:
-                changes[name] = _coerce(name, props[key])
-        return replace(cls(), **changes)
+        for t in TOPIC_CONFIGS.values():
+            for s in t.synonyms:
+                v = get(s.name)
+                if v is None:
+                    continue
+                if t.prop.lo == -1 and v < 0:
+                    v = -1
+                elif s.factor != 1:
+                    v *= s.factor
+                changes[t.field] = _table_to_field(v)
+                break
+        return cls(**changes)
 
     def to_properties(self) -> dict[str, str]:
-        """Topic-level property names to string values, as DescribeConfigs shows them."""
-        values = asdict(self)
-        return {key: _format(values[name]) for key, name in TOPIC_PROPERTIES.items()}
+        """Topic config names to their values as text, as DescribeConfigs shows them."""
+        return {name: format_value(v) for name, v in self.values().items()}
+
+    def values(self) -> dict[str, Any]:
+        """Topic config names to typed values (lists for list configs)."""
+        return {name: _table_value(t, getattr(self, t.field)) for name, t in TOPIC_CONFIGS.items()}
 
 
-_FIELD_TYPES = {f.name: f.type for f in fields(LogConfig)}
+_FIELDS = {f.name for f in fields(LogConfig)}
+assert _FIELDS == {t.field for t in TOPIC_CONFIGS.values()}, "LogConfig must have a field per topic config"
 
 
-def _topic_name(field_name: str) -> str:
-    for key, name in TOPIC_PROPERTIES.items():
-        if name == field_name:
-            return key
-    return field_name
+def _field(key: str) -> str:
+    t = TOPIC_CONFIGS.get(key)
+    if t is None:
+        raise InvalidConfigError(f"Unknown topic config name: {key}")
+    return t.field
 
 
-def _coerce(name: str, raw: Any) -> Any:
-    kind = _FIELD_TYPES[name]
+def _field_value(key: str, raw: Any) -> Any:
+    if raw is None:
+        raise InvalidConfigError(f"Invalid value null for configuration {key}: a value is required")
     try:
-        if kind == "bool":
-            if isinstance(raw, bool):
-                return raw
-            text = str(raw).strip().lower()
-            if text not in ("true", "false"):
-                raise ValueError(text)
-            return text == "true"
-        if kind == "int":
-            if isinstance(raw, bool):
-                raise ValueError(raw)
-            return int(str(raw).strip()) if not isinstance(raw, int) else raw
-        if kind == "float":
-            return float(raw)
-        return str(raw).strip()
-    except ValueError:
-        raise InvalidConfigError(f"{_topic_name(name)}={raw!r} is not a valid {kind}") from None
+        return _table_to_field(TOPIC_CONFIGS[key].prop.parse(raw))
+    except ConfigError as e:
+        raise InvalidConfigError(str(e)) from None
 
 
-def _format(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    return str(v)
+def _table_to_field(v: Any) -> Any:
+    return ",".join(v) if isinstance(v, list) else v
+
+
+def _table_value(t: TopicConfigDef, v: Any) -> Any:
+    if t.prop.type == "list" and isinstance(v, str):
+        return [x.strip() for x in v.split(",") if x.strip()]
+    if t.prop.type == "double" and isinstance(v, int) and not isinstance(v, bool):
+        return float(v)
+    return v
 
 
 # --- the log cleaner's broker-wide settings ---------------------------------------------------
 
-# server.properties name -> CleanerConfig field.
-CLEANER_BROKER_PROPERTIES: dict[str, str] = {
-    "log.cleaner.enable": "enable",
-    "log.cleaner.threads": "threads",
-    "log.cleaner.backoff.ms": "backoff_ms",
-    "log.cleaner.dedupe.buffer.size": "dedupe_buffer_size",
-    "log.cleaner.io.buffer.size": "io_buffer_size",
-    "log.cleaner.io.max.bytes.per.second": "io_max_bytes_per_second",
-}
+CLEANER_PROPS: list[Prop] = [
+    Prop("log.cleaner.enable", "bool", True, doc="Run the log cleaner (compaction) on this broker."),
+    Prop("log.cleaner.threads", "int", 1, 1, mode=CLUSTER_WIDE, doc="Log cleaner threads."),
+    Prop("log.cleaner.backoff.ms", "long", 15000, 0, mode=CLUSTER_WIDE,
+         doc="How long a cleaner thread sleeps when no log needs cleaning."),
+    Prop("log.cleaner.dedupe.buffer.size", "long", 134217728, 1, mode=CLUSTER_WIDE,
+         doc="Memory for the offset maps of all cleaner threads together."),
+    Prop("log.cleaner.io.buffer.size", "int", 524288, 1, mode=CLUSTER_WIDE,
+         doc="Each cleaner thread's read chunk and write buffer size."),
+    Prop("log.cleaner.io.max.bytes.per.second", "double", float("inf"), 1, mode=CLUSTER_WIDE,
+         doc="Each cleaner thread's reads plus writes per second. Kafka accepts any double; below 1 the "
+             "cleaner would never make progress, so 1 is the minimum here."),
+]
+_CLEANER_FIELDS = {"enable": "log.cleaner.enable", "threads": "log.cleaner.threads",
+                   "backoff_ms": "log.cleaner.backoff.ms", "dedupe_buffer_size": "log.cleaner.dedupe.buffer.size",
+                   "io_buffer_size": "log.cleaner.io.buffer.size",
+                   "io_max_bytes_per_second": "log.cleaner.io.max.bytes.per.second"}
+_CLEANER_PROP = {p.name: p for p in CLEANER_PROPS}
 
 
 @dataclass(frozen=True, slots=True)
 class CleanerConfig:
-    """The log cleaner's settings (broker-wide), Kafka's names with '_' for '.' and its defaults.
+    """The log cleaner's settings (broker-wide): CLEANER_PROPS with 'log.cleaner.' dropped and '_' for '.'.
 
     `dedupe_buffer_size` bounds the memory of the offset maps of all cleaner threads together;
     `io_buffer_size` is the read chunk and write buffer size of each thread;
     `io_max_bytes_per_second` throttles each thread's reads plus writes (default: no limit).
     """
 
-    enable: bool = True
-    threads: int = 1
-    backoff_ms: int = 15000
-    dedupe_buffer_size: int = 134217728
-    io_buffer_size: int = 524288
-    io_max_bytes_per_second: float = float("inf")
+    enable: bool = _CLEANER_PROP["log.cleaner.enable"].default
+    threads: int = _CLEANER_PROP["log.cleaner.threads"].default
+    backoff_ms: int = _CLEANER_PROP["log.cleaner.backoff.ms"].default
+    dedupe_buffer_size: int = _CLEANER_PROP["log.cleaner.dedupe.buffer.size"].default
+    io_buffer_size: int = _CLEANER_PROP["log.cleaner.io.buffer.size"].default
+    io_max_bytes_per_second: float = _CLEANER_PROP["log.cleaner.io.max.bytes.per.second"].default
 
     def __post_init__(self) -> None:
-        if not isinstance(self.enable, bool):
-            raise InvalidConfigError(f"log.cleaner.enable={self.enable!r} must be a boolean")
-        for name, low in (("threads", 1), ("backoff_ms", 0), ("dedupe_buffer_size", 1), ("io_buffer_size", 1)):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < low:
-                raise InvalidConfigError(f"log.cleaner.{name.replace('_', '.')}={v!r} must be an integer >= {low}")
-        rate = self.io_max_bytes_per_second
-        if isinstance(rate, bool) or not isinstance(rate, int | float) or not rate > 0:
-            raise InvalidConfigError(f"log.cleaner.io.max.bytes.per.second={rate!r} must be positive")
+        for field_name, prop_name in _CLEANER_FIELDS.items():
+            v = getattr(self, field_name)
+            if isinstance(v, int) and not isinstance(v, bool) and _CLEANER_PROP[prop_name].type == "double":
+                v = float(v)
+            try:
+                _CLEANER_PROP[prop_name].check(v)
+            except ConfigError as e:
+                raise InvalidConfigError(str(e)) from None
 
     @classmethod
-    def from_broker_properties(cls, props: Mapping[str, Any]) -> CleanerConfig:
-        """The cleaner settings from server.properties names; other names are ignored."""
-        changes: dict[str, Any] = {}
-        for key, name in CLEANER_BROKER_PROPERTIES.items():
-            if key not in props:
-                continue
-            raw = props[key]
-            try:
-                if name == "enable":
-                    text = str(raw).strip().lower() if not isinstance(raw, bool) else str(raw).lower()
-                    if text not in ("true", "false"):
-                        raise ValueError(text)
-                    changes[name] = text == "true"
-                elif name == "io_max_bytes_per_second":
-                    changes[name] = float(raw)
-                else:
-                    if isinstance(raw, bool):
-                        raise ValueError(raw)
-                    changes[name] = raw if isinstance(raw, int) else int(str(raw).strip())
-            except ValueError:
-                raise InvalidConfigError(f"{key}={raw!r} is not valid") from None
-        return replace(cls(), **changes)
+    def from_broker(cls, get: Callable[[str], Any]) -> CleanerConfig:
+        """The cleaner settings from the broker's parsed properties (`get(name)`)."""
+        return cls(**{f: get(p) for f, p in _CLEANER_FIELDS.items()})
+
+
+assert set(_CLEANER_FIELDS.values()) == set(_CLEANER_PROP) and set(_CLEANER_FIELDS) == {
+    f.name for f in fields(CleanerConfig)}

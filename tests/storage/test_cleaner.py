@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from gregor.config import BrokerConfig
 from gregor.protocol import compression
 from gregor.protocol.records import (
     DELETE_HORIZON_BIT,
@@ -24,6 +25,7 @@ from gregor.protocol.records import (
 )
 from gregor.storage import (
     CleanerConfig,
+    InvalidConfigError,
     Log,
     LogCleaner,
     LogConfig,
@@ -538,11 +540,12 @@ def test_validate_compacted_records_rejects_records_without_key() -> None:
 
 
 def test_cleaner_config_from_broker_properties() -> None:
-    c = CleanerConfig.from_broker_properties({
-        "log.cleaner.enable": "false", "log.cleaner.threads": "2", "log.cleaner.backoff.ms": "100",
-        "log.cleaner.dedupe.buffer.size": "1048576", "log.retention.hours": "1",
-    })
+    props = {"log.cleaner.enable": "false", "log.cleaner.threads": "2", "log.cleaner.backoff.ms": "100",
+             "log.cleaner.dedupe.buffer.size": "1048576", "log.retention.hours": "1"}
+    c = CleanerConfig.from_broker(BrokerConfig(props).get)
     assert (c.enable, c.threads, c.backoff_ms, c.dedupe_buffer_size) == (False, 2, 100, 1048576)
+    with pytest.raises(InvalidConfigError, match="log.cleaner.threads"):
+        CleanerConfig(threads=0)
     assert CleanerConfig() == CleanerConfig(enable=True, threads=1, backoff_ms=15000, dedupe_buffer_size=134217728)
     assert LogCleaner([], dict, CleanerConfig(threads=2, dedupe_buffer_size=MAP_ENTRY_BYTES * 100)).map_capacity == 50
 

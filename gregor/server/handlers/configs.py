@@ -2,7 +2,9 @@
 
 Topic overrides live in the metadata store; a topic config shows where its value comes
 from (topic override, the broker's server.properties, or the default) the way Kafka
-reports config sources and synonyms. Broker configs are static here: they can be read,
+reports config sources and synonyms. Everything here reads the one table of each kind
+(gregor.storage.config's TOPIC_CONFIGS, gregor.config's BROKER_PROPS), which also validates
+what is stored and what the logs load. Broker configs are static here: they can be read,
 and an attempt to alter them gets a clear error.
 """
 
@@ -10,15 +12,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from gregor.config import BROKER_PROPS, TOPIC_PROPS, format_value
+from gregor.config import BROKER_PROPS, READ_ONLY, TOPIC_CONFIGS, BrokerConfig, Prop, format_value
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.schema import Struct
 from gregor.server.dispatcher import RequestContext
-from gregor.server.replica_manager import effective_topic_configs
+from gregor.server.replica_manager import effective_topic_configs, valid_overrides
+from gregor.storage.config import TopicConfigDef
 
 TOPIC = 2
 BROKER = 4
 
+# ConfigSource
 DYNAMIC_TOPIC_CONFIG = 1
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
@@ -27,52 +31,80 @@ _TYPES = {"bool": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
+# Broker property -> the topic config it is a synonym of (for the synonyms of broker configs).
+_TOPIC_OF_SYNONYM: dict[str, TopicConfigDef] = {s.name: t for t in TOPIC_CONFIGS.values() for s in t.synonyms}
 
-def _entry(name: str, value: Any, source: int, type_: str, synonyms: list[dict[str, Any]], ctx: RequestContext,
-           read_only: bool, doc: str = "") -> dict[str, Any]:
-    text = None if value is None else format_value(value)
+
+def _text(value: Any) -> str | None:
+    return None if value is None else format_value(value)
+
+
+def _documentation(prop: Prop, update_mode: str | None) -> str:
+    """The documentation DescribeConfigs v3+ returns: the table's text, its valid values and, for
+    broker properties, Kafka's update mode."""
+    parts = [prop.doc.rstrip(".") + "." if prop.doc else ""]
+    bounds = prop.describe_bounds()
+    if bounds:
+        parts.append(f"Valid values: {bounds}.")
+    if update_mode is not None:
+        parts.append(f"Update mode: {update_mode}" + (" (dynamic broker configs are not implemented yet: "
+                                                        "this broker reads it at start only)."
+                                                        if update_mode != READ_ONLY else "."))
+    return " ".join(p for p in parts if p)
+
+
+def _broker_synonyms(config: BrokerConfig, names: list[str]) -> list[dict[str, Any]]:
+    """Kafka's order: every synonym set in server.properties (STATIC_BROKER_CONFIG), finest first,
+    then every synonym with a default (DEFAULT_CONFIG); values in each synonym's own unit."""
+    out = [{"name": n, "value": _text(config.get(n)), "source": STATIC_BROKER_CONFIG}
+           for n in names if n in config.explicit]
+    out += [{"name": n, "value": _text(BROKER_PROPS[n].default), "source": DEFAULT_CONFIG}
+            for n in names if BROKER_PROPS[n].default is not None]
+    return out
+
+
+def _entry(name: str, value: Any, synonyms: list[dict[str, Any]], prop: Prop, read_only: bool, req: Struct,
+           update_mode: str | None = None) -> dict[str, Any]:
+    source = synonyms[0]["source"] if synonyms else DEFAULT_CONFIG
     return {
         "name": name,
-        "value": text,
+        "value": _text(value),
         "read_only": read_only,
         "is_default": source == DEFAULT_CONFIG,
         "config_source": source,
         "is_sensitive": False,
-        "synonyms": synonyms,
-        "config_type": _TYPES.get(type_, 0),
-        "documentation": doc or None,
+        "synonyms": synonyms if req.include_synonyms else [],
+        "config_type": _TYPES.get(prop.type, 0),
+        "documentation": _documentation(prop, update_mode) if req.include_documentation else None,
     }
 
 
-def _describe_topic(ctx: RequestContext, name: str, keys: list[str] | None, synonyms: bool) -> list[dict[str, Any]]:
+def _describe_topic(ctx: RequestContext, name: str, keys: list[str] | None, req: Struct) -> list[dict[str, Any]]:
+    """Every topic config (read_only false: all are dynamic), with its source and synonyms: the
+    topic's own override, then its broker synonyms. A stored override that no longer validates is
+    not in effect, so it is shown as absent (the broker warned about it at load)."""
     broker = ctx.broker
     meta = broker.store.topic(name)
     if meta is None:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist.")
-    values = effective_topic_configs(broker.config, meta.configs)
+    overrides = valid_overrides(broker.config, meta.configs)
+    values = effective_topic_configs(broker.config, overrides)
     out = []
-    for k in sorted(TOPIC_PROPS):
+    for k in sorted(TOPIC_CONFIGS):
         if keys is not None and k not in keys:
             continue
-        tp = TOPIC_PROPS[k]
-        broker_key = tp.broker_name
+        t = TOPIC_CONFIGS[k]
         syn = []
-        if k in meta.configs:
-            source = DYNAMIC_TOPIC_CONFIG
-            syn.append({"name": k, "value": meta.configs[k], "source": DYNAMIC_TOPIC_CONFIG})
-        elif broker_key in broker.config.explicit:
-            source = STATIC_BROKER_CONFIG
-        else:
-            source = DEFAULT_CONFIG
-        if broker_key in broker.config.explicit:
-            syn.append({"name": broker_key, "value": format_value(broker.config.get(broker_key)),
-                        "source": STATIC_BROKER_CONFIG})
-        syn.append({"name": broker_key, "value": format_value(tp.broker_default(broker.config)), "source": DEFAULT_CONFIG})
-        out.append(_entry(k, values[k], source, tp.prop.type, syn if synonyms else [], ctx, False, tp.prop.doc))
+        if k in overrides:
+            syn.append({"name": k, "value": _text(values[k]), "source": DYNAMIC_TOPIC_CONFIG})
+        syn += _broker_synonyms(broker.config, [s.name for s in t.synonyms])
+        out.append(_entry(k, values[k], syn, t.prop, not t.dynamic, req))
     return out
 
 
-def _describe_broker(ctx: RequestContext, name: str, keys: list[str] | None, synonyms: bool) -> list[dict[str, Any]]:
+def _describe_broker(ctx: RequestContext, name: str, keys: list[str] | None, req: Struct) -> list[dict[str, Any]]:
+    """Every broker property. All are read-only until dynamic broker configs exist (AlterConfigs
+    refuses them); the documentation names the update mode Kafka gives each."""
     broker = ctx.broker
     if name not in ("", str(broker.config.broker_id)):
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {broker.config.broker_id}, got {name}")
@@ -80,10 +112,13 @@ def _describe_broker(ctx: RequestContext, name: str, keys: list[str] | None, syn
     for k, prop in sorted(BROKER_PROPS.items()):
         if keys is not None and k not in keys:
             continue
-        v = broker.config.get(k)
-        source = STATIC_BROKER_CONFIG if k in broker.config.explicit else DEFAULT_CONFIG
-        syn = [{"name": k, "value": None if v is None else format_value(v), "source": source}] if synonyms else []
-        out.append(_entry(k, v, source, prop.type, syn, ctx, True, prop.doc))
+        t = _TOPIC_OF_SYNONYM.get(k)
+        if t is not None:  # log.retention.ms: itself and its coarser synonyms (Kafka drops the finer ones)
+            names = [s.name for s in t.synonyms]
+            syn = _broker_synonyms(broker.config, names[names.index(k):])
+        else:
+            syn = _broker_synonyms(broker.config, [k])
+        out.append(_entry(k, broker.config.get(k), syn, prop, True, req, prop.mode))
     return out
 
 
@@ -95,9 +130,9 @@ def handle_describe_configs(ctx: RequestContext, req: Struct) -> dict[str, Any]:
                                  "resource_name": r.resource_name, "configs": []}
         try:
             if r.resource_type == TOPIC:
-                entry["configs"] = _describe_topic(ctx, r.resource_name, keys, req.include_synonyms)
+                entry["configs"] = _describe_topic(ctx, r.resource_name, keys, req)
             elif r.resource_type == BROKER:
-                entry["configs"] = _describe_broker(ctx, r.resource_name, keys, req.include_synonyms)
+                entry["configs"] = _describe_broker(ctx, r.resource_name, keys, req)
             else:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {r.resource_type}")
         except KafkaError as e:
@@ -138,8 +173,8 @@ def _apply_incremental(ctx: RequestContext, current: dict[str, str], ops: list[S
     if len(set(names)) != len(names):
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
     for c in ops:
-        tp = TOPIC_PROPS.get(c.name)
-        if tp is None:
+        t = TOPIC_CONFIGS.get(c.name)
+        if t is None:
             raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {c.name}")
         op = c.config_operation
         if op == SET:
@@ -149,12 +184,11 @@ def _apply_incremental(ctx: RequestContext, current: dict[str, str], ops: list[S
         elif op == DELETE:
             new.pop(c.name, None)
         elif op in (APPEND, SUBTRACT):
-            if tp.prop.type != "list":
+            if t.prop.type != "list":
                 raise KafkaError(ErrorCode.INVALID_CONFIG, f"Config value append is not allowed for config key: {c.name}")
             base = new.get(c.name)
-            items = base.split(",") if base is not None else [
-                format_value(x) for x in effective_topic_configs(ctx.broker.config, {})[c.name]  # type: ignore[union-attr]
-            ]
+            items = [x.strip() for x in base.split(",") if x.strip()] if base is not None else list(
+                ctx.broker.config.topic_default(c.name))
             given = [x.strip() for x in (c.value or "").split(",") if x.strip()]
             if op == APPEND:
                 items += [x for x in given if x not in items]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gregor.config import TOPIC_PROPS, format_value
+from gregor.config import TOPIC_CONFIGS, format_value
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.schema import Struct
 from gregor.server.dispatcher import RequestContext
@@ -42,7 +42,7 @@ def handle_create_topics(ctx: RequestContext, req: Struct) -> dict[str, Any]:
             entry["configs"] = [
                 {"name": k, "value": format_value(values[k]), "read_only": False,
                  "config_source": DYNAMIC_TOPIC_CONFIG if k in meta.configs else DEFAULT_CONFIG, "is_sensitive": False}
-                for k in sorted(TOPIC_PROPS)
+                for k in sorted(TOPIC_CONFIGS)
             ]
         except KafkaError as e:
             entry["error_code"] = e.code
