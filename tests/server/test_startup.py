@@ -18,11 +18,11 @@ def _serve(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize("override, needle", [
     ("no.such.property=1", "Unknown broker property: no.such.property"),
-    ("num.partitions=many", "num.partitions: expected an integer"),
-    ("auto.create.topics.enable=maybe", "auto.create.topics.enable: expected true or false"),
+    ("num.partitions=many", "Invalid value many for configuration num.partitions: Expected value to be a 32-bit"),
+    ("auto.create.topics.enable=maybe", "configuration auto.create.topics.enable: Expected value to be either true"),
     ("log.message.timestamp.type=Whenever", "log.message.timestamp.type"),
     ("listeners=SSL://127.0.0.1:9093", "security protocol SSL is not supported"),
-    ("num.partitions=0", "num.partitions: 0 is below the minimum"),
+    ("num.partitions=0", "Invalid value 0 for configuration num.partitions: Value must be at least 1"),
 ])
 def test_bad_property_is_a_clear_startup_error(tmp_path: Path, override: str, needle: str) -> None:
     res = _serve("--override", f"log.dirs={tmp_path}", "--override", override)

@@ -174,9 +174,9 @@ def _apply_incremental(ctx: RequestContext, current: dict[str, str], ops: list[S
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
     for c in ops:
         t = TOPIC_CONFIGS.get(c.name)
-        if t is None:
-            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {c.name}")
         op = c.config_operation
+        if t is None and not (op == DELETE and c.name in new):  # a stored unknown key may be deleted
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {c.name}")
         if op == SET:
             if c.value is None:
                 raise KafkaError(ErrorCode.INVALID_CONFIG, f"Null value not supported for : {c.name}")
@@ -184,6 +184,7 @@ def _apply_incremental(ctx: RequestContext, current: dict[str, str], ops: list[S
         elif op == DELETE:
             new.pop(c.name, None)
         elif op in (APPEND, SUBTRACT):
+            assert t is not None
             if t.prop.type != "list":
                 raise KafkaError(ErrorCode.INVALID_CONFIG, f"Config value append is not allowed for config key: {c.name}")
             base = new.get(c.name)
