@@ -290,3 +290,51 @@ def test_stored_config_that_no_longer_validates_loads_with_its_default(start_bro
         for k in ("segment.index.bytes", "retention.ms", "no.such.config", "cleanup.policy")])
     admin.incremental_alter_configs([res])[res].result(30)
     assert json.loads(path.read_text())  # still a readable store
+
+
+def test_describe_configs_synonyms_documentation_and_broker_modes(start_broker: StartBroker) -> None:
+    """DescribeConfigs reads the same table: a topic config's synonyms are its override, then its broker
+    synonyms in their own units, finest first (static before default); documentation only when asked
+    (v3+), with the valid values; broker properties carry Kafka's update mode and stay unalterable."""
+    from tests.wire import WireClient
+
+    b = start_broker({"log.retention.minutes": "30"})
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("described", 1, 1, config={"retention.ms": "1000"})])["described"].result(30)
+    c = WireClient(b.bootstrap)
+    try:
+        def describe(version: int, docs: bool, resource_type: int, name: str, keys: list[str] | None) -> dict[str, Any]:
+            r = c.request(32, version, {"resources": [{"resource_type": resource_type, "resource_name": name,
+                                                       "configuration_keys": keys}],
+                                        "include_synonyms": True, "include_documentation": docs})
+            assert r.results[0].error_code == 0, r.results[0].error_message
+            return {e.name: e for e in r.results[0].configs}
+
+        topic = describe(4, True, 2, "described", None)
+        retention = topic["retention.ms"]
+        assert (retention.value, retention.config_source, retention.read_only) == ("1000", 1, False)
+        assert [(s.name, s.value, s.source) for s in retention.synonyms] == [
+            ("retention.ms", "1000", 1), ("log.retention.minutes", "30", 4), ("log.retention.hours", "168", 5)]
+        index = topic["segment.index.bytes"]
+        assert index.config_type == 3 and index.config_source == 5  # INT, DEFAULT_CONFIG
+        assert [(s.name, s.value, s.source) for s in index.synonyms] == [("log.index.size.max.bytes", "10485760", 5)]
+        assert "12" in index.documentation
+        assert all(e.documentation for e in topic.values())
+        assert all(e.documentation is None for e in describe(4, False, 2, "described", None).values())
+        assert describe(1, False, 2, "described", ["retention.ms"])["retention.ms"].value == "1000"
+        from gregor.storage.config import TOPIC_CONFIGS
+        assert set(topic) == set(TOPIC_CONFIGS)
+
+        broker = describe(4, True, 4, "0", None)
+        for name, e in broker.items():
+            assert e.read_only and "Update mode:" in e.documentation, name
+        assert "cluster-wide" in broker["log.retention.ms"].documentation
+        assert "read-only" in broker["log.retention.hours"].documentation
+        assert "per-broker" in broker["listeners"].documentation
+        assert broker["log.retention.ms"].value is None and broker["log.retention.minutes"].value == "30"
+    finally:
+        c.close()
+    res = ConfigResource(ConfigResource.Type.BROKER, "0", incremental_configs=[
+        ConfigEntry("log.retention.ms", "1", incremental_operation=AlterConfigOpType.SET)])
+    err = _error(admin.incremental_alter_configs([res])[res])
+    assert err.code() == KafkaError.INVALID_REQUEST and "static" in err.str()

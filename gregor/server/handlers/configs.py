@@ -113,11 +113,10 @@ def _describe_broker(ctx: RequestContext, name: str, keys: list[str] | None, req
         if keys is not None and k not in keys:
             continue
         t = _TOPIC_OF_SYNONYM.get(k)
-        if t is not None:  # log.retention.ms: itself and its coarser synonyms (Kafka drops the finer ones)
-            names = [s.name for s in t.synonyms]
-            syn = _broker_synonyms(broker.config, names[names.index(k):])
-        else:
-            syn = _broker_synonyms(broker.config, [k])
+        names = [s.name for s in t.synonyms] if t is not None else [k]
+        syn = _broker_synonyms(broker.config, names[names.index(k):])
+        while syn and syn[0]["name"] != k:  # Kafka's rule: a property's synonyms start with itself
+            syn.pop(0)
         out.append(_entry(k, broker.config.get(k), syn, prop, True, req, prop.mode))
     return out
 
