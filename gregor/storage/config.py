@@ -149,7 +149,7 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {t.name: t for t in [
                                                    "are unset.")),
        lo=-1, doc="How long records are kept (by their segment's largest timestamp); -1: forever."),
     _t("segment.bytes", "int", 1073741824, "log.segment.bytes", lo=14, hi=INT_MAX,
-       doc="The size at which a segment rolls. Kafka 4.0 raised the minimum to 1 MiB (KIP-1030); "
+       doc="The size at which a segment rolls. Newer Kafka raises the minimum to 1 MiB (KIP-1030); "
            "this broker keeps Kafka 3's minimum of 14 (one empty batch), which small-segment setups "
            "and tests use, and which loads."),
     _t("segment.index.bytes", "int", 10485760, "log.index.size.max.bytes", lo=12, hi=INT_MAX,

@@ -23,6 +23,8 @@ def _serve(*args: str) -> subprocess.CompletedProcess[str]:
     ("log.message.timestamp.type=Whenever", "log.message.timestamp.type"),
     ("listeners=SSL://127.0.0.1:9093", "security protocol SSL is not supported"),
     ("num.partitions=0", "Invalid value 0 for configuration num.partitions: Value must be at least 1"),
+    # A broker default that no log could load is refused at start, not when the first log opens.
+    ("log.index.size.max.bytes=8", "configuration log.index.size.max.bytes: Value must be at least 12"),
 ])
 def test_bad_property_is_a_clear_startup_error(tmp_path: Path, override: str, needle: str) -> None:
     res = _serve("--override", f"log.dirs={tmp_path}", "--override", override)
