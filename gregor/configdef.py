@@ -68,10 +68,11 @@ class Prop:
             if isinstance(raw, bool) or (text is None and not isinstance(raw, int)):
                 raise self._invalid(raw, f"Expected value to be a {'32' if t == 'int' else '64'}-bit integer")
             try:
+                if text is not None and "_" in text:  # Python's int() reads 1_000; Kafka does not
+                    raise ValueError(text)
                 v: Any = int(text.strip()) if text is not None else raw
             except ValueError:
-                raise self._invalid(raw, f"Expected value to be a {'32' if t == 'int' else '64'}-bit integer, "
-                                         f"but it was a {type(raw).__name__}") from None
+                raise self._invalid(raw, f"Expected value to be a {'32' if t == 'int' else '64'}-bit integer") from None
         elif t == "bool":
             if isinstance(raw, bool):
                 v = raw
@@ -83,6 +84,8 @@ class Prop:
             if isinstance(raw, bool):
                 raise self._invalid(raw, "Expected value to be a number")
             try:
+                if text is not None and "_" in text:
+                    raise ValueError(text)
                 v = float(text.strip() if text is not None else raw)
             except (TypeError, ValueError):
                 raise self._invalid(raw, "Expected value to be a number") from None

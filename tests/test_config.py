@@ -6,7 +6,6 @@ from __future__ import annotations
 from gregor.config import BROKER_PROPS, CLUSTER_WIDE, PER_BROKER, READ_ONLY, TOPIC_CONFIGS, BrokerConfig, _p
 from gregor.configdef import MODES
 
-
 # The last line of the table is left as it was so that the lines other slices append after it merge
 # mechanically; it gets its documentation after that merge.
 UNDOCUMENTED = {"offset.metadata.max.bytes"}
