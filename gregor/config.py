@@ -118,15 +118,18 @@ class BrokerConfig:
             self.explicit.add(name)
         for name, prop in BROKER_PROPS.items():
             self._values.setdefault(name, prop.default)
-        self._check()
-
-    def _check(self) -> None:
         for spec in self.listeners + self.advertised_listeners:
             parse_listener(spec)
+        # Every topic's defaults, checked now: a broker default no log could load is a startup error.
+        self.log_config: LogConfig = self._topic_defaults()
+
+    def _topic_defaults(self) -> LogConfig:
         try:
-            self.log_config = LogConfig.from_broker(self.get)
+            return LogConfig.from_broker(self.get)
         except InvalidConfigError as e:  # e.g. log.cleaner.min.compaction.lag.ms above its max
-            raise ConfigError(f"the broker's topic config defaults do not validate: {e}") from None
+            named = [f"{t.name} is set by {' / '.join(s.name for s in t.synonyms)}"
+                     for t in TOPIC_CONFIGS.values() if f"configuration {t.name}:" in str(e) or f"{t.name}=" in str(e)]
+            raise ConfigError(f"the broker's topic config defaults do not validate: {e} ({'; '.join(named)})") from None
 
     def get(self, name: str) -> Any:
         return self._values[name]
