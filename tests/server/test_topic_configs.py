@@ -233,6 +233,12 @@ def test_every_topic_config_boundary_survives_restart(start_broker: StartBroker)
     assert "Traceback" not in b.log_text()
     assert "stored config" not in b.log_text()
 
+    # And after a crash: recovery re-validates and re-indexes every segment with the same configs.
+    b.kill()
+    b.restart()
+    assert _consume_all(b.bootstrap, expected) == got
+    assert "Traceback" not in b.log_text()
+
 
 def test_segment_index_bytes_without_room_for_an_entry_is_refused(start_broker: StartBroker) -> None:
     """The finding itself: segment.index.bytes=8 was stored, and the broker could never start again."""
