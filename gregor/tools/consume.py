@@ -1,0 +1,130 @@
+"""`gregor consume`: print a topic's messages (like kafka-console-consumer.sh).
+
+Two modes, so that the tool's end is never a guess:
+- without --follow it prints what the topic holds now, from the beginning up to each partition's
+  log end offset as read at start, and exits (like `cat`);
+- with --follow it starts at the end (or the beginning with --from-beginning) and prints new
+  messages until interrupted; Ctrl-C or SIGTERM end it cleanly with exit code 0 (like `tail -f`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from typing import Any
+
+from gregor.tools.common import (
+    HelpFormatter,
+    ToolError,
+    add_bootstrap,
+    add_request_timeout,
+    admin_client,
+    bootstrap,
+    client_config,
+    describe_topic,
+    parse_key_values,
+    timeout_s,
+)
+from gregor.tools.produce import add_topic, topic_arg
+
+_POLL_S = 0.2  # short polls so that Ctrl-C is noticed promptly
+
+
+def _text(b: bytes | None) -> str:
+    return b.decode("utf-8", "replace") if b is not None else "null"
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def cmd_consume(args: argparse.Namespace) -> int:
+    from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, TopicPartition
+
+    topic = topic_arg(args)
+    props = parse_key_values(args.consumer_property, "--consumer-property")
+    admin = admin_client(args)
+    partitions = sorted(p.id for p in describe_topic(admin, args, topic).partitions)
+    broker_errors: list[str] = []
+
+    def on_error(err: Any) -> None:
+        if err.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT) or err.fatal():
+            broker_errors.append(err.str())
+
+    conf = client_config(bootstrap(args), **{"group.id": args.group, "enable.auto.commit": False,
+                                            "enable.partition.eof": True, "error_cb": on_error})
+    conf.update(props)
+    c = Consumer(conf)
+    from_start = args.from_beginning or not args.follow
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING if from_start else OFFSET_END) for p in partitions])
+    # Without --follow, each partition is done at the log end offset it had when we started.
+    pending: dict[int, int] = {}
+    if not args.follow:
+        for p in partitions:
+            low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s(args))
+            if high > low:
+                pending[p] = high
+    seen = 0
+    warned = 0
+    idle_since = time.monotonic()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        while args.follow or pending:
+            if args.max_messages is not None and seen >= args.max_messages:
+                break
+            if args.timeout_ms is not None and time.monotonic() - idle_since > args.timeout_ms / 1000.0:
+                break
+            if len(broker_errors) > warned:
+                if not args.follow:
+                    raise ToolError(f"lost the broker at {bootstrap(args)} ({broker_errors[-1]}) "
+                                    f"after {seen} messages")
+                print(f"Warning: {broker_errors[-1]} (still trying)", file=sys.stderr)
+                warned = len(broker_errors)
+            msg = c.poll(_POLL_S)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    pending.pop(msg.partition(), None)
+                    continue
+                if msg.error().fatal() or not msg.error().retriable():
+                    raise ToolError(f"consuming {topic} failed: {msg.error().str()}")
+                continue
+            idle_since = time.monotonic()
+            if msg.partition() in pending and msg.offset() + 1 >= pending[msg.partition()]:
+                del pending[msg.partition()]
+            seen += 1
+            if args.print_key:
+                print(f"{_text(msg.key())}\t{_text(msg.value())}", flush=args.follow)
+            else:
+                print(_text(msg.value()), flush=args.follow)
+    except KeyboardInterrupt:
+        pass  # the way a --follow run ends: not an error
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        c.close()
+    print(f"Processed a total of {seen} messages", file=sys.stderr)
+    return 0
+
+
+def add_subcommands(sub: Any) -> None:
+    c = sub.add_parser("consume", formatter_class=HelpFormatter, help="print a topic's messages",
+                       description=__doc__.split("\n", 2)[2] if __doc__ else None)
+    add_topic(c)
+    add_bootstrap(c)
+    c.add_argument("--follow", action="store_true",
+                   help="keep printing new messages until interrupted (Ctrl-C exits 0); without it, "
+                        "print the messages there are now, from the beginning, and exit")
+    c.add_argument("--from-beginning", action="store_true",
+                   help="with --follow, start at the beginning instead of the end")
+    c.add_argument("--max-messages", type=int, help="exit after this many messages")
+    c.add_argument("--timeout-ms", type=int, help="exit when no message arrives for this long")
+    c.add_argument("--print-key", action="store_true", help="print KEY<tab>VALUE")
+    c.add_argument("--group", default="gregor-console",
+                   help="consumer group id (offsets are never committed: the group is only a name)")
+    c.add_argument("--consumer-property", action="append", default=[], metavar="KEY=VALUE",
+                   help="any librdkafka consumer property; repeatable")
+    add_request_timeout(c)
+    c.set_defaults(func=cmd_consume)
