@@ -1,0 +1,110 @@
+"""`gregor produce` and `gregor consume` against real brokers: what they say matches what happened."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from tests.broker_process import BrokerProcess
+from tests.tools.cli import gregor, one_line, popen
+
+
+@pytest.fixture(scope="module")
+def strict(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A broker that does not create topics on first use."""
+    b = BrokerProcess(tmp_path_factory.mktemp("strict"), {"auto.create.topics.enable": "false"}).start()
+    yield b
+    b.kill()
+
+
+def read(b: BrokerProcess, topic: str, count: int) -> list[bytes]:
+    """The first `count` values of partition 0 (fewer if they do not come within 10 s)."""
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "check"})
+    c.assign([TopicPartition(topic, 0, 0)])
+    out: list[bytes] = []
+    deadline = time.monotonic() + 10
+    while len(out) < count and time.monotonic() < deadline:
+        m = c.poll(0.2)
+        if m is not None and m.error() is None:
+            out.append(m.value())
+    c.close()
+    return out
+
+
+def test_produce_to_missing_topic_fails_and_counts(strict: BrokerProcess) -> None:
+    start = time.monotonic()
+    res = gregor("produce", "nosuch", "--bootstrap-server", strict.bootstrap, "--delivery-timeout-ms", "3000",
+                 stdin="a\nb\nc\n")
+    assert res.returncode == 1, res
+    line = one_line(res.stderr)
+    assert line.startswith("Error: 3 of 3 messages failed to reach nosuch"), line
+    assert time.monotonic() - start < 15
+
+
+def test_produce_then_consume_with_keys_and_kafka_spellings(strict: BrokerProcess) -> None:
+    assert gregor("topics", "--create", "--topic", "lines", "--partitions", "2",
+                  "--bootstrap-server", strict.bootstrap).returncode == 0
+    res = gregor("produce", "--topic", "lines", "--bootstrap-server", strict.bootstrap, "--key-separator", ":",
+                 "--compression-codec", "zstd", "--request-required-acks", "1", stdin="k1:one\nk2:two\nk3:three\n")
+    assert res.returncode == 0, res
+    assert one_line(res.stderr) == "Produced 3 messages to lines."
+    # Without --follow: everything there is now, from the beginning, then exit.
+    start = time.monotonic()
+    res = gregor("consume", "--topic", "lines", "--bootstrap-server", strict.bootstrap, "--print-key")
+    assert res.returncode == 0, res
+    assert sorted(res.stdout.splitlines()) == ["k1\tone", "k2\ttwo", "k3\tthree"]
+    assert one_line(res.stderr) == "Processed a total of 3 messages"
+    assert time.monotonic() - start < 10
+    res = gregor("consume", "lines", "--bootstrap-server", strict.bootstrap, "--max-messages", "2")
+    assert res.returncode == 0 and len(res.stdout.splitlines()) == 2
+    # An empty topic ends at once too.
+    assert gregor("topics", "--create", "--topic", "empty", "--bootstrap-server", strict.bootstrap).returncode == 0
+    res = gregor("consume", "empty", "--bootstrap-server", strict.bootstrap)
+    assert res.returncode == 0 and res.stdout == "" and "total of 0" in res.stderr
+    res = gregor("consume", "nosuch", "--bootstrap-server", strict.bootstrap)
+    assert res.returncode == 1 and one_line(res.stderr) == "Error: Topic 'nosuch' does not exist."
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_follow_runs_until_interrupted(strict: BrokerProcess, sig: signal.Signals) -> None:
+    topic = f"follow-{sig.name}"
+    assert gregor("topics", "--create", "--topic", topic, "--bootstrap-server", strict.bootstrap).returncode == 0
+    assert gregor("produce", topic, "--bootstrap-server", strict.bootstrap, stdin="old\n").returncode == 0
+    proc = popen("consume", topic, "--follow", "--from-beginning", "--bootstrap-server", strict.bootstrap)
+    assert proc.stdout is not None
+    try:
+        assert proc.stdout.readline() == "old\n"
+        time.sleep(1.5)  # idle: a follower keeps waiting
+        assert proc.poll() is None
+        assert gregor("produce", topic, "--bootstrap-server", strict.bootstrap, stdin="new\n").returncode == 0
+        assert proc.stdout.readline() == "new\n"
+        assert proc.poll() is None
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=10)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert out == "" and one_line(err) == "Processed a total of 2 messages"
+
+
+def test_produce_says_how_many_failed_when_the_broker_goes_away(start_broker: Callable[..., BrokerProcess]) -> None:
+    b = start_broker()
+    assert gregor("topics", "--create", "--topic", "t", "--bootstrap-server", b.bootstrap).returncode == 0
+    proc = popen("produce", "t", "--bootstrap-server", b.bootstrap, "--delivery-timeout-ms", "2000")
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write("first\n")
+        proc.stdin.flush()
+        assert read(b, "t", 1) == [b"first"]
+        b.kill()
+        proc.stdin.write("second\nthird\n")
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, err
+    line = one_line(err)
+    assert line.startswith("Error: 2 of 3 messages failed to reach t: "), line
