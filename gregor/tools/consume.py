@@ -18,6 +18,7 @@ from typing import Any
 from gregor.tools.common import (
     HelpFormatter,
     ToolError,
+    UsageError,
     add_bootstrap,
     add_request_timeout,
     admin_client,
@@ -40,10 +41,49 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
+_PRINT = ("print.timestamp", "print.partition", "print.offset", "print.key", "print.value")
+
+
+def formatter(args: argparse.Namespace) -> Any:
+    """How a message is printed: its value, or with --print-key (or kafka-console-consumer.sh's
+    --property print.key=true, print.timestamp, print.partition, print.offset, print.value,
+    key.separator) the chosen fields in Kafka's order, separated by a tab or key.separator."""
+    props = parse_key_values(args.property, "--property")
+    unknown = set(props) - set(_PRINT) - {"key.separator"}
+    if unknown:
+        raise UsageError(f"--property {sorted(unknown)[0]} is not supported "
+                         f"({', '.join((*_PRINT, 'key.separator'))} are)")
+    on: dict[str, bool] = {"print.value": True, "print.key": bool(args.print_key)}
+    for name in _PRINT:
+        if name in props:
+            if props[name].lower() not in ("true", "false"):
+                raise UsageError(f"--property {name} expects true or false, got {props[name]!r}")
+            on[name] = props[name].lower() == "true"
+    sep = props.get("key.separator", "\t")
+
+    def fmt(msg: Any) -> str:
+        fields = []
+        if on.get("print.timestamp"):
+            kind, ts = msg.timestamp()
+            fields.append(f"{'LogAppendTime' if kind == 2 else 'CreateTime'}:{ts}")
+        if on.get("print.partition"):
+            fields.append(f"Partition:{msg.partition()}")
+        if on.get("print.offset"):
+            fields.append(f"Offset:{msg.offset()}")
+        if on["print.key"]:
+            fields.append(_text(msg.key()))
+        if on["print.value"]:
+            fields.append(_text(msg.value()))
+        return sep.join(fields)
+
+    return fmt
+
+
 def cmd_consume(args: argparse.Namespace) -> int:
     from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, TopicPartition
 
     topic = topic_arg(args)
+    fmt = formatter(args)
     props = parse_key_values(args.consumer_property, "--consumer-property")
     admin = admin_client(args)
     partitions = sorted(p.id for p in describe_topic(admin, args, topic).partitions)
@@ -96,10 +136,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
             if msg.partition() in pending and msg.offset() + 1 >= pending[msg.partition()]:
                 del pending[msg.partition()]
             seen += 1
-            if args.print_key:
-                print(f"{_text(msg.key())}\t{_text(msg.value())}", flush=args.follow)
-            else:
-                print(_text(msg.value()), flush=args.follow)
+            print(fmt(msg), flush=args.follow)
     except KeyboardInterrupt:
         pass  # the way a --follow run ends: not an error
     finally:
@@ -111,7 +148,11 @@ def cmd_consume(args: argparse.Namespace) -> int:
 
 def add_subcommands(sub: Any) -> None:
     c = sub.add_parser("consume", formatter_class=HelpFormatter, help="print a topic's messages",
-                       description=__doc__.split("\n", 2)[2] if __doc__ else None)
+                       description="Print a topic's messages (like kafka-console-consumer.sh), in one of two modes:\n"
+                                   "- without --follow: what the topic holds now, from the beginning up to each\n"
+                                   "  partition's end as read at start; then exit (like `cat`);\n"
+                                   "- with --follow: new messages (all of them with --from-beginning) until\n"
+                                   "  interrupted; Ctrl-C or SIGTERM end it with exit code 0 (like `tail -f`).")
     add_topic(c)
     add_bootstrap(c)
     c.add_argument("--follow", action="store_true",
@@ -122,6 +163,9 @@ def add_subcommands(sub: Any) -> None:
     c.add_argument("--max-messages", type=int, help="exit after this many messages")
     c.add_argument("--timeout-ms", type=int, help="exit when no message arrives for this long")
     c.add_argument("--print-key", action="store_true", help="print KEY<tab>VALUE")
+    c.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
+                   help="kafka-console-consumer.sh's print.key, print.value, print.timestamp, print.partition, "
+                        "print.offset (true/false) and key.separator (default: a tab); repeatable")
     c.add_argument("--group", default="gregor-console",
                    help="consumer group id (offsets are never committed: the group is only a name)")
     c.add_argument("--consumer-property", action="append", default=[], metavar="KEY=VALUE",

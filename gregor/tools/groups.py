@@ -158,6 +158,8 @@ def cmd_reset(args: argparse.Namespace) -> int:
         raise UsageError("give exactly one of --to-earliest, --to-latest, --to-offset, --to-datetime, --shift-by")
     if args.execute and args.dry_run:
         raise UsageError("--execute and --dry-run exclude each other")
+    if args.topic and args.all_topics:
+        raise UsageError("--topic and --all-topics exclude each other")
     admin = admin_client(args)
     committed = _committed(admin, args)
     if args.topic:
@@ -210,6 +212,7 @@ def cmd_groups(args: argparse.Namespace) -> int:
         "--state": action != "list" and args.state,
         "--members": action != "describe" and args.members,
         "--topic": action != "reset-offsets" and args.topic is not None,
+        "--all-topics": action != "reset-offsets" and args.all_topics,
         "--execute": action != "reset-offsets" and args.execute,
         "--dry-run": action != "reset-offsets" and args.dry_run,
     }
@@ -245,6 +248,7 @@ def add_subcommands(sub: Any) -> None:
     g.add_argument("--members", action="store_true", help="(describe) show members instead of offsets")
     r = g.add_argument_group("reset-offsets (a dry run unless --execute; the group must be inactive)")
     r.add_argument("--topic", help="reset every partition of this topic (default: partitions with commits)")
+    r.add_argument("--all-topics", action="store_true", help="reset the partitions with commits (the default)")
     r.add_argument("--to-earliest", action="store_true", help="to each partition's log start offset")
     r.add_argument("--to-latest", action="store_true", help="to each partition's log end offset")
     r.add_argument("--to-offset", type=int, help="to this offset (clamped to the log's range)")

@@ -41,10 +41,31 @@ def add_topic(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topic", help="the topic (kafka-console-*.sh spelling of TOPIC)")
 
 
+def _true(value: str, name: str) -> bool:
+    if value.lower() not in ("true", "false"):
+        raise UsageError(f"--property {name} expects true or false, got {value!r}")
+    return value.lower() == "true"
+
+
+def key_separator(args: argparse.Namespace) -> str | None:
+    """--key-separator, or kafka-console-producer.sh's --property parse.key=true [key.separator=S]
+    (whose separator defaults to a tab, as in Kafka)."""
+    props = parse_key_values(args.property, "--property")
+    unknown = set(props) - {"parse.key", "key.separator"}
+    if unknown:
+        raise UsageError(f"--property {sorted(unknown)[0]} is not supported (parse.key, key.separator are)")
+    if args.key_separator is not None:
+        return str(args.key_separator)
+    if _true(props.get("parse.key", "false"), "parse.key"):
+        return props.get("key.separator", "\t")
+    return None
+
+
 def cmd_produce(args: argparse.Namespace) -> int:
     from confluent_kafka import Producer
 
     topic = topic_arg(args)
+    separator = key_separator(args)
     props = parse_key_values(args.producer_property, "--producer-property")
     servers = bootstrap(args)
     check_reachable(servers, timeout_s(args))
@@ -70,8 +91,8 @@ def cmd_produce(args: argparse.Namespace) -> int:
         for line in sys.stdin:
             line = line.rstrip("\n")
             key = None
-            if args.key_separator and args.key_separator in line:
-                k, line = line.split(args.key_separator, 1)
+            if separator and separator in line:
+                k, line = line.split(separator, 1)
                 key = k.encode()
             while True:
                 try:
@@ -101,7 +122,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
 
 def add_subcommands(sub: Any) -> None:
     p = sub.add_parser("produce", formatter_class=HelpFormatter, help="produce lines from stdin",
-                       description="Produce each line of stdin as one message (like kafka-console-producer.sh). "
+                       description="Produce each line of stdin as one message (like kafka-console-producer.sh).\n"
                                    "Exits non-zero, saying how many, if any message was not delivered.")
     add_topic(p)
     add_bootstrap(p)
@@ -110,6 +131,8 @@ def add_subcommands(sub: Any) -> None:
     p.add_argument("--compression", "--compression-codec", default="none",
                    choices=["none", "gzip", "snappy", "lz4", "zstd"], help="batch compression codec")
     p.add_argument("--key-separator", default=None, help="split each line into key and value at this string")
+    p.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
+                   help="kafka-console-producer.sh's parse.key=true and key.separator=S (default: a tab)")
     p.add_argument("--delivery-timeout-ms", type=int, default=30_000,
                    help="a message not acknowledged within this time counts as failed")
     p.add_argument("--producer-property", action="append", default=[], metavar="KEY=VALUE",

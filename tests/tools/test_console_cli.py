@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -61,6 +62,17 @@ def test_produce_then_consume_with_keys_and_kafka_spellings(strict: BrokerProces
     assert time.monotonic() - start < 10
     res = gregor("consume", "lines", "--bootstrap-server", strict.bootstrap, "--max-messages", "2")
     assert res.returncode == 0 and len(res.stdout.splitlines()) == 2
+    # kafka-console-*.sh's --property spellings.
+    res = gregor("produce", "lines", "--bootstrap-server", strict.bootstrap, "--property", "parse.key=true",
+                 "--property", "key.separator=|", stdin="k4|four\n")
+    assert res.returncode == 0, res
+    res = gregor("consume", "lines", "--bootstrap-server", strict.bootstrap, "--property", "print.key=true",
+                 "--property", "print.partition=true", "--property", "print.offset=true")
+    rows = res.stdout.splitlines()
+    assert len(rows) == 4 and all(re.fullmatch(r"Partition:[01]\tOffset:[0-3]\tk[1-4]\t\w+", r) for r in rows), rows
+    assert sum(r.endswith("\tk4\tfour") for r in rows) == 1, rows
+    res = gregor("consume", "lines", "--bootstrap-server", strict.bootstrap, "--property", "colour=red")
+    assert res.returncode == 2 and "colour" in one_line(res.stderr)
     # An empty topic ends at once too.
     assert gregor("topics", "--create", "--topic", "empty", "--bootstrap-server", strict.bootstrap).returncode == 0
     res = gregor("consume", "empty", "--bootstrap-server", strict.bootstrap)

@@ -69,7 +69,9 @@ def test_kafka_spellings_create_describe_alter_list_delete(broker: BrokerProcess
 
 
 def test_bootstrap_server_anywhere_on_the_line(broker: BrokerProcess) -> None:
-    for argv in (["topics", "--bootstrap-server", broker.bootstrap, "--list"],
-                 ["topics", "--list", "--bootstrap-server", broker.bootstrap]):
+    bs = broker.bootstrap
+    for argv in (["topics", "--bootstrap-server", bs, "--list"], ["topics", "--list", "--bootstrap-server", bs],
+                 ["groups", "--bootstrap-server", bs, "list"], ["groups", "list", "--bootstrap-server", bs],
+                 ["groups", "--list", "--bootstrap-server", bs]):
         res = gregor(*argv)
         assert res.returncode == 0 and res.stderr == "", res
