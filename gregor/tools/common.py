@@ -11,6 +11,7 @@ anything the broker or the network refused.
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import sys
 from typing import Any, NoReturn
@@ -201,3 +202,9 @@ def run(func: Any, args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("Interrupted.", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`gregor consume t | head -1`): stop quietly, as `cat` does. stdout is
+        # pointed at /dev/null so that flushing it at exit does not raise a second time.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, the status a shell reports for a tool killed by it

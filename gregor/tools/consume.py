@@ -107,7 +107,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
             if high > low:
                 pending[p] = high
     seen = 0
-    warned = 0
+    lost = False
     idle_since = time.monotonic()
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
@@ -116,15 +116,19 @@ def cmd_consume(args: argparse.Namespace) -> int:
                 break
             if args.timeout_ms is not None and time.monotonic() - idle_since > args.timeout_ms / 1000.0:
                 break
-            if len(broker_errors) > warned:
+            if broker_errors:
                 if not args.follow:
-                    raise ToolError(f"lost the broker at {bootstrap(args)} ({broker_errors[-1]}) "
-                                    f"after {seen} messages")
-                print(f"Warning: {broker_errors[-1]} (still trying)", file=sys.stderr)
-                warned = len(broker_errors)
+                    raise ToolError(f"lost the broker at {bootstrap(args)} after {seen} messages "
+                                    f"({broker_errors[-1]})")
+                if not lost:  # one line per outage, not one per reconnection attempt
+                    print(f"Warning: lost the broker at {bootstrap(args)} ({broker_errors[-1]}); "
+                          f"waiting for it to come back", file=sys.stderr)
+                    lost = True
+                broker_errors.clear()
             msg = c.poll(_POLL_S)
             if msg is None:
                 continue
+            lost = False
             if msg.error():
                 if msg.error().code() == KafkaError._PARTITION_EOF:
                     pending.pop(msg.partition(), None)

@@ -120,3 +120,42 @@ def test_produce_says_how_many_failed_when_the_broker_goes_away(start_broker: Ca
     assert proc.returncode == 1, err
     line = one_line(err)
     assert line.startswith("Error: 2 of 3 messages failed to reach t: "), line
+
+
+def test_follow_survives_a_broker_restart(start_broker: Callable[..., BrokerProcess]) -> None:
+    b = start_broker()
+    assert gregor("topics", "--create", "--topic", "t", "--bootstrap-server", b.bootstrap).returncode == 0
+    proc = popen("consume", "t", "--follow", "--bootstrap-server", b.bootstrap)
+    assert proc.stdout is not None
+    try:
+        time.sleep(1)  # assigned at the end of the (empty) partition
+        b.kill()
+        time.sleep(2)
+        assert proc.poll() is None  # a follower waits for the broker to come back
+        b.restart()
+        assert gregor("produce", "t", "--bootstrap-server", b.bootstrap, stdin="back\n").returncode == 0
+        assert proc.stdout.readline() == "back\n"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=10)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    lines = err.splitlines()
+    assert lines[-1] == "Processed a total of 1 messages" and "Traceback" not in err, err
+    assert 1 <= len(lines) <= 3 and all(ln.startswith("Warning: ") for ln in lines[:-1]), err  # not a flood
+
+
+def test_consume_into_a_closed_pipe_ends_quietly(strict: BrokerProcess) -> None:
+    assert gregor("topics", "--create", "--topic", "piped", "--bootstrap-server", strict.bootstrap).returncode == 0
+    assert gregor("produce", "piped", "--bootstrap-server", strict.bootstrap, stdin="1\n2\n").returncode == 0
+    proc = popen("consume", "piped", "--follow", "--from-beginning", "--bootstrap-server", strict.bootstrap)
+    assert proc.stdout is not None and proc.stderr is not None
+    try:
+        assert proc.stdout.readline() == "1\n"
+        proc.stdout.close()  # as `| head -1` does
+        assert gregor("produce", "piped", "--bootstrap-server", strict.bootstrap, stdin="3\n").returncode == 0
+        proc.wait(10)
+        err = proc.stderr.read()
+    finally:
+        proc.kill()
+    assert proc.returncode == 141 and err == "", err
