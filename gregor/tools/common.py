@@ -132,8 +132,8 @@ def check_reachable(servers: str, timeout: float) -> None:
             reasons.append(f"{host}:{port}: {e.strerror or e}")
     if not reasons:
         raise UsageError("--bootstrap-server is empty")
-    raise ToolError(f"cannot connect to a broker at {servers} ({'; '.join(reasons)}); "
-                    f"is one running there? (set --bootstrap-server HOST:PORT)")
+    where = reasons[0] if len(reasons) == 1 else f"any of {servers} ({'; '.join(reasons)})"
+    raise ToolError(f"cannot connect to {where}; is a broker running there? (set --bootstrap-server HOST:PORT)")
 
 
 def admin_client(args: argparse.Namespace) -> Any:

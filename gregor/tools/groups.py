@@ -71,7 +71,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
-    from confluent_kafka import TopicPartition
+    from confluent_kafka import KafkaException, TopicPartition
 
     admin = admin_client(args)
     desc = _describe(admin, args)
@@ -96,9 +96,12 @@ def cmd_describe(args: argparse.Namespace) -> int:
         print(f"{'GROUP':<20} {'TOPIC':<24} {'PARTITION':>9} {'CURRENT-OFFSET':>14} {'LOG-END-OFFSET':>14} "
               f"{'LAG':>8} {'CONSUMER-ID':<40} {'HOST':<16} CLIENT-ID")
         for topic, p in keys:
-            _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s(args))
+            try:
+                high: int | str = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s(args))[1]
+            except KafkaException:  # e.g. the topic was deleted after the group committed to it
+                high = "-"
             cur = committed.get((topic, p), -1)
-            lag = high - cur if cur >= 0 else "-"
+            lag = high - cur if cur >= 0 and isinstance(high, int) else "-"
             m = owner.get((topic, p))
             print(f"{args.group:<20} {topic:<24} {p:>9} {cur if cur >= 0 else '-':>14} {high:>14} {lag:>8} "
                   f"{m.member_id if m else '-':<40} {m.host if m else '-':<16} {m.client_id if m else '-'}")

@@ -93,3 +93,20 @@ def test_describe_unknown_group_fails(b: BrokerProcess) -> None:
                                                                               "--members")):
         assert res.returncode == 1, res
         assert res.stderr == "Error: Consumer group 'nosuch' does not exist.\n" and res.stdout == "", res
+
+
+def test_describe_group_with_offsets_of_a_deleted_topic(b: BrokerProcess) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    p = Producer({"bootstrap.servers": b.bootstrap})
+    p.produce("doomed", b"x")
+    assert p.flush(10) == 0
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "orphan"})
+    c.commit(offsets=[TopicPartition("doomed", 0, 1)], asynchronous=False)
+    c.close()
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.delete_topics(["doomed"])["doomed"].result(10)
+    res = gregor(b, "describe", "orphan")
+    assert res.returncode == 0 and res.stderr == "", res
+    row = next(ln for ln in res.stdout.splitlines() if ln.startswith("orphan"))
+    assert row.split()[1:6] == ["doomed", "0", "1", "-", "-"], row  # no log end offset, no lag
