@@ -145,17 +145,23 @@ def admin_client(args: argparse.Namespace) -> Any:
     return AdminClient(client_config(servers, **{"socket.timeout.ms": int(timeout_s(args) * 1000)}))
 
 
-def kafka_message(e: BaseException) -> str:
-    """The broker's or client's own words for a KafkaException, without the repr around them."""
+def _kafka_error(e: Any) -> Any:
+    """The KafkaError in a KafkaException (or `e` itself when it is one), else None."""
+    if hasattr(e, "str") and hasattr(e, "code"):
+        return e
     err = e.args[0] if getattr(e, "args", None) else None
-    if err is not None and hasattr(err, "str"):
-        return str(err.str())
-    return str(e)
+    return err if hasattr(err, "str") and hasattr(err, "code") else None
 
 
-def error_code(e: BaseException) -> Any:
-    err = e.args[0] if getattr(e, "args", None) else None
-    return err.code() if err is not None and hasattr(err, "code") else None
+def kafka_message(e: Any) -> str:
+    """The broker's or client's own words for a KafkaException or KafkaError, without the repr around them."""
+    err = _kafka_error(e)
+    return str(err.str()) if err is not None else str(e)
+
+
+def error_code(e: Any) -> Any:
+    err = _kafka_error(e)
+    return err.code() if err is not None else None
 
 
 def list_topic_names(admin: Any, args: argparse.Namespace) -> list[str]:
@@ -166,9 +172,20 @@ def list_topic_names(admin: Any, args: argparse.Namespace) -> list[str]:
     try:
         md = admin.list_topics(timeout=timeout_s(args))
     except KafkaException as e:
-        raise ToolError(f"no answer from the broker at {bootstrap(args)} within {timeout_s(args):g} s "
-                        f"({kafka_message(e)})") from None
+        raise no_answer(args, e) from None
     return sorted(md.topics)
+
+
+def no_answer(args: argparse.Namespace, e: Any) -> ToolError:
+    """The error for a request no broker answered in time (the server is named: it may be the wrong one)."""
+    return ToolError(f"no answer from the broker at {bootstrap(args)} within {timeout_s(args):g} s "
+                     f"({kafka_message(e)})")
+
+
+def is_no_answer(e: Any) -> bool:
+    from confluent_kafka import KafkaError
+
+    return error_code(e) in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN)
 
 
 def describe_topic(admin: Any, args: argparse.Namespace, name: str) -> Any:
@@ -183,6 +200,8 @@ def describe_topic(admin: Any, args: argparse.Namespace, name: str) -> Any:
     except KafkaException as e:
         if error_code(e) == KafkaError.UNKNOWN_TOPIC_OR_PART:
             raise ToolError(f"Topic '{name}' does not exist.") from None
+        if is_no_answer(e):
+            raise no_answer(args, e) from None
         raise ToolError(f"describing topic '{name}' failed: {kafka_message(e)}") from None
 
 
@@ -197,7 +216,7 @@ def run(func: Any, args: argparse.Namespace) -> int:
         print(f"{prefix}: {e}", file=sys.stderr)
         return e.code
     except KafkaException as e:
-        print(f"Error: {kafka_message(e)}", file=sys.stderr)
+        print(f"Error: {no_answer(args, e) if is_no_answer(e) else kafka_message(e)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("Interrupted.", file=sys.stderr)

@@ -24,7 +24,9 @@ from gregor.tools.common import (
     bootstrap,
     client_config,
     describe_topic,
+    is_no_answer,
     kafka_message,
+    no_answer,
     timeout_s,
 )
 
@@ -61,6 +63,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     admin = admin_client(args)
     res = admin.list_consumer_groups(request_timeout=timeout_s(args)).result()
     if res.errors:  # e.g. a broker did not answer: a list without its groups would be a lie
+        if is_no_answer(res.errors[0]):
+            raise no_answer(args, res.errors[0])
         raise ToolError(f"listing groups at {bootstrap(args)} failed: {kafka_message(res.errors[0])}")
     for g in sorted(res.valid, key=lambda g: g.group_id):
         if args.state:
