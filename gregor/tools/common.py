@@ -58,10 +58,9 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 def add_bootstrap(parser: argparse.ArgumentParser) -> None:
-    """--bootstrap-server on this (sub)parser. SUPPRESS as default lets the option be given at any
-    level of nested subcommands without a deeper level's default overwriting a value given earlier."""
-    parser.add_argument("--bootstrap-server", default=argparse.SUPPRESS, metavar="HOST:PORT[,HOST:PORT]",
-                        help=f"broker(s) to connect to (default: {DEFAULT_BOOTSTRAP})")
+    """--bootstrap-server, accepted anywhere on the tool's line (each tool has one flat parser)."""
+    parser.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT[,HOST:PORT]",
+                        help="broker(s) to connect to")
 
 
 def add_request_timeout(parser: argparse.ArgumentParser) -> None:
