@@ -83,6 +83,14 @@ def cmd_describe(args: argparse.Namespace) -> int:
     if _state_name(desc.state) == "Dead" and not desc.members and not committed:
         # DescribeGroups answers a group it never heard of with state Dead and no error, as Kafka does.
         raise ToolError(f"Consumer group '{args.group}' does not exist.")
+    if args.state and args.members:
+        raise UsageError("--state and --members exclude each other")
+    if args.state:  # kafka-consumer-groups.sh --describe --state
+        co = desc.coordinator
+        print(f"{'GROUP':<24} {'COORDINATOR (ID)':<28} {'ASSIGNMENT-STRATEGY':<20} {'STATE':<20} #MEMBERS")
+        print(f"{args.group:<24} {f'{co.host}:{co.port} ({co.id})' if co else '-':<28} "
+              f"{desc.partition_assignor or '-':<20} {_state_name(desc.state):<20} {len(desc.members)}")
+        return 0
     if args.members:
         print(f"{'GROUP':<24} {'CONSUMER-ID':<56} {'HOST':<16} {'CLIENT-ID':<24} #PARTITIONS")
         for m in desc.members:
@@ -216,7 +224,7 @@ def cmd_groups(args: argparse.Namespace) -> int:
     elif not args.group:
         raise UsageError(f"{action} needs a group (GROUP or --group GROUP)")
     misplaced = {
-        "--state": action != "list" and args.state,
+        "--state": action not in ("list", "describe") and args.state,
         "--members": action != "describe" and args.members,
         "--topic": action != "reset-offsets" and args.topic is not None,
         "--all-topics": action != "reset-offsets" and args.all_topics,
@@ -251,7 +259,7 @@ def add_subcommands(sub: Any) -> None:
     kafka.add_argument("--group", help="the consumer group (same as GROUP)")
     add_bootstrap(g)
     add_request_timeout(g)
-    g.add_argument("--state", action="store_true", help="(list) show each group's state")
+    g.add_argument("--state", action="store_true", help="(list, describe) show the group's state")
     g.add_argument("--members", action="store_true", help="(describe) show members instead of offsets")
     r = g.add_argument_group("reset-offsets (a dry run unless --execute; the group must be inactive)")
     r.add_argument("--topic", help="reset every partition of this topic (default: partitions with commits)")

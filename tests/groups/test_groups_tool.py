@@ -78,6 +78,9 @@ def test_list_describe_reset_delete(b: BrokerProcess) -> None:
     res = kafka_style(b, "--describe", "--group", "tooled")
     row = next(ln for ln in res.stdout.splitlines() if ln.startswith("tooled"))
     assert res.returncode == 0 and row.split()[3:6] == ["12", "100", "88"], res
+    state = kafka_style(b, "--describe", "--group", "tooled", "--state").stdout.splitlines()
+    assert state[0].split()[:3] == ["GROUP", "COORDINATOR", "(ID)"], state
+    assert state[1].split()[0] == "tooled" and state[1].split()[-2:] == ["Empty", "0"], state
     assert "tooled" in kafka_style(b, "--list").stdout.split()
     assert "tooled\tEmpty" in kafka_style(b, "--list", "--state").stdout
     res = kafka_style(b, "--delete", "--group", "tooled")
