@@ -102,16 +102,18 @@ def cmd_produce(args: argparse.Namespace) -> int:
                     p.poll(0.1)
             count += 1
             p.poll(0)
+    except KeyboardInterrupt:
+        pass  # Ctrl-C ends the input, as Ctrl-D does: what was read is still delivered and counted
+    try:
         # flush(timeout) returns how many messages are still waiting for a delivery report; each
         # one gets a report (success or failure) within message.timeout.ms, so wait for them all.
         deadline = time.monotonic() + args.delivery_timeout_ms / 1000.0 + 5
         remaining = p.flush(0.5)
         while remaining and time.monotonic() < deadline:
             remaining = p.flush(0.5)
-    except KeyboardInterrupt:
-        remaining = len(p)
+    except KeyboardInterrupt:  # a second Ctrl-C: stop waiting, say what is known
         raise ToolError(f"interrupted: {delivered} of {count} messages delivered to {topic}, "
-                        f"{len(errors)} failed, {remaining} unconfirmed", 130) from None
+                        f"{len(errors)} failed, {len(p)} unconfirmed", 130) from None
     failed = count - delivered
     if failed:
         reason = f": {errors[0]}" if errors else " (no delivery report)"

@@ -159,3 +159,21 @@ def test_consume_into_a_closed_pipe_ends_quietly(strict: BrokerProcess) -> None:
     finally:
         proc.kill()
     assert proc.returncode == 141 and err == "", err
+
+
+def test_ctrl_c_ends_produce_input_and_delivers_what_was_read(strict: BrokerProcess) -> None:
+    assert gregor("topics", "--create", "--topic", "typed", "--bootstrap-server", strict.bootstrap).returncode == 0
+    proc = popen("produce", "typed", "--bootstrap-server", strict.bootstrap)
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write("typed by hand\n")
+        proc.stdin.flush()
+        assert read(strict, "typed", 1) == [b"typed by hand"]
+        proc.send_signal(signal.SIGINT)  # a user at a terminal ends the producer this way
+        proc.wait(20)  # stdin stays open: it is the signal that ends the input
+        assert proc.stderr is not None
+        err = proc.stderr.read()
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert one_line(err) == "Produced 1 messages to typed."
