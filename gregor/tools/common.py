@@ -37,7 +37,12 @@ class UsageError(ToolError):
 
 class ToolParser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line naming the command and pointing to --help,
-    instead of the usage block followed by the error."""
+    instead of the usage block followed by the error, and whose --help shows defaults. Subcommand
+    parsers are of the parser's own class, so every `gregor` subcommand gets both."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         print(f"{self.prog}: error: {message} (see '{self.prog} --help')", file=sys.stderr)

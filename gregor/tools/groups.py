@@ -209,6 +209,11 @@ def cmd_groups(args: argparse.Namespace) -> int:
     """Resolve the two spellings (subcommand word or Kafka's --flag; GROUP or --group) into one
     action and group, refusing options that do not belong to the action."""
     actions = {a for a in ACTIONS if getattr(args, "flag_" + a.replace("-", "_"))}
+    if args.action and args.action not in ACTIONS:
+        if actions and args.group_pos is None:  # `--describe my-group`: the one word is the group
+            args.action, args.group_pos = None, args.action
+        else:
+            raise UsageError(f"unknown action {args.action!r} (choose from {', '.join(ACTIONS)})")
     if args.action:
         actions.add(args.action)
     if len(actions) != 1:
@@ -250,7 +255,7 @@ def add_subcommands(sub: Any) -> None:
                "  gregor groups describe my-group        (or: --describe --group my-group)\n"
                "  gregor groups reset-offsets my-group --topic events --to-earliest --execute\n"
                "  gregor groups delete my-group")
-    g.add_argument("action", nargs="?", choices=ACTIONS, metavar="{" + ",".join(ACTIONS) + "}",
+    g.add_argument("action", nargs="?", metavar="{" + ",".join(ACTIONS) + "}",
                    help="what to do (or one of the --list, --describe, --delete, --reset-offsets options)")
     g.add_argument("group_pos", nargs="?", metavar="GROUP", help="the consumer group")
     kafka = g.add_argument_group("kafka-consumer-groups.sh spellings")

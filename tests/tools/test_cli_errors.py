@@ -30,6 +30,7 @@ USAGE_ERRORS = [
     (["groups", "--list", "--describe", "--group", "g"], "exactly one of"),
     (["groups", "list", "--to-earliest"], "--to-earliest does not apply to list"),
     (["groups", "reset-offsets", "g"], "exactly one of --to-earliest"),
+    (["groups", "descibe", "g"], "unknown action 'descibe'"),
     (["nosuch"], "invalid choice"),
 ]
 
