@@ -77,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     pipeline_cli.add_subcommands(sub)
 
     args, extra = parser.parse_known_args(argv)
+    if extra and hasattr(args, "take_words"):
+        extra = args.take_words(args, extra)
     if extra:  # named by the subcommand they were given to, not by the top-level parser
         print(f"gregor {args.command}: error: unrecognized arguments: {' '.join(extra)} "
               f"(see 'gregor {args.command} --help')", file=sys.stderr)

@@ -202,6 +202,15 @@ def cmd_reset(args: argparse.Namespace) -> int:
     return 0
 
 
+def take_words(args: argparse.Namespace, extra: list[str]) -> list[str]:
+    """Give GROUP a word argparse left over. argparse fills optional positionals from the first run
+    of words only, so in `describe --members G` the G comes back unparsed; returns what is still left."""
+    if args.group_pos is None and extra and not extra[0].startswith("-"):
+        args.group_pos = extra[0]
+        return extra[1:]
+    return extra
+
+
 _COMMANDS = {"list": cmd_list, "describe": cmd_describe, "delete": cmd_delete, "reset-offsets": cmd_reset}
 
 
@@ -277,4 +286,4 @@ def add_subcommands(sub: Any) -> None:
     r.add_argument("--shift-by", type=int, help="move each committed offset by N (negative: back)")
     r.add_argument("--execute", action="store_true", help="apply the reset (default: print it only)")
     r.add_argument("--dry-run", action="store_true", help="print the reset only (the default)")
-    g.set_defaults(func=cmd_groups)
+    g.set_defaults(func=cmd_groups, take_words=take_words)

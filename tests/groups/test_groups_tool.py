@@ -91,7 +91,7 @@ def test_list_describe_reset_delete(b: BrokerProcess) -> None:
 
 
 def test_describe_unknown_group_fails(b: BrokerProcess) -> None:
-    for res in (gregor(b, "describe", "nosuch"), kafka_style(b, "describe", "nosuch"), gregor(b, "--describe", "nosuch"),
+    for res in (gregor(b, "describe", "nosuch"), gregor(b, "describe", "--members", "nosuch"), kafka_style(b, "describe", "nosuch"), gregor(b, "--describe", "nosuch"),
                 kafka_style(b, "--describe", "--group", "nosuch"), kafka_style(b, "--describe", "--group", "nosuch",
                                                                               "--members")):
         assert res.returncode == 1, res
