@@ -22,6 +22,7 @@ from gregor.tools.common import (
 )
 
 ACTIONS = ("create", "list", "describe", "alter", "delete")
+INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state")
 _DEFAULT_CONFIG_SOURCE = 5  # DescribeConfigs: a value nobody set (Kafka's ConfigSource.DEFAULT_CONFIG)
 
 
@@ -38,6 +39,8 @@ def _action(args: argparse.Namespace) -> str:
         raise UsageError("--delete-config applies to --alter only")
     if action == "alter" and args.partitions is None and not args.config and not args.delete_config:
         raise UsageError("--alter needs --partitions N, --config KEY=VALUE or --delete-config KEY")
+    if args.exclude_internal and action not in ("list", "describe"):
+        raise UsageError("--exclude-internal applies to --list and --describe only")
     if action not in ("create", "alter") and (args.partitions is not None):
         raise UsageError("--partitions applies to --create and --alter only")
     if action != "create" and args.replication_factor is not None:
@@ -86,17 +89,26 @@ def _non_default_configs(admin: Any, args: argparse.Namespace, names: list[str])
     return out
 
 
+def _names(admin: Any, args: argparse.Namespace) -> list[str]:
+    names = list_topic_names(admin, args)
+    if args.exclude_internal:  # the broker's own topics (__consumer_offsets, __transaction_state)
+        names = [n for n in names if n not in INTERNAL_TOPICS]
+    return names
+
+
 def _ids(nodes: list[Any]) -> str:
     return ",".join(str(n.id) for n in nodes)
 
 
 def _describe(admin: Any, args: argparse.Namespace) -> None:
-    names = [args.topic] if args.topic else list_topic_names(admin, args)
+    names = [args.topic] if args.topic else _names(admin, args)
     descriptions = [describe_topic(admin, args, n) for n in names]
     configs = _non_default_configs(admin, args, names)
     for d in descriptions:
         rf = len(d.partitions[0].replicas) if d.partitions else 0
-        print(f"Topic: {d.name}\tTopicId: {d.topic_id}\tPartitionCount: {len(d.partitions)}\t"
+        # Kafka writes topic ids in URL-safe base64 (Uuid.toString); librdkafka in the standard alphabet.
+        topic_id = str(d.topic_id).replace("+", "-").replace("/", "_")
+        print(f"Topic: {d.name}\tTopicId: {topic_id}\tPartitionCount: {len(d.partitions)}\t"
               f"ReplicationFactor: {rf}\tConfigs: {','.join(configs.get(d.name, []))}")
         for p in sorted(d.partitions, key=lambda p: p.id):
             leader = p.leader.id if p.leader is not None else "none"
@@ -130,7 +142,7 @@ def cmd_topics(args: argparse.Namespace) -> int:
     configs = parse_key_values(args.config, "--config")
     admin = admin_client(args)
     if action == "list":
-        for name in list_topic_names(admin, args):
+        for name in _names(admin, args):
             print(name)
     elif action == "describe":
         _describe(admin, args)
@@ -173,6 +185,8 @@ def add_subcommands(sub: Any) -> None:
                    help="(--create, --alter) set a topic config; repeatable")
     t.add_argument("--delete-config", action="append", default=[], metavar="KEY",
                    help="(--alter) return a topic config to its default; repeatable")
+    t.add_argument("--exclude-internal", action="store_true",
+                   help="(--list, --describe) leave out internal topics such as __consumer_offsets")
     t.add_argument("--if-not-exists", action="store_true", help="(--create) succeed if the topic exists")
     t.add_argument("--if-exists", action="store_true", help="(--delete) succeed if the topic does not exist")
     add_request_timeout(t)

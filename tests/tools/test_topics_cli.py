@@ -60,6 +60,12 @@ def test_kafka_spellings_create_describe_alter_list_delete(broker: BrokerProcess
     out = topics(broker, "--describe")[1]
     assert [ln.split("\t")[0] for ln in out.splitlines() if ln.startswith("Topic: ")] == \
         [f"Topic: {t}" for t in listed]
+    # Once a group has used the broker, __consumer_offsets is listed too, unless excluded.
+    assert gregor("groups", "describe", "g", "--bootstrap-server", broker.bootstrap).returncode == 1
+    assert "__consumer_offsets" in topics(broker, "--list")[1].split()
+    assert "__consumer_offsets" not in topics(broker, "--list", "--exclude-internal")[1].split()
+    out = topics(broker, "--describe", "--exclude-internal")[1]
+    assert "Topic: events\t" in out and "__consumer_offsets" not in out
 
     assert topics(broker, "--delete", "--topic", "events")[0] == 0
     assert "events" not in names(broker)
