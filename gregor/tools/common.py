@@ -222,6 +222,10 @@ def run(func: Any, args: argparse.Namespace) -> int:
     except KafkaException as e:
         print(f"Error: {no_answer(args, e) if is_no_answer(e) else kafka_message(e)}", file=sys.stderr)
         return 1
+    except TimeoutError:  # a client call that the request timeout did not settle
+        print(f"Error: no answer from the broker at {bootstrap(args)} within {timeout_s(args):g} s",
+              file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("Interrupted.", file=sys.stderr)
         return 130

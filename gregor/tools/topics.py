@@ -54,7 +54,7 @@ def _result(fut: Any, args: argparse.Namespace, what: str, ignore: int | None = 
     from confluent_kafka import KafkaException
 
     try:
-        fut.result(timeout_s(args))
+        fut.result(timeout_s(args) + 5)  # the request's own timeout settles it first
     except KafkaException as e:
         if ignore is not None and error_code(e) == ignore:
             return False
