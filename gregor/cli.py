@@ -52,27 +52,40 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gregor", description="Gregor: a Kafka-compatible commit log")
-    sub = parser.add_subparsers(dest="command", required=True)
+    from gregor.tools import consume, groups, produce, topics
+    from gregor.tools.common import HelpFormatter, ToolParser, run
 
-    p = sub.add_parser("serve", help="start a broker")
+    parser = ToolParser(prog="gregor", description="Gregor: a Kafka-compatible commit log",
+                        formatter_class=HelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("serve", help="start a broker", formatter_class=HelpFormatter)
     p.add_argument("properties", nargs="?", help="server.properties file")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="set a broker property (repeatable)")
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
+                   help="lowest level of broker log lines printed to stderr")
     p.set_defaults(func=cmd_serve)
 
-    from gregor.tools import console, groups
-
-    console.add_subcommands(sub)
+    topics.add_subcommands(sub)
+    produce.add_subcommands(sub)
+    consume.add_subcommands(sub)
     groups.add_subcommands(sub)
 
     from gregor.pipeline import cli as pipeline_cli
 
     pipeline_cli.add_subcommands(sub)
 
-    args = parser.parse_args(argv)
-    return int(args.func(args) or 0)
+    args, extra = parser.parse_known_args(argv)
+    if extra and hasattr(args, "take_words"):
+        extra = args.take_words(args, extra)
+    if extra:  # named by the subcommand they were given to, not by the top-level parser
+        print(f"gregor {args.command}: error: unrecognized arguments: {' '.join(extra)} "
+              f"(see 'gregor {args.command} --help')", file=sys.stderr)
+        return 2
+    if args.func is cmd_serve:
+        return cmd_serve(args)
+    return run(args.func, args)
 
 
 if __name__ == "__main__":

@@ -1,15 +1,25 @@
-"""`gregor groups`: list, describe with lag, reset offsets (dry run and --execute), delete."""
+"""`gregor groups`: list, describe with lag, reset offsets (dry run and --execute), delete, in both
+spellings (subcommand words and kafka-consumer-groups.sh's options)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tests.broker_process import BrokerProcess
+
+
+@pytest.fixture(scope="module")
+def b(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker for the module; groups start at once (no initial rebalance delay)."""
+    broker = BrokerProcess(tmp_path_factory.mktemp("groups-tool"), {"group.initial.rebalance.delay.ms": "0"}).start()
+    yield broker
+    broker.kill()
 
 
 def gregor(b: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:
@@ -17,8 +27,13 @@ def gregor(b: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=60)
 
 
-def test_list_describe_reset_delete(start_broker: Callable[..., BrokerProcess]) -> None:
-    b = start_broker({"group.initial.rebalance.delay.ms": "0"})
+def kafka_style(b: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    """kafka-consumer-groups.sh's spelling, with --bootstrap-server last."""
+    return subprocess.run([sys.executable, "-m", "gregor", "groups", *args, "--bootstrap-server", b.bootstrap],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_list_describe_reset_delete(b: BrokerProcess) -> None:
     p = Producer({"bootstrap.servers": b.bootstrap})
     base = int(time.time() * 1000) - 100_000
     for i in range(100):
@@ -55,6 +70,46 @@ def test_list_describe_reset_delete(start_broker: Callable[..., BrokerProcess]) 
     when = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime((base + 30_000) / 1000))
     assert gregor(b, "reset-offsets", "tooled", "--topic", "tool", "--to-datetime", when, "--execute").returncode == 0
     assert check.committed([TopicPartition("tool", 0)], timeout=10)[0].offset == 30
+    # kafka-consumer-groups.sh's spellings do the same.
+    res = kafka_style(b, "--reset-offsets", "--group", "tooled", "--topic", "tool", "--to-offset", "12", "--execute")
+    assert res.returncode == 0, res.stderr
+    assert check.committed([TopicPartition("tool", 0)], timeout=10)[0].offset == 12
     check.close()
-    assert gregor(b, "delete", "tooled").returncode == 0
+    res = kafka_style(b, "--describe", "--group", "tooled")
+    row = next(ln for ln in res.stdout.splitlines() if ln.startswith("tooled"))
+    assert res.returncode == 0 and row.split()[3:6] == ["12", "100", "88"], res
+    state = kafka_style(b, "--describe", "--group", "tooled", "--state").stdout.splitlines()
+    assert state[0].split()[:3] == ["GROUP", "COORDINATOR", "(ID)"], state
+    assert state[1].split()[0] == "tooled" and state[1].split()[-2:] == ["Empty", "0"], state
+    assert "tooled" in kafka_style(b, "--list").stdout.split()
+    assert "tooled\tEmpty" in kafka_style(b, "--list", "--state").stdout
+    res = kafka_style(b, "--delete", "--group", "tooled")
+    assert res.returncode == 0, res.stderr
     assert "tooled" not in gregor(b, "list").stdout
+    res = kafka_style(b, "delete", "tooled")
+    assert res.returncode == 1 and res.stderr.startswith("Error: deletion of group 'tooled' failed"), res
+
+
+def test_describe_unknown_group_fails(b: BrokerProcess) -> None:
+    for res in (gregor(b, "describe", "nosuch"), gregor(b, "describe", "--members", "nosuch"), kafka_style(b, "describe", "nosuch"), gregor(b, "--describe", "nosuch"),
+                kafka_style(b, "--describe", "--group", "nosuch"), kafka_style(b, "--describe", "--group", "nosuch",
+                                                                              "--members")):
+        assert res.returncode == 1, res
+        assert res.stderr == "Error: Consumer group 'nosuch' does not exist.\n" and res.stdout == "", res
+
+
+def test_describe_group_with_offsets_of_a_deleted_topic(b: BrokerProcess) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    p = Producer({"bootstrap.servers": b.bootstrap})
+    p.produce("doomed", b"x")
+    assert p.flush(10) == 0
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "orphan"})
+    c.commit(offsets=[TopicPartition("doomed", 0, 1)], asynchronous=False)
+    c.close()
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.delete_topics(["doomed"])["doomed"].result(10)
+    res = gregor(b, "describe", "orphan")
+    assert res.returncode == 0 and res.stderr == "", res
+    row = next(ln for ln in res.stdout.splitlines() if ln.startswith("orphan"))
+    assert row.split()[1:6] == ["doomed", "0", "1", "-", "-"], row  # no log end offset, no lag
