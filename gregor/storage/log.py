@@ -326,24 +326,25 @@ class Log:
         except StorageError:
             old_size = seg.size
         truncated = seg.recover(self.leader_epoch_cache)
-        if not truncated:
+        later = segments[i + 1 :] if truncated else []
+        if not truncated and (not flushed or i < len(segments) - 1 or seg.next_offset >= recovery_point):
             return
-        later = segments[i + 1 :]
         later_bytes = sum(s.size for s in later)
         dropped_to = max([recovery_point] + [s.base_offset for s in later])
         level = logging.ERROR if flushed or seg.next_offset < recovery_point else logging.WARNING
         logger.log(
             level,
-            "%s-%d: truncated segment %s at position %d (%d of %d bytes dropped) and deleted %d later segments "
-            "(%d bytes): the log now ends at offset %d%s",
-            self.topic, self.partition, seg.log_path, seg.size, truncated, old_size, len(later), later_bytes,
+            "%s-%d: recovered segment %s: %d of its %d bytes dropped at position %d, and %d later segments "
+            "(%d bytes) deleted: the log now ends at offset %d%s",
+            self.topic, self.partition, seg.log_path, truncated, old_size, seg.size, len(later), later_bytes,
             seg.next_offset,
             f"; offsets {seg.next_offset} to at least {dropped_to - 1} were lost" if dropped_to > seg.next_offset else "",
         )
         for s in later:
             s.close()
             s.delete_files()
-        del segments[i + 1 :]
+        if later:
+            del segments[i + 1 :]
 
     # --- accessors ------------------------------------------------------------------------
 
