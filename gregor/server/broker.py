@@ -92,18 +92,15 @@ class Broker:
             self.store.cluster_id,
         )
 
-    @property
-    def logs_loaded(self) -> bool:
-        return not self.log_manager.loading
-
     async def _load_logs(self) -> None:
         """Load the logs off the event loop, then bring their partitions online."""
         t0 = time.monotonic()
         try:
             await asyncio.get_running_loop().run_in_executor(None, self.log_manager.load_logs)
-        except Exception:
-            log.exception("loading the logs failed")
-            raise
+        except Exception:  # not one bad log (those go offline): something systemic; stop cleanly
+            log.exception("loading the logs failed; stopping the broker")
+            self.request_stop()
+            return
         if self.log_manager.loading or self._shutting_down:  # stopped early by a shutdown
             return
         self.replica_manager.on_logs_loaded()
