@@ -177,3 +177,37 @@ def test_broker_answers_while_logs_load(start_broker: Callable[..., BrokerProces
     assert _latest_offset(c, "small") == (0, 1)
     c.close()
     print(f"loaded {n} batches in {loaded_after:.1f} s after the start; answered {listening - t_start:.2f} s after it")
+
+
+def test_an_unloadable_log_leaves_only_its_partition_offline(start_broker: Callable[..., BrokerProcess],
+                                                             tmp_path: Path) -> None:
+    """Before: one log that could not be opened stopped the broker from starting at all."""
+    data_dir = tmp_path / "data"
+    b = start_broker(data_dir=data_dir)
+    c = WireClient(b.bootstrap)
+    r = c.request(19, 5, {"topics": [{"name": "two", "num_partitions": 2, "replication_factor": 1,
+                                      "assignments": [], "configs": []}], "timeout_ms": 5000, "validate_only": False})
+    assert r.topics[0].error_code == 0
+    batch = bytes(build_batch([Record(0, 1, None, b"v")]))
+    for p in (0, 1):
+        body = _produce_body("two", batch)
+        body["topic_data"][0]["partition_data"][0]["index"] = p
+        assert c.request(0, 9, body).responses[0].partition_responses[0].error_code == 0
+    c.close()
+    assert b.stop() == 0
+    seg = data_dir / "two-1" / f"{0:020d}.log"
+    seg.unlink()
+    seg.mkdir()  # cannot be opened as a file, not even by recovery
+    b.restart()
+    c = WireClient(b.bootstrap)
+    md = _metadata(c, "two")
+    assert md[("two", 0)] == (0, 0) and md[("two", 1)][0] == ErrorCode.KAFKA_STORAGE_ERROR, md
+    codes = []
+    for p in (0, 1):
+        body = _produce_body("two", batch)
+        body["topic_data"][0]["partition_data"][0]["index"] = p
+        codes.append(c.request(0, 9, body).responses[0].partition_responses[0].error_code)
+    assert codes == [0, ErrorCode.KAFKA_STORAGE_ERROR]
+    c.close()
+    assert "two-1" in b.log_text() and "stays offline" in b.log_text()
+    assert seg.is_dir()  # left as it was, for an operator
