@@ -91,6 +91,11 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
     _p("offsets.retention.minutes", "int", 10080, lo=1, doc="How long the committed offsets of an empty group are kept"),
     _p("offsets.retention.check.interval.ms", "long", 600000, lo=1, doc="How often expired offsets are removed"),
     _p("offset.metadata.max.bytes", "int", 4096, lo=0),
+    # hardening: storage
+    _p("log.segment.open.files.max", "int", 0, lo=0,
+       doc="Gregor only: segment files held open at once (an LRU; the others are opened when used). "
+           "0 means half the soft RLIMIT_NOFILE. Kafka keeps every segment open; this lets a broker "
+           "load more partitions than it has file descriptors"),
 ]}
 
 

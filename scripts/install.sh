@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Installs what Gregor and its tests need on a fresh Debian machine: system packages
-# (kcat for the client tests) and a virtualenv in .venv with the package and test extras.
+# (kcat for the client tests, strace for the durability tests) and a virtualenv in .venv with
+# the package and test extras.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
 missing=()
 command -v kcat >/dev/null 2>&1 || missing+=(kcat)
+# strace: the durability tests check that flush.messages=1 fsyncs before the acknowledgement.
+command -v strace >/dev/null 2>&1 || missing+=(strace)
 # Spark (the gregor.spark connector and pipeline) needs a Java runtime; 17 is what pyspark 4.3 targets.
 java -version >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
 if [ ${#missing[@]} -gt 0 ]; then

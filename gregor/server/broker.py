@@ -1,8 +1,13 @@
 """The broker: composes config, storage, metadata, controller, replica manager and network.
 
-Lifecycle: `start()` loads the logs (recovering after a crash), binds the listeners,
-registers with the metadata store and starts the periodic jobs (retention, flush,
-checkpoints). `shutdown()` stops accepting, lets in-flight requests finish, answers
+Lifecycle: `__init__` only scans the log dirs (directory listings and checkpoint files).
+`start()` binds the listeners and registers with the metadata store at once, then loads the
+logs (recovering after a crash) on a worker thread: the broker answers within moments of
+listening, reporting partitions still loading as Kafka does (Metadata: LEADER_NOT_AVAILABLE;
+Produce, Fetch, ListOffsets: NOT_LEADER_OR_FOLLOWER; group APIs: COORDINATOR_LOAD_IN_PROGRESS),
+so clients retry. Once every log is loaded, the partitions come online, the group coordinator
+replays __consumer_offsets, the periodic jobs (retention, flush, checkpoints) start and
+"all logs loaded" is logged. `shutdown()` stops accepting, lets in-flight requests finish, answers
 parked fetches, flushes and writes recovery checkpoints with a clean-shutdown marker.
 """
 
@@ -42,8 +47,9 @@ class Broker:
         # Logs open with their topics' configs, so the cleaner never sees a compacted log as delete-only.
         topic_configs = {name: log_config_for(config, t.configs, name) for name, t in self.store.topics().items()}
         self.log_manager = LogManager(config.log_dirs, config.log_config, topic_configs,
-                                      cleaner_config=CleanerConfig.from_broker(config.get))
-        log.info("loaded %d logs in %.0f ms", len(self.log_manager.all_logs()), (time.monotonic() - t0) * 1000)
+                                      cleaner_config=CleanerConfig.from_broker(config.get),
+                                      load=False, open_files_max=config.get("log.segment.open.files.max"))
+        log.info("scanned the log dirs in %.0f ms", (time.monotonic() - t0) * 1000)
         self.controller = Controller(self.store, config)
         self.replica_manager = ReplicaManager(config, self.store, self.log_manager)
         self.group_coordinator = GroupCoordinator(config, append_via(self.replica_manager), self._read_offsets_partition)
@@ -57,6 +63,8 @@ class Broker:
             receive_buffer_bytes=config.get("socket.receive.buffer.bytes"),
         )
         self.bound_ports: list[int] = []
+        self._load_task: asyncio.Future[None] | None = None
+        self._shutting_down = False
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
 
@@ -70,19 +78,37 @@ class Broker:
             adv_port = self.bound_ports[0]
         self.store.register_broker(BrokerInfo(self.config.broker_id, adv_host or "127.0.0.1", adv_port))
         self.store.add_listener(self.replica_manager.on_metadata_change)
-        self.replica_manager.sync_all()
-        self.group_coordinator.load()
-        self._every(self.config.get("log.retention.check.interval.ms"), self._retention)
-        flush_ms = min(self.config.get("log.flush.scheduler.interval.ms"), 2**31)
-        self._every(min(flush_ms, 1000), self._flush)
-        self._every(self.config.get("replica.high.watermark.checkpoint.interval.ms"), self._checkpoint)
-        self._every(self.config.get("offsets.retention.check.interval.ms"), self._expire_offsets)
+        self.replica_manager.sync_all()  # new partitions only: the ones on disk are still loading
+        self._load_task = asyncio.ensure_future(self._load_logs())
         log.info(
             "Gregor broker %d started: listening on %s (cluster id %s)",
             self.config.broker_id,
             ", ".join(f"{parse_listener(s)[1]}:{p}" for s, p in zip(self.config.listeners, self.bound_ports, strict=False)),
             self.store.cluster_id,
         )
+
+    async def _load_logs(self) -> None:
+        """Load the logs off the event loop, then bring their partitions online."""
+        t0 = time.monotonic()
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, self.log_manager.load_logs)
+        except Exception:  # not one bad log (those go offline): something systemic; stop cleanly
+            log.exception("loading the logs failed; stopping the broker")
+            self.request_stop()
+            return
+        if self.log_manager.loading or self._shutting_down:  # stopped early by a shutdown
+            return
+        self.replica_manager.on_logs_loaded()
+        self.group_coordinator.load()
+        self._every(self.config.get("log.retention.check.interval.ms"), self._retention)
+        # Kafka checks flush.ms every log.flush.scheduler.interval.ms (default: never); we check at
+        # least every second, which also flushes rolled segments (Kafka schedules those one by one).
+        flush_ms = min(self.config.get("log.flush.scheduler.interval.ms"), 2**31)
+        self._every(max(1, min(flush_ms, 1000)), self._flush)
+        self._every(self.config.get("replica.high.watermark.checkpoint.interval.ms"), self._checkpoint)
+        self._every(self.config.get("offsets.retention.check.interval.ms"), self._expire_offsets)
+        log.info("all logs loaded: %d logs online, %d offline, in %.0f ms", len(self.log_manager.all_logs()),
+                 len(self.log_manager.offline), (time.monotonic() - t0) * 1000)
 
     def request_stop(self) -> None:
         self._stopped.set()
@@ -92,6 +118,7 @@ class Broker:
 
     async def shutdown(self) -> None:
         log.info("shutting down")
+        self._shutting_down = True
         self.socket_server.stop_accepting()
         self.replica_manager.fetch_purgatory.shutdown()
         self.group_coordinator.shutdown()
@@ -99,7 +126,10 @@ class Broker:
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        self.log_manager.shutdown()
+        # Stops a load in progress after the log being opened (waits for it, off the loop).
+        await asyncio.get_running_loop().run_in_executor(None, self.log_manager.shutdown)
+        if self._load_task is not None:
+            await asyncio.gather(self._load_task, return_exceptions=True)
         self.store.close()
         log.info("shut down cleanly")
 
@@ -130,7 +160,10 @@ class Broker:
 
     # --- helpers for handlers --------------------------------------------------------
     def group_coordinator_ready(self) -> GroupCoordinator:
-        """The coordinator, once __consumer_offsets exists (created on first use, as Kafka does)."""
+        """The coordinator, once __consumer_offsets exists (created on first use, as Kafka does)
+        and the logs are loaded (until then COORDINATOR_LOAD_IN_PROGRESS: clients retry)."""
+        if self.log_manager.loading:
+            raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "the broker is loading its logs")
         if self.store.topic(OFFSETS_TOPIC) is None:
             try:
                 self.controller.create_topic(

@@ -20,8 +20,9 @@ from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.records import BatchHeader
 from gregor.server.purgatory import Purgatory
 from gregor.storage.config import LogConfig
+from gregor.storage.errors import StorageError
 from gregor.storage.log import Log
-from gregor.storage.log_manager import LogManager
+from gregor.storage.log_manager import LogManager, LogNotLoadedError
 
 log = logging.getLogger("gregor.replica")
 
@@ -132,6 +133,11 @@ class ReplicaManager:
         self.store = store
         self.log_manager = log_manager
         self.partitions: dict[tuple[str, int], Partition] = {}
+        # Hosted partitions without a Partition yet: logs still loading at startup, and logs that
+        # failed to load or be created (offline, with the reason).
+        self.loading: set[tuple[str, int]] = set()
+        self.offline: dict[tuple[str, int], str] = {}
+        self._deleted_while_loading: set[str] = set()
         self.fetch_purgatory = Purgatory()
 
     # --- metadata -> local state -----------------------------------------------------
@@ -155,7 +161,18 @@ class ReplicaManager:
             key = (t.name, p)
             part = self.partitions.get(key)
             if part is None:
-                lg = self.log_manager.get_or_create_log(t.name, p, cfg)
+                try:
+                    lg = self.log_manager.get_or_create_log(t.name, p, cfg)
+                except LogNotLoadedError:
+                    self.loading.add(key)
+                    continue
+                except (StorageError, OSError) as e:  # one partition's failure must not stop the others
+                    if key not in self.offline:
+                        log.error("partition %s-%d is offline: %s", t.name, p, e)
+                    self.offline[key] = str(e)
+                    continue
+                self.loading.discard(key)
+                self.offline.pop(key, None)
                 self.partitions[key] = Partition(t.name, p, lg, state, self.broker_id, min_isr, compression_type)
             else:
                 part.apply_state(state)
@@ -164,8 +181,27 @@ class ReplicaManager:
                 if part.log.config != cfg:
                     part.log.update_config(cfg)
 
+    def on_logs_loaded(self) -> None:
+        """Every log on disk is loaded: bring their partitions online, and delete the logs of
+        topics deleted while they were loading."""
+        for topic in self._deleted_while_loading:
+            if self.store.topic(topic) is None:
+                for tp in [tp for tp in self.log_manager.logs() if tp[0] == topic]:
+                    self.log_manager.delete_log(*tp)
+        self._deleted_while_loading.clear()
+        self.loading.clear()
+        self.sync_all()
+
+    def is_loading(self, topic: str, p: int) -> bool:
+        return (topic, p) in self.loading
+
     def on_metadata_change(self, event: str, topic: str) -> None:
         if event == "deleted":
+            if self.log_manager.loading:
+                self._deleted_while_loading.add(topic)
+                self.loading = {tp for tp in self.loading if tp[0] != topic}
+            for key in [k for k in self.offline if k[0] == topic]:
+                del self.offline[key]
             for (name, p) in list(self.partitions):
                 if name == topic:
                     self.remove_partition(name, p, delete=True)
@@ -186,6 +222,10 @@ class ReplicaManager:
     def get_partition(self, topic: str, p: int) -> Partition:
         part = self.partitions.get((topic, p))
         if part is None:
+            if (topic, p) in self.loading:
+                raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{topic}-{p} is loading")
+            if (topic, p) in self.offline:
+                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{topic}-{p} is offline: {self.offline[(topic, p)]}")
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         return part
 

@@ -23,21 +23,23 @@ import bisect
 import logging
 import os
 import shutil
+import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from gregor.protocol.primitives import DecodeError
 from gregor.protocol.records import LOG_OVERHEAD, TIMESTAMP_TYPE_BIT, BatchHeader, patch_batch
 from gregor.storage.checkpoint import LEADER_EPOCH_CHECKPOINT, fsync_dir
 from gregor.storage.config import LogConfig
 from gregor.storage.errors import (
-    CorruptIndexError,
     KafkaStorageError,
     OffsetOutOfRangeError,
     RecordListTooLargeError,
     RecordTooLargeError,
+    StorageError,
     UnexpectedAppendOffsetError,
 )
 from gregor.storage.index import NO_TIMESTAMP
@@ -159,26 +161,35 @@ class Log:
         log_start_offset: int = 0,
         now_ms: int | None = None,
         clean_shutdown: bool = False,
+        segment_sizes: Mapping[int, int] | None = None,
     ) -> Log:
         """Load (or create) the log in `dir`.
 
         After an unclean shutdown every segment holding offsets at or after `recovery_point` is
         re-validated batch by batch and a torn or corrupt tail is truncated (with every later
-        segment). Segments whose index files are missing or corrupt are recovered too. Stray
-        `.deleted`/`.cleaned` files are removed and interrupted `.swap` replacements completed.
+        segment). After a clean shutdown the segments are not re-read, but each gets cheap sanity
+        checks: its size against `segment_sizes` (base offset -> size recorded at shutdown, if
+        known), its index files, and the framing and CRC of its batches after the last index
+        entry (`LogSegment.check_tail`); the last segment must end at `recovery_point` (the LEO
+        at shutdown). A segment failing any of them is recovered as after a crash. Whatever is
+        truncated is logged as an error naming the partition, segment, offsets and bytes.
+        Stray `.deleted`/`.cleaned` files are removed and interrupted `.swap` replacements completed.
         """
         now = _now() if now_ms is None else now_ms
         os.makedirs(dir, exist_ok=True)
         log = cls(dir, config, now)
         try:
-            log._load(recovery_point, log_start_offset, now, clean_shutdown)
+            log._load(recovery_point, log_start_offset, now, clean_shutdown, segment_sizes)
         except BaseException:
             for seg in log._segments:
                 seg.close()
             raise
         return log
 
-    def _load(self, recovery_point: int, log_start_offset: int, now: int, clean_shutdown: bool) -> None:
+    def _load(
+        self, recovery_point: int, log_start_offset: int, now: int, clean_shutdown: bool,
+        segment_sizes: Mapping[int, int] | None = None,
+    ) -> None:
         config = self.config
         logs: set[int] = set()
         swaps: list[int] = []
@@ -226,6 +237,11 @@ class Log:
         segments = [opened.get(base) or LogSegment.open(self.dir, base, config, now) for base in sorted(logs)]
         self._segments = segments  # closed on failure by `open`
         any_recovered = bool(opened)
+        if clean_shutdown and segment_sizes is not None:
+            missing = sorted(set(segment_sizes) - {seg.base_offset for seg in segments})
+            if missing:
+                logger.error("%s-%d: segments %s present at the last clean shutdown are missing from %s",
+                             self.topic, self.partition, missing, self.dir)
         i = 0
         first_unflushed = True
         while i < len(segments):
@@ -233,31 +249,23 @@ class Log:
             if seg.base_offset in opened:
                 i += 1
                 continue
-            unflushed = not clean_shutdown and (i == len(segments) - 1 or segments[i + 1].base_offset > recovery_point)
+            last = i == len(segments) - 1
+            next_base = None if last else segments[i + 1].base_offset
+            unflushed = not clean_shutdown and (last or segments[i + 1].base_offset > recovery_point)
+            reason = ""
             if unflushed:
                 if first_unflushed:  # epochs from here on are rebuilt from the batches
                     self.leader_epoch_cache.truncate_from_end(seg.base_offset)
                     first_unflushed = False
-                truncated = seg.recover(self.leader_epoch_cache)
-                any_recovered = True
-                if truncated and i < len(segments) - 1:
-                    logger.warning(
-                        "%s: corrupt data in segment %d; deleting the %d segments after it",
-                        self.dir, seg.base_offset, len(segments) - i - 1,
-                    )
-                    for later in segments[i + 1 :]:
-                        later.close()
-                        later.delete_files()
-                    del segments[i + 1 :]
             else:
-                try:
-                    seg.sanity_check(segments[i + 1].base_offset if i + 1 < len(segments) else None)
-                except CorruptIndexError as e:
-                    logger.warning("%s; recovering segment %s", e, seg.log_path)
-                    truncated = seg.recover()
-                    any_recovered = True
-                    if truncated:
-                        logger.error("%s: %d bytes of flushed data were corrupt", seg.log_path, truncated)
+                reason = self._sanity_check(seg, next_base, last, clean_shutdown, recovery_point, segment_sizes)
+            if unflushed or reason:
+                if reason:
+                    logger.error("%s-%d: segment %s fails its sanity check after a %s shutdown (%s); recovering it",
+                                 self.topic, self.partition, seg.log_path, "clean" if clean_shutdown else "unclean",
+                                 reason)
+                any_recovered = True
+                self._recover_segment(segments, i, recovery_point, flushed=bool(reason))
             i += 1
         for seg in segments[:-1]:  # recovered segments that are not the active one: final index entries
             if seg.time_index.loaded:
@@ -286,6 +294,57 @@ class Log:
         segments[-1].load_indexes()
         self._check_invariants()
         logger.debug("loaded %r", self)
+
+    def _sanity_check(
+        self, seg: LogSegment, next_base: int | None, last: bool, clean_shutdown: bool, recovery_point: int,
+        segment_sizes: Mapping[int, int] | None,
+    ) -> str:
+        """Why a segment that is not re-validated (below the recovery point, or after a clean
+        shutdown) cannot be trusted as it is, or "" if it passes the cheap checks."""
+        try:
+            if clean_shutdown and segment_sizes is not None:
+                expected = segment_sizes.get(seg.base_offset)
+                if expected is None:
+                    return "it did not exist at the last clean shutdown"
+                if expected != seg.size:
+                    return f"its size is {seg.size} bytes, {expected} at the last clean shutdown"
+            seg.sanity_check(next_base)
+            if clean_shutdown:
+                nxt = seg.check_tail(next_base)
+                if last and nxt != recovery_point and recovery_point > 0:
+                    return f"it ends at offset {nxt}, the log ended at {recovery_point} at the last clean shutdown"
+            return ""
+        except (StorageError, OSError, ValueError, DecodeError, struct.error) as e:
+            return str(e) or type(e).__name__
+
+    def _recover_segment(self, segments: list[LogSegment], i: int, recovery_point: int, flushed: bool) -> None:
+        """Re-validate segment `i` batch by batch; if it had to be truncated, delete every later
+        segment too (the log must stay contiguous), logging what was dropped."""
+        seg = segments[i]
+        try:
+            old_size = seg.file_size()
+        except StorageError:
+            old_size = seg.size
+        truncated = seg.recover(self.leader_epoch_cache)
+        later = segments[i + 1 :] if truncated else []
+        if not truncated and (not flushed or i < len(segments) - 1 or seg.next_offset >= recovery_point):
+            return
+        later_bytes = sum(s.size for s in later)
+        dropped_to = max([recovery_point] + [s.base_offset for s in later])
+        level = logging.ERROR if flushed or seg.next_offset < recovery_point else logging.WARNING
+        logger.log(
+            level,
+            "%s-%d: recovered segment %s: %d of its %d bytes dropped at position %d, and %d later segments "
+            "(%d bytes) deleted: the log now ends at offset %d%s",
+            self.topic, self.partition, seg.log_path, truncated, old_size, seg.size, len(later), later_bytes,
+            seg.next_offset,
+            f"; offsets {seg.next_offset} to at least {dropped_to - 1} were lost" if dropped_to > seg.next_offset else "",
+        )
+        for s in later:
+            s.close()
+            s.delete_files()
+        if later:
+            del segments[i + 1 :]
 
     # --- accessors ------------------------------------------------------------------------
 
@@ -347,7 +406,8 @@ class Log:
     ) -> AppendInfo:
         """Assign offsets to validated batches (patching their headers in `records` in place) and
         append them. `headers` are `validate_record_set(records, ...)`'s, positions relative to
-        `records`; they are updated to the assigned offsets too. No fsync: see `maybe_flush`.
+        `records`; they are updated to the assigned offsets too. No fsync unless flush.messages
+        says so (`_flush_if_messages_due`); flush.ms and rolled segments are `maybe_flush`'s.
         """
         if not headers:
             raise ValueError("nothing to append")
@@ -389,10 +449,12 @@ class Log:
                 latest = self.leader_epoch_cache.latest_epoch
                 if latest is None or leader_epoch > latest:
                     self.leader_epoch_cache.assign(leader_epoch, first)
-            return AppendInfo(
+            info = AppendInfo(
                 first, offset - 1, log_append_time if log_append_time is not None else -1,
                 self._log_start_offset, max_ts, offset_of_max, count, n,
             )
+        self._flush_if_messages_due(now_ms)
+        return info
 
     def append_as_follower(
         self, records: bytes | bytearray | memoryview, headers: list[BatchHeader], now_ms: int | None = None
@@ -432,7 +494,17 @@ class Log:
                 latest = cache.latest_epoch
                 if h.partition_leader_epoch >= 0 and (latest is None or h.partition_leader_epoch > latest):
                     cache.assign(h.partition_leader_epoch, h.base_offset)
-            return AppendInfo(first, expected - 1, -1, self._log_start_offset, max_ts, offset_of_max, count, n)
+            info = AppendInfo(first, expected - 1, -1, self._log_start_offset, max_ts, offset_of_max, count, n)
+        self._flush_if_messages_due(now)
+        return info
+
+    def _flush_if_messages_due(self, now: int) -> None:
+        """flush.messages, as Kafka applies it: once an append leaves that many messages (offsets)
+        unflushed, the log is fsynced in the append path, before the append returns and so
+        before the Produce is acknowledged. With flush.messages=1 every append pays an fsync
+        (about 1-10 ms on a disk, on the caller's thread, the event loop for a Produce)."""
+        if self._log_end_offset - self._recovery_point >= self.config.flush_messages:
+            self.flush(now_ms=now)
 
     def _append(
         self, records: bytes | bytearray | memoryview, headers: list[BatchHeader], max_ts: int, now: int
@@ -873,6 +945,7 @@ class Log:
         if leo <= rp:
             return None
         if leo - rp >= self.config.flush_messages or now - self._last_flush_ms >= self.config.flush_ms:
+            # flush.messages is met in the append path; here only if an fsync there failed
             return leo
         if self._roll_flush_offset > rp:
             return self._roll_flush_offset

@@ -4,7 +4,25 @@ flushed and retained by periodic calls from the server, and shut down cleanly.
 Each log dir holds `<topic>-<partition>/` directories and the checkpoint files
 (recovery-point-offset-checkpoint, log-start-offset-checkpoint, replication-offset-checkpoint),
 a `.lock` file held with flock while the broker runs, and `.kafka_cleanshutdown` written after
-a clean shutdown (so the next start skips recovery) and removed once the logs are loaded.
+a clean shutdown (so the next start skips recovery). Unlike Kafka's empty marker, ours lists
+every segment's size (`topic partition base_offset size`), so the next start can check the
+segments against it cheaply. It is read and removed before any log is opened: a crash while
+loading makes the next start a full recovery.
+
+Loading never fails the broker because of one log: a log that fails to load (or its cheap
+checks after a clean shutdown) is recovered from offset 0 as after a crash, truncated after
+its last valid batch; a log that cannot be loaded even so is left offline (`offline`, with the
+reason, logged as an error) and its files are left on disk untouched for the operator. Kafka
+marks a whole log dir offline; we do it per partition, so the rest keep serving.
+
+Loading may run in the background (`LogManager(..., load=False)` then `load_logs()` on a worker
+thread): until it is done `loading` is true, `is_loading(topic, p)` says which partitions are
+still pending, and `get_or_create_log` refuses them with LogNotLoadedError so a caller never
+creates an empty log over one not loaded yet. Checkpoints written meanwhile keep the pending
+logs' entries.
+
+Segment files are opened lazily through a bounded cache (segment.OPEN_FILES, capacity
+`open_files_max`), so the number of partitions is not bounded by RLIMIT_NOFILE.
 
 The log cleaner (cleaner.py, log compaction) is started once the logs are loaded, on its own
 threads, unless `cleaner_config.enable` (log.cleaner.enable) is false; `cleaner` is it, or None.
@@ -28,11 +46,14 @@ from gregor.storage.checkpoint import (
     OffsetCheckpointFile,
     TopicPartition,
     fsync_dir,
+    read_lines,
+    write_lines,
 )
 from gregor.storage.cleaner import LogCleaner
 from gregor.storage.config import CleanerConfig, LogConfig
 from gregor.storage.errors import CorruptCheckpointError, LogDirInUseError, StorageError
 from gregor.storage.log import Log, now_ms, parse_topic_partition
+from gregor.storage.segment import OPEN_FILES, default_open_files_capacity
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +63,19 @@ DELETE_DIR_SUFFIX = "-delete"
 FUTURE_DIR_SUFFIX = "-future"
 STRAY_DIR_SUFFIX = "-stray"
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+_CHECKPOINTS = (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT)
+
+
+class LogNotLoadedError(StorageError):
+    """The partition's log is still being loaded at startup: the client should retry."""
+
+    error = "NOT_LEADER_OR_FOLLOWER"
+
+
+class LogOfflineError(StorageError):
+    """The partition's log could not be loaded; it is offline until an operator repairs it."""
+
+    error = "KAFKA_STORAGE_ERROR"
 
 
 class LogManager:
@@ -54,7 +88,12 @@ class LogManager:
         topic_configs: Mapping[str, LogConfig] | None = None,
         now_ms: int | None = None,
         cleaner_config: CleanerConfig | None = None,
+        *,
+        load: bool = True,
+        open_files_max: int = 0,
     ) -> None:
+        """`load=False` leaves the loading to a later `load_logs()` call (on a worker thread);
+        `open_files_max` bounds the segment files held open (0: half the soft RLIMIT_NOFILE)."""
         if not log_dirs:
             raise ValueError("log.dirs is empty")
         self.log_dirs = [os.path.abspath(d) for d in log_dirs]
@@ -67,15 +106,23 @@ class LogManager:
         self._lock_fds: list[int] = []
         self._closed = False
         self.cleaner: LogCleaner | None = None
+        self._cleaner_config = cleaner_config or CleanerConfig()
+        self._now_ms = now_ms
+        self.offline: dict[TopicPartition, str] = {}  # logs that could not be loaded, with why
+        self._pending: dict[TopicPartition, str] = {}  # found on disk, not loaded yet
+        self._pending_offsets: dict[str, dict[TopicPartition, int]] = {name: {} for name in _CHECKPOINTS}
+        self._unclean_dirs: set[str] = set()  # dirs whose last shutdown was not clean
+        self._load_done = threading.Event()
+        self._load_started = False
+        self.loading = True
+        OPEN_FILES.set_capacity(open_files_max if open_files_max > 0 else default_open_files_capacity())
         try:
             for d in self.log_dirs:
                 os.makedirs(d, exist_ok=True)
                 self._lock_fds.append(_lock_dir(d))
-            self._load_logs(_now() if now_ms is None else now_ms)
-            cleaner_config = cleaner_config or CleanerConfig()
-            if cleaner_config.enable:
-                self.cleaner = LogCleaner(self.log_dirs, self.logs, cleaner_config)
-                self.cleaner.start()
+            self._scan()
+            if load:
+                self.load_logs()
         except BaseException:
             for log in self._logs.values():
                 log.close()
@@ -84,14 +131,18 @@ class LogManager:
 
     # --- startup ------------------------------------------------------------------------------
 
-    def _load_logs(self, now: int) -> None:
+    def _scan(self) -> None:
+        """Find every log directory, read the checkpoints and the clean-shutdown markers. Cheap
+        (directory listings and a few small files): runs before the broker listens."""
+        self._plan: list[tuple[str, TopicPartition, str, bool, dict[int, int] | None]] = []
+        self._offsets: dict[str, dict[str, dict[TopicPartition, int]]] = {}
         for d in self.log_dirs:
             marker = os.path.join(d, CLEAN_SHUTDOWN_FILE)
             clean = os.path.exists(marker)
-            recovery_points = _read_offsets(d, RECOVERY_POINT_CHECKPOINT)
-            log_start_offsets = _read_offsets(d, LOG_START_OFFSET_CHECKPOINT)
-            high_watermarks = _read_offsets(d, REPLICATION_OFFSET_CHECKPOINT)
-            loaded = 0
+            sizes = _read_segment_sizes(marker) if clean else {}
+            offsets = {name: _read_offsets(d, name) for name in _CHECKPOINTS}
+            self._offsets[d] = offsets
+            found = 0
             for name in sorted(os.listdir(d)):
                 path = os.path.join(d, name)
                 if not os.path.isdir(path):
@@ -108,24 +159,106 @@ class LogManager:
                 except ValueError:
                     logger.warning("ignoring %s: not a <topic>-<partition> directory", path)
                     continue
-                if tp in self._logs:
-                    raise StorageError(f"duplicate log directories for {tp[0]}-{tp[1]}: {path}, {self._logs[tp].dir}")
-                log = Log.open(
-                    path,
-                    self.topic_config(tp[0]),
-                    recovery_point=recovery_points.get(tp, 0),
-                    log_start_offset=log_start_offsets.get(tp, 0),
-                    now_ms=now,
-                    clean_shutdown=clean,
-                )
-                if tp in high_watermarks:
-                    log.update_high_watermark(high_watermarks[tp])
-                self._logs[tp] = log
-                loaded += 1
-            if clean:
+                if tp in self._pending:
+                    reason = f"duplicate log directories for {tp[0]}-{tp[1]}: {path}, {self._pending[tp]}"
+                    logger.error("%s; leaving the partition offline", reason)
+                    self.offline[tp] = reason
+                    continue
+                self._pending[tp] = path
+                for cname in _CHECKPOINTS:
+                    if tp in offsets[cname]:
+                        self._pending_offsets[cname][tp] = offsets[cname][tp]
+                self._plan.append((d, tp, path, clean, sizes.get(tp) if sizes is not None else None))
+                found += 1
+            if not clean and (found or any(offsets.values())):
+                self._unclean_dirs.add(d)
+            if clean:  # from here until the next clean shutdown a crash means recovery
                 os.unlink(marker)
                 fsync_dir(d)
-            logger.info("loaded %d logs from %s (%s shutdown)", loaded, d, "clean" if clean else "unclean")
+            if clean:
+                how = "after a clean shutdown"
+            elif found or any(offsets.values()):
+                how = "after an unclean shutdown: logs will be recovered"
+            else:
+                how = "a new log dir"
+            logger.info("found %d logs in %s (%s)", found, d, how)
+        for tp in self.offline:
+            self._pending.pop(tp, None)
+        self._plan = [p for p in self._plan if p[1] not in self.offline]
+
+    def load_logs(self) -> None:
+        """Load every log found by the scan, then start the cleaner. Blocking (it may recover
+        logs): the broker runs it on a worker thread. Never raises for one bad log. Stops early
+        if the manager is shut down meanwhile."""
+        with self._lock:
+            if self._load_started:
+                raise RuntimeError("load_logs() called twice")
+            self._load_started = True
+        now = _now() if self._now_ms is None else self._now_ms
+        try:
+            loaded = 0
+            for d, tp, path, clean, sizes in self._plan:
+                if self._closed:
+                    logger.info("shutdown requested: stopping the log load after %d logs", loaded)
+                    return
+                log = self._load_one(d, tp, path, clean, sizes, now)
+                with self._lock:
+                    self._pending.pop(tp, None)
+                    if log is None:
+                        continue
+                    if self._closed:
+                        log.close()
+                        return
+                    self._logs[tp] = log
+                    for cname in _CHECKPOINTS:
+                        self._pending_offsets[cname].pop(tp, None)
+                loaded += 1
+            logger.info("loaded %d logs (%d offline)", loaded, len(self.offline))
+            with self._lock:
+                if self._closed:
+                    return
+                self.loading = False
+                if self._cleaner_config.enable:
+                    self.cleaner = LogCleaner(self.log_dirs, self.logs, self._cleaner_config)
+                    self.cleaner.start()
+        finally:
+            self._load_done.set()
+
+    def _load_one(
+        self, d: str, tp: TopicPartition, path: str, clean: bool, sizes: dict[int, int] | None, now: int
+    ) -> Log | None:
+        """One log: as found; if that fails, recovered from offset 0; if that fails too, offline."""
+        offsets = self._offsets[d]
+        start = offsets[LOG_START_OFFSET_CHECKPOINT].get(tp, 0)
+        try:
+            log = Log.open(path, self.topic_config(tp[0]), recovery_point=offsets[RECOVERY_POINT_CHECKPOINT].get(tp, 0),
+                           log_start_offset=start, now_ms=now, clean_shutdown=clean, segment_sizes=sizes)
+        except Exception as e:  # noqa: BLE001 - whatever it was, recovery from scratch is the answer
+            logger.error("%s-%d: loading %s failed (%s: %s); recovering the whole log from offset 0",
+                         tp[0], tp[1], path, type(e).__name__, e)
+            try:
+                log = Log.open(path, self.topic_config(tp[0]), recovery_point=0, log_start_offset=start,
+                               now_ms=now, clean_shutdown=False)
+            except Exception as e2:  # noqa: BLE001
+                reason = f"{type(e2).__name__}: {e2}"
+                logger.error("%s-%d: the log in %s cannot be loaded (%s); the partition stays offline and its "
+                             "files are left as they are", tp[0], tp[1], path, reason)
+                self.offline[tp] = reason
+                return None
+        hw = offsets[REPLICATION_OFFSET_CHECKPOINT].get(tp)
+        if hw is not None:
+            log.update_high_watermark(hw)
+        return log
+
+    def wait_loaded(self, timeout_s: float | None = None) -> bool:
+        return self._load_done.wait(timeout_s)
+
+    def is_loading(self, topic: str, partition: int) -> bool:
+        """Whether the partition's log exists on disk but is not loaded yet."""
+        return (topic, partition) in self._pending
+
+    def is_offline(self, topic: str, partition: int) -> bool:
+        return (topic, partition) in self.offline
 
     # --- logs -----------------------------------------------------------------------------------
 
@@ -154,6 +287,10 @@ class LogManager:
             log = self._logs.get(tp)
             if log is not None:
                 return log
+            if tp in self._pending:
+                raise LogNotLoadedError(f"the log of {topic}-{partition} is still loading")
+            if tp in self.offline:
+                raise LogOfflineError(f"the log of {topic}-{partition} is offline: {self.offline[tp]}")
             if not _LEGAL_TOPIC.match(topic) or topic in (".", "..") or partition < 0:
                 raise ValueError(f"illegal topic partition {topic!r} {partition}")
             if config is not None:
@@ -172,6 +309,8 @@ class LogManager:
         """Close the log, rename its directory to `<topic>-<partition>.<uuid>-delete`, remove it.
         A crash in between is finished at the next startup. Returns False if there was no log."""
         with self._lock:
+            if (topic, partition) in self._pending:
+                raise LogNotLoadedError(f"the log of {topic}-{partition} is still loading")
             log = self._logs.pop((topic, partition), None)
         if log is None:
             return False
@@ -233,7 +372,13 @@ class LogManager:
 
     def _write_checkpoint(self, name: str, value: Callable[[TopicPartition, Log], int]) -> None:
         by_dir: dict[str, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs}
-        for tp, log in self.logs().items():
+        with self._lock:
+            logs = dict(self._logs)
+            pending = {tp: (os.path.dirname(self._pending[tp]), o)
+                       for tp, o in self._pending_offsets[name].items() if tp in self._pending}
+        for tp, (d, offset) in pending.items():  # not loaded yet: keep what the last run wrote
+            by_dir.setdefault(d, {})[tp] = offset
+        for tp, log in logs.items():
             by_dir.setdefault(os.path.dirname(log.dir), {})[tp] = value(tp, log)
         for d, offsets in by_dir.items():
             OffsetCheckpointFile(os.path.join(d, name)).write(offsets)
@@ -247,7 +392,11 @@ class LogManager:
             if self._closed:
                 return
             self._closed = True
+        if self._load_started:
+            self._load_done.wait()  # the loader stops after the log it is opening
+        with self._lock:
             logs = dict(self._logs)
+            unloaded = {os.path.dirname(path) for path in self._pending.values()}
         if self.cleaner is not None:
             self.cleaner.shutdown()  # first: a clean in progress is abandoned, its .cleaned files removed
         failed_dirs: set[str] = set()
@@ -264,15 +413,20 @@ class LogManager:
             except StorageError as e:
                 logger.error("close of %s failed: %s", log.dir, e)
                 failed_dirs.add(os.path.dirname(log.dir))
+        sizes: dict[str, list[str]] = {d: [] for d in self.log_dirs}
+        for (topic, p), log in logs.items():
+            lines = sizes.setdefault(os.path.dirname(log.dir), [])
+            lines.extend(f"{topic} {p} {seg.base_offset} {seg.size}" for seg in log.segments)
         for d in self.log_dirs:
             if d in failed_dirs:
                 continue
-            fd = os.open(os.path.join(d, CLEAN_SHUTDOWN_FILE), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            fsync_dir(d)
+            if d in unloaded and d in self._unclean_dirs:
+                logger.warning("no clean-shutdown marker for %s: some of its logs were never loaded and still "
+                               "need recovery", d)
+                continue
+            # Logs never loaded after a clean start have no size lines: the next start checks them
+            # without sizes (framing and CRC of their last batches).
+            write_lines(os.path.join(d, CLEAN_SHUTDOWN_FILE), sizes.get(d, []), version=SEGMENT_SIZES_VERSION)
         self._release_locks()
         logger.info("log manager shut down (%d logs)", len(logs))
 
@@ -294,6 +448,25 @@ def _lock_dir(d: str) -> int:
         os.close(fd)
         raise LogDirInUseError(f"log dir {d} is in use by another process (its {LOCK_FILE} is locked)") from None
     return fd
+
+
+SEGMENT_SIZES_VERSION = 0
+
+
+def _read_segment_sizes(marker: str) -> dict[TopicPartition, dict[int, int]] | None:
+    """The segment sizes a clean shutdown recorded in its marker, or None if it has none (an
+    empty marker, as Kafka writes) or they cannot be read."""
+    try:
+        if os.path.getsize(marker) == 0:
+            return None
+        entries = read_lines(marker, 4, version=SEGMENT_SIZES_VERSION)
+        out: dict[TopicPartition, dict[int, int]] = {}
+        for topic, p, base, size in entries or ():
+            out.setdefault((topic, int(p)), {})[int(base)] = int(size)
+        return out
+    except (OSError, ValueError, CorruptCheckpointError) as e:
+        logger.warning("cannot read the segment sizes in %s (%s): checking segments without them", marker, e)
+        return None
 
 
 def _read_offsets(d: str, name: str) -> dict[TopicPartition, int]:

@@ -4,6 +4,14 @@ Batches are stored exactly as they travel on the wire. Appends are one positiona
 the whole record set; reads are one `os.pread` starting from the offset index's entry at or
 before the wanted offset, and only batch headers are walked to find batch boundaries.
 The owning Log serialises every call except `fsync`.
+
+File descriptors: a segment does not hold its `.log` file open. Every use takes the descriptor
+from the process-wide `OPEN_FILES` cache (opening the file if needed) and pins it for the
+length of the call; the cache closes the least recently used unpinned files beyond its
+capacity. So a broker with 20,000 partitions needs no more descriptors than the cache allows
+(a restart with one descriptor per segment died with EMFILE), and a descriptor is never closed
+while a call (an fsync on a flush thread, a pread on the loop) is using it, so its number can
+never be reused under a running call.
 """
 
 from __future__ import annotations
@@ -12,6 +20,8 @@ import logging
 import os
 import random
 import struct
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -46,6 +56,104 @@ _I32 = struct.Struct(">i")
 _BASE_AND_LENGTH = struct.Struct(">qi")
 _SCAN_CHUNK_BYTES = 64 * 1024
 _RECOVERY_CHUNK_BYTES = 8 * 1024 * 1024
+
+
+DEFAULT_OPEN_FILES = 1024
+
+
+def default_open_files_capacity() -> int:
+    """Half the soft RLIMIT_NOFILE (the rest is for sockets, indexes and checkpoints), at least 16."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return DEFAULT_OPEN_FILES
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return DEFAULT_OPEN_FILES * 64
+    return max(16, soft // 2)
+
+
+class SegmentFileCache:
+    """A bounded LRU of open segment `.log` descriptors, shared by every segment of the process.
+
+    `acquire` returns a descriptor pinned until `release`; pinned descriptors are never closed
+    (eviction skips them and `close_segment` defers to the last release). Evicting costs the
+    segment nothing but one `open` at its next use.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self._lock = threading.Lock()
+        self._open: OrderedDict[LogSegment, None] = OrderedDict()
+        self.capacity = max(1, capacity)
+        self.opened = 0  # files opened since start (a measure of churn)
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def set_capacity(self, capacity: int) -> None:
+        with self._lock:
+            self.capacity = max(1, capacity)
+            self._evict()
+
+    def register(self, seg: LogSegment, fd: int) -> None:
+        """A descriptor the segment opened itself (creating its file) joins the cache."""
+        with self._lock:
+            seg._fd = fd
+            self._open[seg] = None
+            self.opened += 1
+            self._evict()
+
+    def acquire(self, seg: LogSegment) -> int:
+        with self._lock:
+            fd = seg._fd
+            if fd < 0:
+                if seg.closed:
+                    raise KafkaStorageError(f"segment {seg.log_path} is closed")
+                try:
+                    fd = os.open(seg.log_path, os.O_RDWR)
+                except OSError as e:
+                    raise KafkaStorageError(f"cannot open {seg.log_path}: {e}") from e
+                seg._fd = fd
+                self._open[seg] = None
+                self.opened += 1
+                seg._pins += 1
+                self._evict()
+                return fd
+            self._open.move_to_end(seg)
+            seg._pins += 1
+            return fd
+
+    def release(self, seg: LogSegment) -> None:
+        with self._lock:
+            seg._pins -= 1
+            if seg._pins == 0 and (seg.closed or len(self._open) > self.capacity):
+                self._close(seg)
+
+    def close_segment(self, seg: LogSegment) -> None:
+        """Mark the segment closed; its descriptor closes now, or at its last release if pinned."""
+        with self._lock:
+            seg.closed = True
+            if seg._pins == 0:
+                self._close(seg)
+
+    def _close(self, seg: LogSegment) -> None:
+        fd, seg._fd = seg._fd, -1
+        self._open.pop(seg, None)
+        if fd >= 0:
+            os.close(fd)
+
+    def _evict(self) -> None:
+        if len(self._open) <= self.capacity:
+            return
+        for seg in list(self._open):
+            if seg._pins == 0:
+                self._close(seg)
+                if len(self._open) <= self.capacity:
+                    return
+
+
+OPEN_FILES = SegmentFileCache(default_open_files_capacity())
 
 
 def file_prefix(base_offset: int) -> str:
@@ -100,7 +208,6 @@ class LogSegment:
         self,
         dir: str,
         base_offset: int,
-        fd: int,
         size: int,
         offset_index: OffsetIndex,
         time_index: TimeIndex,
@@ -114,7 +221,8 @@ class LogSegment:
         self.dir = dir
         self.base_offset = base_offset
         self.suffix = suffix
-        self._fd = fd
+        self._fd = -1  # owned by OPEN_FILES: use OPEN_FILES.acquire/release
+        self._pins = 0
         self.size = size
         self.offset_index = offset_index
         self.time_index = time_index
@@ -146,7 +254,7 @@ class LogSegment:
             except OSError as e:  # e.g. a file system without fallocate: carry on without
                 logger.warning("cannot preallocate %s: %s", prefix + LOG_SUFFIX, e)
         seg = cls(
-            dir, base_offset, fd, 0,
+            dir, base_offset, 0,
             OffsetIndex(prefix + INDEX_SUFFIX + suffix, base_offset, config.max_index_entries, new=True),
             TimeIndex(prefix + TIME_INDEX_SUFFIX + suffix, base_offset, config.max_time_index_entries, new=True),
             suffix=suffix,
@@ -157,16 +265,16 @@ class LogSegment:
         )
         seg._max_timestamp = NO_TIMESTAMP
         seg._next_offset = base_offset
+        OPEN_FILES.register(seg, fd)
         return seg
 
     @classmethod
     def open(cls, dir: str, base_offset: int, config: LogConfig, now_ms: int, suffix: str = "") -> LogSegment:
         """An existing segment. Its indexes are checked lazily; call `sanity_check` to check now."""
         prefix = os.path.join(dir, file_prefix(base_offset))
-        fd = os.open(prefix + LOG_SUFFIX + suffix, os.O_RDWR)
-        size = os.fstat(fd).st_size
+        size = os.stat(prefix + LOG_SUFFIX + suffix).st_size  # no descriptor until first used
         return cls(
-            dir, base_offset, fd, size,
+            dir, base_offset, size,
             OffsetIndex(prefix + INDEX_SUFFIX + suffix, base_offset, config.max_index_entries, new=False),
             TimeIndex(prefix + TIME_INDEX_SUFFIX + suffix, base_offset, config.max_time_index_entries, new=False),
             suffix=suffix,
@@ -182,6 +290,38 @@ class LogSegment:
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size}, dir={self.dir!r})"
+
+    # --- file access (through OPEN_FILES) ------------------------------------------------
+
+    def _pread(self, size: int, position: int) -> bytes:
+        """Exactly `size` bytes at `position` (CorruptRecordError if the file is shorter)."""
+        fd = OPEN_FILES.acquire(self)
+        try:
+            return _pread(fd, size, position)
+        finally:
+            OPEN_FILES.release(self)
+
+    def _pread_some(self, size: int, position: int) -> bytes:
+        fd = OPEN_FILES.acquire(self)
+        try:
+            return os.pread(fd, size, position)
+        finally:
+            OPEN_FILES.release(self)
+
+    def _ftruncate(self, size: int) -> None:
+        fd = OPEN_FILES.acquire(self)
+        try:
+            os.ftruncate(fd, size)
+        finally:
+            OPEN_FILES.release(self)
+
+    def file_size(self) -> int:
+        """The `.log` file's size on disk (may exceed `size` when preallocated or torn)."""
+        fd = OPEN_FILES.acquire(self)
+        try:
+            return os.fstat(fd).st_size
+        finally:
+            OPEN_FILES.release(self)
 
     # --- derived state --------------------------------------------------------------------
 
@@ -232,12 +372,16 @@ class LogSegment:
         ts = self.max_timestamp
         if ts >= 0:
             return ts
-        return int(os.fstat(self._fd).st_mtime * 1000)
+        fd = OPEN_FILES.acquire(self)
+        try:
+            return int(os.fstat(fd).st_mtime * 1000)
+        finally:
+            OPEN_FILES.release(self)
 
     @property
     def rolling_base_timestamp(self) -> int | None:
         if self._rolling_base_timestamp is None and self.size >= HEADER_SIZE:
-            self._rolling_base_timestamp = read_header(_pread(self._fd, HEADER_SIZE, 0)).max_timestamp
+            self._rolling_base_timestamp = read_header(self._pread(HEADER_SIZE, 0)).max_timestamp
         return self._rolling_base_timestamp
 
     def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
@@ -273,14 +417,17 @@ class LogSegment:
         if self._max_timestamp is None:
             self._load_max_timestamp()
         position = self.size
+        fd = OPEN_FILES.acquire(self)
         try:
-            _pwrite_all(self._fd, records, position)
+            _pwrite_all(fd, records, position)
         except OSError as e:
             try:
-                os.ftruncate(self._fd, position)
+                os.ftruncate(fd, position)
             except OSError:
                 pass
             raise KafkaStorageError(f"append to {self.log_path} failed: {e}") from e
+        finally:
+            OPEN_FILES.release(self)
         max_ts = self._max_timestamp
         assert max_ts is not None
         offset_of_max = self._offset_of_max_timestamp
@@ -319,7 +466,7 @@ class LogSegment:
             return None
         _, pos = self.offset_index.lookup(start_offset)
         window = max_bytes + max(self.index_interval_bytes, 4096) + 4096
-        buf = _pread(self._fd, min(window, size - pos), pos)
+        buf = self._pread(min(window, size - pos), pos)
         # 1. Find the first batch ending at or after start_offset.
         i = 0
         while True:
@@ -328,7 +475,7 @@ class LogSegment:
             if len(buf) - i < HEADER_SIZE:
                 pos += i
                 i = 0
-                buf = _pread(self._fd, min(window, size - pos), pos)
+                buf = self._pread(min(window, size - pos), pos)
                 if len(buf) < HEADER_SIZE:
                     raise CorruptRecordError(f"{self.log_path}: partial batch header at {pos}")
             base, length = _BASE_AND_LENGTH.unpack_from(buf, i)
@@ -346,7 +493,7 @@ class LogSegment:
             return SegmentRead(memoryview(b""), start, start_offset)
         limit = min(size, start + max(max_bytes, first_size))
         if pos + len(buf) < limit:  # a first batch larger than the window, or a long scan
-            buf = _pread(self._fd, limit - start, start)
+            buf = self._pread(limit - start, start)
             pos = start
         # 2. Walk batch headers up to the byte and offset limits, jumping ahead with the index.
         check_offsets = max_offset < self.next_offset
@@ -394,7 +541,7 @@ class LogSegment:
         while pos < end:
             off = pos - buf_pos
             if off + HEADER_SIZE > len(buf):
-                buf = os.pread(self._fd, min(_SCAN_CHUNK_BYTES, end - pos), pos)
+                buf = self._pread_some(min(_SCAN_CHUNK_BYTES, end - pos), pos)
                 buf_pos, off = pos, 0
                 if len(buf) < HEADER_SIZE:
                     raise CorruptRecordError(f"{self.log_path}: partial batch header at {pos}")
@@ -410,7 +557,7 @@ class LogSegment:
 
     def read_batch(self, header: BatchHeader) -> bytes:
         """The bytes of one batch found by `batches`/`translate_offset`."""
-        return _pread(self._fd, header.size, header.position)
+        return self._pread(header.size, header.position)
 
     def translate_offset(self, offset: int) -> BatchHeader | None:
         """The first batch whose last offset is >= `offset`, or None."""
@@ -462,6 +609,61 @@ class LogSegment:
         if self.offset_index.entries and self.offset_index.last_entry()[0] >= bound:
             raise CorruptIndexError(f"{self.offset_index.path}: last offset is past the segment's end {bound}")
         self.time_index.sanity_check(bound)
+
+    def check_tail(self, next_offset_bound: int | None = None) -> int:
+        """The cheap check of a segment trusted after a clean shutdown: the batches from the last
+        offset-index entry to the end of the file frame exactly up to the file's end, each has
+        magic 2, a matching CRC and increasing offsets below `next_offset_bound` (the next
+        segment's base offset). Reads at most about index.interval.bytes plus the last batch.
+        Returns the segment's next offset; raises CorruptRecordError on any mismatch."""
+        file_size = self.file_size()
+        if file_size != self.size:
+            raise CorruptRecordError(f"{self.log_path}: file size {file_size} is not the loaded size {self.size}")
+        if self.size == 0:
+            return self.base_offset
+        try:
+            last_offset, pos = self.offset_index.last_entry()
+        except CorruptIndexError:
+            pos = 0
+        if not 0 <= pos < self.size:
+            pos = 0
+        nxt = self.base_offset
+        indexed_last = last_offset if pos > 0 else None  # the batch at `pos` must end there
+        buf = self._pread(self.size - pos, pos) if self.size - pos <= _RECOVERY_CHUNK_BYTES else b""
+        if not buf:  # a huge tail (no index entries): walk headers, CRC only the last batch
+            last: BatchHeader | None = None
+            for h in self._iter_batches(pos):
+                if h.base_offset < nxt or (h.position == pos and indexed_last not in (None, h.last_offset)):
+                    raise CorruptRecordError(f"{self.log_path}: offset {h.base_offset} after {nxt - 1} at {h.position}")
+                nxt, last = h.next_offset, h
+            assert last is not None
+            data = self.read_batch(last)
+            if data[16] != MAGIC or compute_crc(data, 0, last.size) != last.crc:
+                raise CorruptRecordError(f"{self.log_path}: last batch at {last.position} fails its CRC")
+        else:
+            off = 0
+            while off < len(buf):
+                if len(buf) - off < HEADER_SIZE:
+                    raise CorruptRecordError(f"{self.log_path}: partial batch header at {pos + off}")
+                h = read_header(buf, off)
+                if h.batch_length < MIN_BATCH_SIZE - LOG_OVERHEAD or off + h.size > len(buf):
+                    raise CorruptRecordError(f"{self.log_path}: bad batch length {h.batch_length} at {pos + off}")
+                if h.magic != MAGIC or compute_crc(buf, off, h.size) != h.crc:
+                    raise CorruptRecordError(f"{self.log_path}: batch at {pos + off} fails its magic/CRC check")
+                if h.base_offset < nxt or h.last_offset_delta < 0:
+                    raise CorruptRecordError(f"{self.log_path}: offset {h.base_offset} after {nxt - 1} at {pos + off}")
+                if off == 0 and indexed_last is not None and h.last_offset != indexed_last:
+                    raise CorruptRecordError(
+                        f"{self.log_path}: the index says the batch at {pos} ends at {indexed_last}, it ends at {h.last_offset}")
+                nxt = h.next_offset
+                off += h.size
+        if next_offset_bound is not None and nxt > next_offset_bound:
+            raise CorruptRecordError(
+                f"{self.log_path}: ends at offset {nxt - 1}, past the next segment's base offset {next_offset_bound}")
+        if nxt - 1 - self.base_offset > INT32_MAX:
+            raise CorruptRecordError(f"{self.log_path}: offset {nxt - 1} does not fit the segment")
+        self._next_offset = nxt
+        return nxt
 
     def load_indexes(self) -> None:
         """Load both indexes into memory (the active segment appends to them)."""
@@ -516,9 +718,16 @@ class LogSegment:
 
         Batch leader epochs newer than the cache's latest are assigned to `leader_epoch_cache`.
         """
+        fd = OPEN_FILES.acquire(self)
+        try:
+            return self._recover(fd, leader_epoch_cache)
+        finally:
+            OPEN_FILES.release(self)
+
+    def _recover(self, fd: int, leader_epoch_cache: LeaderEpochFileCache | None) -> int:
         self.offset_index.reset()
         self.time_index.reset()
-        file_size = os.fstat(self._fd).st_size
+        file_size = os.fstat(fd).st_size
         pos = 0
         buf = b""
         buf_pos = 0
@@ -533,7 +742,7 @@ class LogSegment:
                 if file_size - pos < HEADER_SIZE:
                     reason = "partial batch header"
                     break
-                buf = os.pread(self._fd, min(_RECOVERY_CHUNK_BYTES, file_size - pos), pos)
+                buf = os.pread(fd, min(_RECOVERY_CHUNK_BYTES, file_size - pos), pos)
                 buf_pos, off = pos, 0
             h = read_header(buf, off)
             size = h.size
@@ -541,7 +750,7 @@ class LogSegment:
                 reason = f"batch length {h.batch_length}"
                 break
             if off + size > len(buf):
-                buf = os.pread(self._fd, min(max(_RECOVERY_CHUNK_BYTES, size), file_size - pos), pos)
+                buf = os.pread(fd, min(max(_RECOVERY_CHUNK_BYTES, size), file_size - pos), pos)
                 buf_pos, off = pos, 0
             if h.magic != MAGIC:
                 reason = f"magic {h.magic}"
@@ -573,7 +782,7 @@ class LogSegment:
             logger.warning(
                 "%s: truncating %d bytes at position %d (%s)", self.log_path, truncated, pos, reason or "end of data"
             )
-            os.ftruncate(self._fd, pos)
+            os.ftruncate(fd, pos)
         self.size = pos
         self._next_offset = expected_next
         self._bytes_since_last_index_entry = since
@@ -593,7 +802,7 @@ class LogSegment:
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
         removed = self.size - h.position
-        os.ftruncate(self._fd, h.position)
+        self._ftruncate(h.position)
         self.size = h.position
         self._preallocated = False
         self._bytes_since_last_index_entry = 0
@@ -615,7 +824,7 @@ class LogSegment:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
         self.write_indexes()
         if self._preallocated:
-            os.ftruncate(self._fd, self.size)
+            self._ftruncate(self.size)
             self._preallocated = False
 
     def write_indexes(self) -> None:
@@ -631,13 +840,21 @@ class LogSegment:
         """fsync the log and index files. Safe to call from another thread; a segment closed
         meanwhile (deleted or truncated away) is skipped."""
         try:
-            os.fsync(self._fd)
+            fd = OPEN_FILES.acquire(self)
+        except KafkaStorageError:
+            if self.closed:
+                return
+            raise
+        try:
+            os.fsync(fd)
             self.offset_index.fsync()
             self.time_index.fsync()
         except OSError:
             if self.closed:
                 return
             raise
+        finally:
+            OPEN_FILES.release(self)
 
     def close(self, write_indexes: bool = True) -> None:
         if self.closed:
@@ -646,8 +863,7 @@ class LogSegment:
             if write_indexes:
                 self.on_become_inactive()
         finally:
-            self.closed = True  # set first: an fsync racing on another thread then ignores EBADF
-            os.close(self._fd)
+            OPEN_FILES.close_segment(self)  # an fsync racing on another thread keeps its pin until done
 
     def info(self, next_base: int) -> SegmentInfo:
         return SegmentInfo(
@@ -657,7 +873,11 @@ class LogSegment:
     def dup_fd(self) -> int:
         """A new descriptor for the .log file, owned by the caller (see Log.open_segment_readers)."""
         assert not self.closed
-        return os.dup(self._fd)
+        fd = OPEN_FILES.acquire(self)
+        try:
+            return os.dup(fd)
+        finally:
+            OPEN_FILES.release(self)
 
     def change_suffix(self, new_suffix: str) -> None:
         """Rename the three files, e.g. to `.deleted` before an asynchronous delete."""

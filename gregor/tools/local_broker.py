@@ -30,7 +30,9 @@ class BrokerProcess:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self, timeout_s: float = 15.0) -> BrokerProcess:
+    def start(self, timeout_s: float = 15.0, wait_loaded: bool = True) -> BrokerProcess:
+        """Start and wait until it listens and, with `wait_loaded`, has loaded its logs (the broker
+        answers before that, reporting partitions still loading as such)."""
         props = {"log.dirs": str(self.data_dir), "listeners": f"PLAINTEXT://127.0.0.1:{self.port}"}
         props.update(self.overrides)
         cmd = [sys.executable, "-m", "gregor", "serve"]
@@ -39,6 +41,7 @@ class BrokerProcess:
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
         ready = threading.Event()
+        loaded = threading.Event()
 
         def read() -> None:
             assert self.proc is not None and self.proc.stdout is not None
@@ -48,17 +51,19 @@ class BrokerProcess:
                 if m and not ready.is_set():
                     self.port = int(m.group(1))
                     ready.set()
+                if "all logs loaded" in line:
+                    loaded.set()
 
         self._reader = threading.Thread(target=read, daemon=True)
         self._reader.start()
         deadline = time.monotonic() + timeout_s
-        while not ready.is_set():
+        while not ready.is_set() or (wait_loaded and not loaded.is_set()):
             if self.proc.poll() is not None:
                 raise RuntimeError("broker exited during start:\n" + "\n".join(self.log_lines))
             if time.monotonic() > deadline:
                 self.kill()
                 raise RuntimeError("broker did not start in time:\n" + "\n".join(self.log_lines))
-            ready.wait(0.05)
+            (loaded if ready.is_set() else ready).wait(0.05)
         return self
 
     def stop(self, timeout_s: float = 20.0) -> int:

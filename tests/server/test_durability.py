@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 
+import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from gregor.protocol.records import Record, build_batch
 from tests.broker_process import BrokerProcess
+from tests.wire import WireClient
 
 
 def _consume(bootstrap: str, topic: str, partitions: int, expected: int, timeout_s: float = 30,
@@ -181,3 +189,72 @@ def test_torn_tail_after_power_cut_is_truncated(start_broker: Callable[..., Brok
     assert p.flush(10) == 0
     got = _consume(b.bootstrap, "torn", 1, len(values) + 1, timeout_s=10)
     assert got[-1][1:] == (len(values), b"after")
+
+
+_STRACE = shutil.which("strace") or "/usr/bin/strace"
+_SOCKET_WRITE = re.compile(r"\b(write|writev|sendto|sendmsg)\(\d+<TCP:\[127\.0\.0\.1:(\d+)->")
+
+
+def _syscalls_around_one_produce(b: BrokerProcess, topic: str, tmp_path: Path) -> list[str]:
+    """The broker's fsync/write syscalls (every thread, files and sockets named) while one
+    acks=1 Produce of one batch is handled."""
+    assert b.proc is not None
+    out = tmp_path / "strace.txt"
+    cmd = [_STRACE, "-f", "-yy", "-qq", "-o", str(out),
+           "-e", "trace=fsync,fdatasync,pwrite64,pwritev,write,writev,sendto,sendmsg"]
+    for tid in os.listdir(f"/proc/{b.proc.pid}/task"):
+        cmd += ["-p", tid]
+    tracer = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 10
+        while not out.exists() and time.monotonic() < deadline:  # attached once it opened its output
+            time.sleep(0.05)
+        time.sleep(0.5)
+        c = WireClient(b.bootstrap)
+        r = c.request(0, 9, {"transactional_id": None, "acks": 1, "timeout_ms": 5000, "topic_data": [
+            {"name": topic, "partition_data": [{"index": 0, "records": bytes(build_batch([Record(0, 1, b"k", b"v")]))}]}]})
+        assert r.responses[0].partition_responses[0].error_code == 0
+        c.close()
+        time.sleep(0.3)
+    finally:
+        tracer.terminate()
+        _, err = tracer.communicate(timeout=10)
+    text = out.read_text()
+    assert text, f"strace recorded nothing: {err}"
+    return text.splitlines()
+
+
+def _fsync_between_append_and_ack(lines: list[str], topic: str, port: int) -> bool:
+    """Whether the segment the Produce appended to is fsynced after its pwrite and before the
+    response is written to the client's socket."""
+    seg = f"/{topic}-0/"
+    append = next(i for i, ln in enumerate(lines) if "pwrite" in ln and seg in ln and ".log>" in ln)
+    ack = next(i for i, ln in enumerate(lines[append:], append)
+               if (m := _SOCKET_WRITE.search(ln)) and int(m.group(2)) == port)
+    return any(re.search(r"\b(fsync|fdatasync)\(\d+<[^>]*" + re.escape(seg) + r"[^>]*\.log>", ln)
+               for ln in lines[append:ack])
+
+
+def _create_topic(b: BrokerProcess, topic: str, configs: dict[str, str]) -> None:
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1, config=configs)])[topic].result(10)
+
+
+@pytest.mark.skipif(not os.path.exists(_STRACE), reason="strace is not installed (scripts/install.sh installs it)")
+@pytest.mark.parametrize("broker_props, topic_configs, synced", [
+    ({}, {"flush.messages": "1"}, True),
+    ({"log.flush.interval.messages": "1"}, {}, True),
+    ({}, {}, False),
+], ids=["topic flush.messages=1", "log.flush.interval.messages=1", "defaults"])
+def test_flush_messages_1_fsyncs_before_the_ack(start_broker: Callable[..., BrokerProcess], tmp_path: Path,
+                                                broker_props: dict[str, str], topic_configs: dict[str, str],
+                                                synced: bool) -> None:
+    """With flush.messages=1 the batch is on disk when the Produce is acknowledged: strace shows
+    an fsync of its segment between the append's pwrite and the response. With the defaults
+    (Kafka's: no flush.messages, no flush.ms) there is none: the page cache and replication are
+    what an ack rests on (docs/durability.md)."""
+    b = start_broker(broker_props)
+    _create_topic(b, "synced", topic_configs)
+    lines = _syscalls_around_one_produce(b, "synced", tmp_path)
+    assert _fsync_between_append_and_ack(lines, "synced", b.port) is synced, "\n".join(
+        ln for ln in lines if "synced-0" in ln or "TCP" in ln)

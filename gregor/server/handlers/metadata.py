@@ -67,6 +67,16 @@ def handle_metadata(ctx: RequestContext, req: Struct) -> dict[str, Any]:
                 out.append({"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "name": name, "partitions": []})
             else:
                 out.append(topic_entry(t))
+    rm = broker.replica_manager
+    if rm.loading or rm.offline:  # partitions not served yet (logs loading) or at all (offline logs)
+        for entry in out:
+            for part in entry.get("partitions", ()):
+                key = (entry["name"], part["partition_index"])
+                if key in rm.loading:
+                    part["error_code"], part["leader_id"] = ErrorCode.LEADER_NOT_AVAILABLE, -1
+                elif key in rm.offline:
+                    part["error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
+                    part["offline_replicas"] = [broker.config.broker_id]
     return {
         "throttle_time_ms": 0,
         "brokers": [{"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack} for b in store.brokers()],
