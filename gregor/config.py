@@ -172,6 +172,12 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
     _p("offsets.retention.minutes", "int", 10080, lo=1),
     _p("offsets.retention.check.interval.ms", "long", 600000, lo=1),
     _p("offset.metadata.max.bytes", "int", 4096, lo=0),
+    # hardening: admin (internal topics, partition limits, bulk admin work)
+    _p("max.broker.partitions", "int", 10000, lo=1,
+       doc="Partitions this broker may host; creation beyond it is refused with POLICY_VIOLATION (KIP-578's name; "
+           "the KIP proposed no limit by default, Gregor keeps 10000 so partitions fit the open-file budget: about one "
+           "file each, a common hard RLIMIT_NOFILE of 20000, a quarter kept for connections). Creation is also "
+           "refused past what the open-file limit allows, whatever this says"),
 ]}
 
 

@@ -165,7 +165,7 @@ class LogManager:
             log = Log.open(os.path.join(d, f"{topic}-{partition}"), self.topic_config(topic), now_ms=now_ms)
             fsync_dir(d)
             self._logs[tp] = log
-            logger.info("created log %s", log.dir)
+            logger.debug("created log %s", log.dir)  # callers summarize: one line per topic, not per partition
             return log
 
     def delete_log(self, topic: str, partition: int) -> bool:
@@ -181,7 +181,7 @@ class LogManager:
         os.rename(log.dir, doomed)
         fsync_dir(parent)
         shutil.rmtree(doomed, ignore_errors=True)
-        logger.info("deleted log %s", log.dir)
+        logger.debug("deleted log %s", log.dir)  # callers summarize per topic
         return True
 
     def all_logs(self) -> list[Log]:
