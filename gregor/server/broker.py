@@ -140,7 +140,7 @@ class Broker:
         """The coordinator, once __consumer_offsets exists (created on first use, as Kafka does)."""
         if self.store.topic(OFFSETS_TOPIC) is None:
             try:
-                meta = self.controller.create_topic(
+                self.controller.create_topic(
                     OFFSETS_TOPIC,
                     self.config.get("offsets.topic.num.partitions"),
                     self.config.get("offsets.topic.replication.factor"),
@@ -148,7 +148,6 @@ class Broker:
                              "segment.bytes": str(self.config.get("offsets.topic.segment.bytes"))},
                     internal_allowed=True,
                 )
-                log.info("created %s with %d partitions", OFFSETS_TOPIC, len(meta.partitions))
             except KafkaError as e:
                 if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:
                     raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"cannot create {OFFSETS_TOPIC}: {e}") from e

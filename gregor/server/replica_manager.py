@@ -291,7 +291,8 @@ class ReplicaManager:
                         part.attach_log(lg)
                 created += len(logs)
             if created:
-                log.info("created %d logs of %s in %.0f ms", created, topic, (time.monotonic() - t0) * 1000)
+                log.info("created %d log%s of %s in %.0f ms", created, "s" if created > 1 else "", topic,
+                         (time.monotonic() - t0) * 1000)
 
         self._chain(topic, create)
 
