@@ -21,6 +21,7 @@ from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.records import BatchHeader
 from gregor.server.purgatory import Purgatory
 from gregor.storage.config import TOPIC_PROPERTIES, LogConfig
+from gregor.storage.errors import StorageError
 from gregor.storage.log import Log
 from gregor.storage.log_manager import LogManager
 
@@ -263,6 +264,8 @@ class ReplicaManager:
                 await asyncio.wait([prev])
             try:
                 await work()
+            except StorageError as e:  # the log manager shut down under it (broker stopping), or a disk error
+                log.warning("log work on topic %s stopped: %s", topic, e)
             except Exception:
                 log.exception("log work on topic %s failed", topic)
 

@@ -151,3 +151,18 @@ def test_killed_mid_creation_restart_answers_at_once(start_broker: Callable[...,
     assert len(metadata(c, "big").topics[0].partitions) == n
     assert produce(c, "big", n - 1, [b"late"]).error_code == 0  # a missing log, created on first use
     assert _wait_for(lambda: _log_dirs(data, "big") == n, 60)  # the rest in the background
+
+
+def test_admin_timeout_is_answered_and_the_work_goes_on(start_broker: Callable[..., BrokerProcess],
+                                                         tmp_path: Path) -> None:
+    data = tmp_path / "b"
+    broker = start_broker(data_dir=data)
+    c = WireClient(broker.bootstrap, timeout_s=60)
+    t0 = time.monotonic()
+    assert create_topic(c, "at-once", 300, timeout_ms=0).error_code == 0  # timeout 0: answered before the logs
+    assert time.monotonic() - t0 < 2.0
+    slow = create_topic(c, "slow", 300, timeout_ms=1)
+    assert slow.error_code == 7 and "still being created" in slow.error_message, slow  # REQUEST_TIMED_OUT
+    assert len(metadata(c, "slow").topics[0].partitions) == 300  # the topic exists all the same
+    assert produce(c, "at-once", 299, [b"x"]).error_code == 0
+    assert _wait_for(lambda: _log_dirs(data, "at-once") == 300 and _log_dirs(data, "slow") == 300, 60)
