@@ -166,8 +166,7 @@ class ReplicaManager:
 
     # --- metadata -> local state -----------------------------------------------------
     def sync_all(self) -> None:
-        """Bring local partitions in line with the store (at startup and after any change). Logs the store
-        no longer names (a topic deleted just before a crash) are deleted in the background."""
+        """Bring local partitions in line with the store (at startup and after any change)."""
         topics = self.store.topics()
         for t in topics.values():
             self.sync_topic(t)
@@ -175,15 +174,20 @@ class ReplicaManager:
             t = topics.get(name)
             if t is None or p not in t.partitions:
                 self.remove_partition(name, p, delete=True)
-        stray: dict[str, list[int]] = {}
+        stray: dict[str, int] = {}
         for (name, p) in self.log_manager.logs():
             if (name, p) not in self.partitions:
-                stray.setdefault(name, []).append(p)
-        for name, ps in stray.items():
-            log.info("deleting %d logs of %s: the metadata no longer names them", len(ps), name)
-            self._queue_deletion(name, sorted(ps))
+                stray[name] = stray.get(name, 0) + 1
+        for name, n in sorted(stray.items()):
+            # Left alone, not deleted: a lost or replaced metadata file must not cost the data. A DeleteTopics
+            # interrupted by a crash leaves these behind too.
+            log.warning("%d logs of %s are not in the metadata: not served, not deleted", n, name)
 
     def sync_topic(self, t: TopicMetadata) -> None:
+        """Register the topic's partitions hosted here and queue the creation of their missing logs. A log
+        found on disk is the partition's, unless it belongs to an earlier topic of the same name whose
+        deletion is still under way (then the partition waits for that and starts empty). Logs left by a
+        deletion a crash cut short are adopted, as before: telling them apart needs topic ids in the logs."""
         cfg = log_config_for(self.config, t.configs)
         effective = effective_topic_configs(self.config, t.configs)
         min_isr = int(effective["min.insync.replicas"])  # type: ignore[call-overload]
@@ -195,7 +199,7 @@ class ReplicaManager:
             key = (t.name, p)
             part = self.partitions.get(key)
             if part is None:
-                lg = self.log_manager.get_log(t.name, p)
+                lg = None if self._deleting.get(t.name) else self.log_manager.get_log(t.name, p)
                 self.partitions[key] = Partition(t.name, p, lg, state, self.broker_id, min_isr, compression_type,
                                                  open_log=self._open_log_now, log_config=cfg)
                 if lg is None:

@@ -166,3 +166,19 @@ def test_admin_timeout_is_answered_and_the_work_goes_on(start_broker: Callable[.
     assert len(metadata(c, "slow").topics[0].partitions) == 300  # the topic exists all the same
     assert produce(c, "at-once", 299, [b"x"]).error_code == 0
     assert _wait_for(lambda: _log_dirs(data, "at-once") == 300 and _log_dirs(data, "slow") == 300, 60)
+
+
+def test_recreated_topic_starts_empty_while_old_logs_are_deleted(start_broker: Callable[..., BrokerProcess]) -> None:
+    broker = start_broker()
+    c = WireClient(broker.bootstrap, timeout_s=60)
+    assert create_topic(c, "again", 200).error_code == 0
+    for p in (0, 199):
+        assert produce(c, "again", p, [b"old-1", b"old-2"]).error_code == 0
+    assert delete_topic(c, "again", timeout_ms=0).error_code == 0  # answered before the logs are gone
+    assert create_topic(c, "again", 200, timeout_ms=0).error_code == 0
+    for p in (0, 199):
+        deadline = time.monotonic() + 30
+        while (res := produce(c, "again", p, [b"new"])).error_code != 0 and time.monotonic() < deadline:
+            time.sleep(0.05)  # NOT_LEADER_OR_FOLLOWER while the old logs are being deleted: clients retry
+        assert res.error_code == 0 and res.base_offset == 0, res
+        assert [r.value for r in iter_records(bytes(fetch(c, "again", p).records))] == [b"new"]
