@@ -199,36 +199,47 @@ class Controller:
             )
 
     # --- limits ----------------------------------------------------------------------
-    def hosted_partitions(self) -> int:
-        """Partitions with a replica on this broker (each is a log, and about one open file)."""
-        me = self.config.broker_id
-        return sum(1 for t in self.store.topics().values() for s in t.partitions.values() if me in s.replicas)
+    def hosted_partitions(self) -> dict[int, int]:
+        """Partitions per broker (each replica is a log there, and about one open file)."""
+        counts: dict[int, int] = {}
+        for t in self.store.topics().values():
+            for s in t.partitions.values():
+                for b in s.replicas:
+                    counts[b] = counts.get(b, 0) + 1
+        return counts
 
     def check_partition_limits(self, adding: int, layout: dict[int, list[int]]) -> None:
-        """Refuse (POLICY_VIOLATION) a creation that would take this broker past max.broker.partitions
-        or past the partitions its open-file limit can hold: past those, logs fail to open with EMFILE
-        and the broker could not start again. Counts only the new partitions placed on this broker."""
-        me = self.config.broker_id
-        mine = sum(1 for r in layout.values() if me in r)
-        if mine == 0:
+        """Refuse (POLICY_VIOLATION) a creation that would take a broker past max.broker.partitions, or
+        this broker past the partitions its open-file limit can hold: past those, logs fail to open with
+        EMFILE and the broker could not start again. Validate-only requests are checked the same way."""
+        new: dict[int, int] = {}
+        for replicas in layout.values():
+            for b in replicas:
+                new[b] = new.get(b, 0) + 1
+        if not new:
             return
-        current = self.hosted_partitions()
-        total = current + mine
+        hosted = self.hosted_partitions()
         cap = self.config.get("max.broker.partitions")
-        if total > cap:
-            raise KafkaError(
-                ErrorCode.POLICY_VIOLATION,
-                f"Creating {adding} partitions would bring broker {me} to {total} partitions, above its limit of "
-                f"{cap} (max.broker.partitions); it hosts {current}.",
-            )
+        for b in sorted(new):
+            current = hosted.get(b, 0)
+            if current + new[b] > cap:
+                raise KafkaError(
+                    ErrorCode.POLICY_VIOLATION,
+                    f"Creating {adding} partitions would bring broker {b} to {current + new[b]} partitions, above "
+                    f"its limit of {cap} (max.broker.partitions); it hosts {current}.",
+                )
+        me = self.config.broker_id
+        if me not in new:
+            return
+        current = hosted.get(me, 0)
         budget, reserved = partition_fd_budget(self.config.get("max.connections"))
-        if total > budget:
+        if current + new[me] > budget:
             raise KafkaError(
                 ErrorCode.POLICY_VIOLATION,
-                f"Creating {adding} partitions would bring broker {me} to {total} partitions, above the {budget} its "
-                f"open-file limit allows (RLIMIT_NOFILE {open_file_limit()}, about {FDS_PER_PARTITION} file per "
-                f"partition, {reserved} kept for connections (max.connections) and other files); it hosts {current}. "
-                "Raise the broker's open-file limit (ulimit -n) to host more.",
+                f"Creating {adding} partitions would bring broker {me} to {current + new[me]} partitions, above the "
+                f"{budget} its open-file limit allows (RLIMIT_NOFILE {open_file_limit()}, about {FDS_PER_PARTITION} "
+                f"file per partition, {reserved} kept for connections (max.connections) and other files); it hosts "
+                f"{current}. Raise the broker's open-file limit (ulimit -n) to host more.",
             )
 
     # --- configs ---------------------------------------------------------------------

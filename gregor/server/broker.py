@@ -155,7 +155,7 @@ class Broker:
 
     def _read_offsets_partition(self, p: int) -> Iterator[memoryview]:
         part = self.replica_manager.partitions.get((OFFSETS_TOPIC, p))
-        if part is None:
+        if part is None or not part.has_log:  # a log not created yet holds nothing to replay
             return
         lg = part.log
         offset = lg.log_start_offset
