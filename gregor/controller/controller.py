@@ -129,6 +129,7 @@ class Controller:
                     ErrorCode.INVALID_REPLICATION_FACTOR,
                     f"Replication factor: {rf} larger than available brokers: {len(brokers)}.",
                 )
+            self._check_count_before_layout(n, rf, len(brokers))
             layout = self._assign(0, n, rf, brokers)
         self.check_partition_limits(len(layout), layout)
         partitions = {p: PartitionState(replicas=r, leader=r[0], leader_epoch=0, isr=list(r)) for p, r in layout.items()}
@@ -191,6 +192,7 @@ class Controller:
                 {current + i: r for i, r in enumerate(assignment)}, brokers, expected_start=current, expected_rf=rf
             )
         else:
+            self._check_count_before_layout(count - current, rf, len(brokers))
             layout = self._assign(current, count - current, rf, brokers)
         self.check_partition_limits(count - current, layout)
         if not validate_only:
@@ -207,6 +209,18 @@ class Controller:
                 for b in s.replicas:
                     counts[b] = counts.get(b, 0) + 1
         return counts
+
+    def _check_count_before_layout(self, adding: int, rf: int, n_brokers: int) -> None:
+        """A count no broker could take is refused before a layout of that size is built in memory
+        (a request may ask for 2**31 - 1 partitions)."""
+        cap = self.config.get("max.broker.partitions")
+        least_per_broker = -(-adding * rf // max(n_brokers, 1))
+        if least_per_broker > cap:
+            raise KafkaError(
+                ErrorCode.POLICY_VIOLATION,
+                f"Creating {adding} partitions would put at least {least_per_broker} on a broker, above its limit of "
+                f"{cap} (max.broker.partitions).",
+            )
 
     def check_partition_limits(self, adding: int, layout: dict[int, list[int]]) -> None:
         """Refuse (POLICY_VIOLATION) a creation that would take a broker past max.broker.partitions, or

@@ -42,6 +42,11 @@ def test_partitions_beyond_the_broker_cap_are_refused_and_restart_serves(
     assert "max.broker.partitions" in msg and "10000" in msg and "100000" in msg, msg
     code, msg = error_of(create_partitions(c, "keep", 100_000))
     assert code == ErrorCode.POLICY_VIOLATION and "max.broker.partitions" in msg, (code, msg)
+    for count in (100_001, 2**31 - 1):  # refused at once, before any layout of that size exists
+        code, msg = error_of(create_topic(c, "huge", count))
+        assert code == ErrorCode.POLICY_VIOLATION and "max.broker.partitions" in msg and "larger than 0" not in msg
+        code, msg = error_of(create_partitions(c, "keep", count))
+        assert code == ErrorCode.POLICY_VIOLATION and "max.broker.partitions" in msg, msg
     code, msg = error_of(create_topic(c, "none", 0))
     assert code == ErrorCode.INVALID_PARTITIONS and "non-positive" in msg, (code, msg)
     assert metadata(c, "huge").topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
