@@ -119,9 +119,9 @@ def _when_logs_done(ctx: RequestContext, body: dict[str, Any], entries: list[dic
                         f"The topic's partitions are still being {verb} after {timeout_ms} ms; that goes on.")
             if not answer.done():
                 answer.set_result(body)
-        except BaseException as e:
+        except BaseException:  # cancelled at shutdown: the connection closes unanswered, as any in flight
             if not answer.done():
-                answer.set_exception(e)
+                answer.cancel()
             raise
 
     task = asyncio.ensure_future(wait())
