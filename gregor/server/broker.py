@@ -137,7 +137,16 @@ class Broker:
 
     # --- helpers for handlers --------------------------------------------------------
     def group_coordinator_ready(self) -> GroupCoordinator:
-        """The coordinator, once __consumer_offsets exists (created on first use, as Kafka does)."""
+        """The coordinator, once __consumer_offsets exists (created on first use, as Kafka does) and its logs
+        are created: until then COORDINATOR_NOT_AVAILABLE, which clients retry (as Kafka answers while the
+        offsets topic is being created), so group traffic never creates those logs on the event loop."""
+        self._ensure_offsets_topic()
+        if self.replica_manager.log_work_done(OFFSETS_TOPIC) is not None:
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                             f"The coordinator is not available: {OFFSETS_TOPIC} is being created.")
+        return self.group_coordinator
+
+    def _ensure_offsets_topic(self) -> None:
         if self.store.topic(OFFSETS_TOPIC) is None:
             try:
                 self.controller.create_topic(
@@ -151,7 +160,6 @@ class Broker:
             except KafkaError as e:
                 if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:
                     raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"cannot create {OFFSETS_TOPIC}: {e}") from e
-        return self.group_coordinator
 
     def _read_offsets_partition(self, p: int) -> Iterator[memoryview]:
         part = self.replica_manager.partitions.get((OFFSETS_TOPIC, p))
@@ -170,7 +178,7 @@ class Broker:
         the open-file budget apply as to CreateTopics). `__consumer_offsets` is created as the group
         coordinator needs it, as Kafka does; other internal topics are refused by the controller."""
         if name == OFFSETS_TOPIC:
-            self.group_coordinator_ready()
+            self._ensure_offsets_topic()
             t = self.store.topic(name)
             assert t is not None
             return t

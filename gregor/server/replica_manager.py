@@ -286,7 +286,6 @@ class ReplicaManager:
         async def create() -> None:
             loop = asyncio.get_running_loop()
             t0 = time.monotonic()
-            created = 0
             for i in range(0, len(ps), LOG_WORK_SLICE):
                 todo = [p for p in ps[i:i + LOG_WORK_SLICE] if self._wants_log(topic, p)]
                 if not todo:
@@ -296,7 +295,7 @@ class ReplicaManager:
                     part = self.partitions.get((topic, p))
                     if part is not None:
                         part.attach_log(lg)
-                created += len(logs)
+            created = sum(1 for p in ps if self.partitions.get((topic, p)) is not None)  # some on first use
             if created:
                 log.info("created %d log%s of %s in %.0f ms", created, "s" if created > 1 else "", topic,
                          (time.monotonic() - t0) * 1000)

@@ -22,6 +22,7 @@ from gregor.server.replica_manager import effective_topic_configs
 
 DYNAMIC_TOPIC_CONFIG = 1
 DEFAULT_CONFIG = 5
+_WAITING: set[asyncio.Task[None]] = set()  # admin responses waiting for log work
 
 
 def handle_create_topics(ctx: RequestContext, req: Struct) -> dict[str, Any]:
@@ -125,7 +126,8 @@ def _when_logs_done(ctx: RequestContext, body: dict[str, Any], entries: list[dic
             raise
 
     task = asyncio.ensure_future(wait())
-    answer.add_done_callback(lambda _: task)  # keeps a reference to the task until answered
+    _WAITING.add(task)  # the loop holds tasks weakly
+    task.add_done_callback(_WAITING.discard)
     return answer
 
 
