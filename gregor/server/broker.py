@@ -137,13 +137,9 @@ class Broker:
 
     # --- helpers for handlers --------------------------------------------------------
     def group_coordinator_ready(self) -> GroupCoordinator:
-        """The coordinator, once __consumer_offsets exists (created on first use, as Kafka does) and its logs
-        are created: until then COORDINATOR_NOT_AVAILABLE, which clients retry (as Kafka answers while the
-        offsets topic is being created), so group traffic never creates those logs on the event loop."""
+        """The coordinator, once __consumer_offsets exists (created on first use, as Kafka does). Its logs are
+        created in the background; the one a group writes to first is created then (one log, not fifty)."""
         self._ensure_offsets_topic()
-        if self.replica_manager.log_work_done(OFFSETS_TOPIC) is not None:
-            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                             f"The coordinator is not available: {OFFSETS_TOPIC} is being created.")
         return self.group_coordinator
 
     def _ensure_offsets_topic(self) -> None:
