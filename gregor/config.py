@@ -96,6 +96,12 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
        doc="Gregor only: segment files held open at once (an LRU; the others are opened when used). "
            "0 means half the soft RLIMIT_NOFILE. Kafka keeps every segment open; this lets a broker "
            "load more partitions than it has file descriptors"),
+    # hardening: admin (internal topics, partition limits, bulk admin work)
+    _p("max.broker.partitions", "int", 10000, lo=1,
+       doc="Partitions this broker may host; creation beyond it is refused with POLICY_VIOLATION (KIP-578's name; "
+           "the KIP proposed no limit by default, Gregor keeps 10000 so partitions fit the open-file budget: about one "
+           "file each, a common hard RLIMIT_NOFILE of 20000, a quarter kept for connections). Creation is also "
+           "refused past what the open-file limit allows, whatever this says"),
 ]}
 
 

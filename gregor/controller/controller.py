@@ -8,6 +8,7 @@ in a cluster the broker that wins /controller will run the same code against Zoo
 from __future__ import annotations
 
 import re
+import resource
 import uuid
 
 from gregor.config import BrokerConfig, ConfigError, validate_topic_configs
@@ -23,7 +24,27 @@ from gregor.protocol.errors import ErrorCode, KafkaError
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
-MAX_PARTITIONS = 100_000
+
+# The open-file budget for partitions: each hosted partition holds about one descriptor (its
+# active segment's .log file; indexes are read into memory, inactive segments open lazily). The
+# rest of RLIMIT_NOFILE is kept for connections (a quarter of the limit, or max.connections if
+# smaller) and for the files the broker opens besides logs (checkpoints, metadata, the cleaner,
+# executor threads, the interpreter's own): FIXED_FD_RESERVE.
+FDS_PER_PARTITION = 1
+FIXED_FD_RESERVE = 256
+
+
+def open_file_limit() -> int:
+    """This process's soft RLIMIT_NOFILE (the broker raises it to the hard limit at start)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return soft if soft != resource.RLIM_INFINITY else 2**31 - 1
+
+
+def partition_fd_budget(max_connections: int, nofile: int | None = None) -> tuple[int, int]:
+    """(partitions the open-file limit allows, descriptors reserved for everything else)."""
+    limit = open_file_limit() if nofile is None else nofile
+    reserved = min(max_connections, limit // 4) + FIXED_FD_RESERVE
+    return max(0, (limit - reserved) // FDS_PER_PARTITION), reserved
 
 
 def validate_topic_name(name: str | None) -> None:
@@ -63,8 +84,17 @@ class Controller:
         assignment: dict[int, list[int]] | None = None,
         configs: dict[str, str | None] | None = None,
         validate_only: bool = False,
+        internal_allowed: bool = False,
     ) -> TopicMetadata:
+        """Create a topic. Internal topics are the broker's own (`internal_allowed` is for it alone):
+        a client creating `__consumer_offsets` with its own layout would break the group coordinator."""
         validate_topic_name(name)
+        if name in INTERNAL_TOPICS and not internal_allowed:
+            raise KafkaError(
+                ErrorCode.INVALID_TOPIC_EXCEPTION,
+                f"Topic {name} is a Kafka internal topic: the broker creates it when it is first needed, "
+                "clients may not create it.",
+            )
         existing = self.store.topics()
         if name in existing:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
@@ -90,8 +120,8 @@ class Controller:
         else:
             n = self.config.get("num.partitions") if num_partitions == -1 else num_partitions
             rf = self.config.get("default.replication.factor") if replication_factor == -1 else replication_factor
-            if n <= 0 or n > MAX_PARTITIONS:
-                raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"Number of partitions must be larger than 0 (got {n}).")
+            if n <= 0:
+                raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"Number of partitions was set to an invalid non-positive value: {n}.")
             if rf <= 0:
                 raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
             if rf > len(brokers):
@@ -99,7 +129,9 @@ class Controller:
                     ErrorCode.INVALID_REPLICATION_FACTOR,
                     f"Replication factor: {rf} larger than available brokers: {len(brokers)}.",
                 )
+            self._check_count_before_layout(n, rf, len(brokers))
             layout = self._assign(0, n, rf, brokers)
+        self.check_partition_limits(len(layout), layout)
         partitions = {p: PartitionState(replicas=r, leader=r[0], leader_epoch=0, isr=list(r)) for p, r in layout.items()}
         topic = TopicMetadata(
             name,
@@ -116,6 +148,11 @@ class Controller:
         return topic
 
     def delete_topic(self, name: str) -> None:
+        if name in INTERNAL_TOPICS:
+            raise KafkaError(
+                ErrorCode.INVALID_TOPIC_EXCEPTION,
+                f"Topic {name} is a kafka internal topic and is not allowed to be marked for deletion.",
+            )
         if not self.config.get("delete.topic.enable"):
             raise KafkaError(ErrorCode.TOPIC_DELETION_DISABLED, "Topic deletion is disabled.")
         try:
@@ -126,6 +163,12 @@ class Controller:
     def create_partitions(
         self, name: str, count: int, assignment: list[list[int]] | None, validate_only: bool
     ) -> None:
+        if name in INTERNAL_TOPICS:
+            raise KafkaError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"Topic {name} is a Kafka internal topic: its number of partitions cannot be changed "
+                "(offsets.topic.num.partitions fixes it when the broker creates it).",
+            )
         topic = self.store.topic(name)
         if topic is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
@@ -137,8 +180,6 @@ class Controller:
             )
         if count == current:
             raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partitions.")
-        if count > MAX_PARTITIONS:
-            raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"Too many partitions: {count}.")
         brokers = [b.broker_id for b in self.store.brokers()]
         rf = len(topic.partitions[0].replicas)
         if assignment is not None:
@@ -151,10 +192,68 @@ class Controller:
                 {current + i: r for i, r in enumerate(assignment)}, brokers, expected_start=current, expected_rf=rf
             )
         else:
+            self._check_count_before_layout(count - current, rf, len(brokers))
             layout = self._assign(current, count - current, rf, brokers)
+        self.check_partition_limits(count - current, layout)
         if not validate_only:
             self.store.add_partitions(
                 name, {p: PartitionState(replicas=r, leader=r[0], isr=list(r)) for p, r in layout.items()}
+            )
+
+    # --- limits ----------------------------------------------------------------------
+    def hosted_partitions(self) -> dict[int, int]:
+        """Partitions per broker (each replica is a log there, and about one open file)."""
+        counts: dict[int, int] = {}
+        for t in self.store.topics().values():
+            for s in t.partitions.values():
+                for b in s.replicas:
+                    counts[b] = counts.get(b, 0) + 1
+        return counts
+
+    def _check_count_before_layout(self, adding: int, rf: int, n_brokers: int) -> None:
+        """A count no broker could take is refused before a layout of that size is built in memory
+        (a request may ask for 2**31 - 1 partitions)."""
+        cap = self.config.get("max.broker.partitions")
+        least_per_broker = -(-adding * rf // max(n_brokers, 1))
+        if least_per_broker > cap:
+            raise KafkaError(
+                ErrorCode.POLICY_VIOLATION,
+                f"Creating {adding} partitions would put at least {least_per_broker} on a broker, above its limit of "
+                f"{cap} (max.broker.partitions).",
+            )
+
+    def check_partition_limits(self, adding: int, layout: dict[int, list[int]]) -> None:
+        """Refuse (POLICY_VIOLATION) a creation that would take a broker past max.broker.partitions, or
+        this broker past the partitions its open-file limit can hold: past those, logs fail to open with
+        EMFILE and the broker could not start again. Validate-only requests are checked the same way."""
+        new: dict[int, int] = {}
+        for replicas in layout.values():
+            for b in replicas:
+                new[b] = new.get(b, 0) + 1
+        if not new:
+            return
+        hosted = self.hosted_partitions()
+        cap = self.config.get("max.broker.partitions")
+        for b in sorted(new):
+            current = hosted.get(b, 0)
+            if current + new[b] > cap:
+                raise KafkaError(
+                    ErrorCode.POLICY_VIOLATION,
+                    f"Creating {adding} partitions would bring broker {b} to {current + new[b]} partitions, above "
+                    f"its limit of {cap} (max.broker.partitions); it hosts {current}.",
+                )
+        me = self.config.broker_id
+        if me not in new:
+            return
+        current = hosted.get(me, 0)
+        budget, reserved = partition_fd_budget(self.config.get("max.connections"))
+        if current + new[me] > budget:
+            raise KafkaError(
+                ErrorCode.POLICY_VIOLATION,
+                f"Creating {adding} partitions would bring broker {me} to {current + new[me]} partitions, above the "
+                f"{budget} its open-file limit allows (RLIMIT_NOFILE {open_file_limit()}, about {FDS_PER_PARTITION} "
+                f"file per partition, {reserved} kept for connections (max.connections) and other files); it hosts "
+                f"{current}. Raise the broker's open-file limit (ulimit -n) to host more.",
             )
 
     # --- configs ---------------------------------------------------------------------

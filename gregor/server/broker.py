@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -160,10 +161,15 @@ class Broker:
 
     # --- helpers for handlers --------------------------------------------------------
     def group_coordinator_ready(self) -> GroupCoordinator:
-        """The coordinator, once __consumer_offsets exists (created on first use, as Kafka does)
-        and the logs are loaded (until then COORDINATOR_LOAD_IN_PROGRESS: clients retry)."""
+        """The coordinator, once __consumer_offsets exists (created on first use, as Kafka does) and the
+        logs are loaded (until then COORDINATOR_LOAD_IN_PROGRESS: clients retry). The offsets topic's logs
+        are created in the background; the one a group writes to first is created then (one log, not fifty)."""
         if self.log_manager.loading:
             raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "the broker is loading its logs")
+        self._ensure_offsets_topic()
+        return self.group_coordinator
+
+    def _ensure_offsets_topic(self) -> None:
         if self.store.topic(OFFSETS_TOPIC) is None:
             try:
                 self.controller.create_topic(
@@ -172,15 +178,15 @@ class Broker:
                     self.config.get("offsets.topic.replication.factor"),
                     configs={"cleanup.policy": "compact",
                              "segment.bytes": str(self.config.get("offsets.topic.segment.bytes"))},
+                    internal_allowed=True,
                 )
             except KafkaError as e:
                 if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:
                     raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"cannot create {OFFSETS_TOPIC}: {e}") from e
-        return self.group_coordinator
 
     def _read_offsets_partition(self, p: int) -> Iterator[memoryview]:
         part = self.replica_manager.partitions.get((OFFSETS_TOPIC, p))
-        if part is None:
+        if part is None or not part.has_log:  # a log not created yet holds nothing to replay
             return
         lg = part.log
         offset = lg.log_start_offset
@@ -190,7 +196,16 @@ class Broker:
                 break
             yield data.records
             offset = data.next_offset
+
     def auto_create_topic(self, name: str) -> TopicMetadata:
+        """Metadata's auto topic creation: with the broker's defaults and limits (max.broker.partitions and
+        the open-file budget apply as to CreateTopics). `__consumer_offsets` is created as the group
+        coordinator needs it, as Kafka does; other internal topics are refused by the controller."""
+        if name == OFFSETS_TOPIC:
+            self._ensure_offsets_topic()
+            t = self.store.topic(name)
+            assert t is not None
+            return t
         try:
             return self.controller.create_topic(name)
         except KafkaError as e:
@@ -201,10 +216,28 @@ class Broker:
             raise
 
 
+def raise_open_file_limit() -> tuple[int, int]:
+    """Raise the soft RLIMIT_NOFILE to the hard limit, as a broker needs a descriptor per partition and per
+    connection; returns (old soft, new soft). The partition limits count on what this leaves."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard = max(soft, 1 << 20) if soft != resource.RLIM_INFINITY else soft
+    if soft != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        except (ValueError, OSError) as e:
+            log.warning("could not raise the open-file limit from %d to %d: %s", soft, hard, e)
+            return soft, soft
+        log.info("raised the open-file limit (RLIMIT_NOFILE) from %d to %d", soft, hard)
+        return soft, hard
+    return soft, soft
+
+
 async def run_broker(config: BrokerConfig, on_started: Callable[[Broker], Any] | None = None) -> None:
     """Start a broker, serve until SIGTERM/SIGINT, then shut down cleanly."""
     import signal
 
+    raise_open_file_limit()  # before the logs open
     broker = Broker(config)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):  # before start: a signal during start still stops cleanly

@@ -9,9 +9,10 @@ will add follower LEOs and delayed produce without changing the callers.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from gregor.config import BrokerConfig
@@ -25,6 +26,11 @@ from gregor.storage.log import Log
 from gregor.storage.log_manager import LogManager, LogNotLoadedError
 
 log = logging.getLogger("gregor.replica")
+
+# Partitions whose logs one executor call creates or deletes: the loop attaches each slice's logs
+# between calls, so the first partitions are served from disk while later ones are still created.
+LOG_WORK_SLICE = 64
+
 
 _reported: set[tuple[str, str, str]] = set()
 
@@ -68,18 +74,46 @@ class AppendResult:
 
 
 class Partition:
-    """One hosted partition: its log and the leader/ISR state this broker last learnt."""
+    """One hosted partition: its log and the leader/ISR state this broker last learnt.
 
-    def __init__(self, topic: str, index: int, log_: Log, state: PartitionState, broker_id: int,
-                 min_insync_replicas: int, compression_type: str = "producer") -> None:
+    The log may not exist yet: partitions are registered as soon as the metadata names them, and
+    their logs are created in the background (ReplicaManager); `log` creates a missing one at once
+    through `open_log` when a request needs it first."""
+
+    def __init__(self, topic: str, index: int, log_: Log | None, state: PartitionState, broker_id: int,
+                 min_insync_replicas: int, compression_type: str = "producer",
+                 open_log: Callable[[Partition], Log] | None = None, log_config: LogConfig | None = None) -> None:
         self.topic = topic
         self.index = index
-        self.log = log_
+        self._log = log_
+        self._open_log = open_log
+        self.log_config = log_config  # what a log created later opens with
         self.broker_id = broker_id
         self.min_insync_replicas = min_insync_replicas
         self.compression_type = compression_type  # a topic config; "producer" keeps what clients send
         self.follower_log_end_offsets: dict[int, int] = {}  # filled by follower fetches (replication)
         self.apply_state(state)
+
+    @property
+    def log(self) -> Log:
+        lg = self._log
+        if lg is None:
+            if self._open_log is None:
+                raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "the partition has no log")
+            lg = self._open_log(self)
+        return lg
+
+    @property
+    def has_log(self) -> bool:
+        return self._log is not None
+
+    def attach_log(self, log_: Log) -> None:
+        """The log created for this partition (in the background or on first use)."""
+        if self._log is None:
+            self._log = log_
+            if self.log_config is not None and log_.config != self.log_config:
+                log_.update_config(self.log_config)
+            self.maybe_increment_high_watermark()
 
     def apply_state(self, state: PartitionState) -> None:
         self.leader_id = state.leader
@@ -116,7 +150,7 @@ class Partition:
     def maybe_increment_high_watermark(self) -> bool:
         """HW = min LEO over the ISR (never moving back). A follower's LEO is known once it fetches;
         a lone broker's ISR is itself, so its HW is its LEO, including right after crash recovery."""
-        if not self.is_leader:
+        if not self.is_leader or self._log is None:
             return False
         new_hw = min([self.log.log_end_offset] +
                      [self.follower_log_end_offsets.get(r, 0) for r in self.isr if r != self.broker_id])
@@ -127,6 +161,13 @@ class Partition:
 
 
 class ReplicaManager:
+    """This broker's partitions. Metadata changes register and unregister partitions on the event loop
+    at once; creating and deleting their logs (files, directories, fsyncs) runs on executor threads in
+    slices of LOG_WORK_SLICE partitions, so a CreateTopics, CreatePartitions or DeleteTopics of
+    thousands of partitions, or a restart after a crash in the middle of one, never stops the loop
+    answering others. Log work is chained per topic (a deletion finishes before a re-creation of the
+    same name starts); `log_work_done(topic)` is a future admin responses wait on."""
+
     def __init__(self, config: BrokerConfig, store: MetadataStore, log_manager: LogManager) -> None:
         self.config = config
         self.broker_id = config.broker_id
@@ -139,6 +180,8 @@ class ReplicaManager:
         self.offline: dict[tuple[str, int], str] = {}
         self._deleted_while_loading: set[str] = set()
         self.fetch_purgatory = Purgatory()
+        self._log_work: dict[str, asyncio.Future[None]] = {}  # topic -> the last queued log work on it
+        self._deleting: dict[str, int] = {}  # topic -> deletions of its logs queued or running
 
     # --- metadata -> local state -----------------------------------------------------
     def sync_all(self) -> None:
@@ -150,44 +193,65 @@ class ReplicaManager:
             t = topics.get(name)
             if t is None or p not in t.partitions:
                 self.remove_partition(name, p, delete=True)
+        if self.log_manager.loading:
+            return
+        stray: dict[str, int] = {}
+        for (name, p) in self.log_manager.logs():
+            if (name, p) not in self.partitions and (name, p) not in self.offline:
+                stray[name] = stray.get(name, 0) + 1
+        for name, n in sorted(stray.items()):
+            # Left alone, not deleted: a lost or replaced metadata file must not cost the data. A DeleteTopics
+            # interrupted by a crash leaves these behind too.
+            log.warning("%d logs of %s are not in the metadata: not served, not deleted", n, name)
 
     def sync_topic(self, t: TopicMetadata) -> None:
+        """Register the topic's partitions hosted here and queue the creation of their missing logs. A log
+        found on disk is the partition's, unless it belongs to an earlier topic of the same name whose
+        deletion is still under way (then the partition waits for that and starts empty). Logs left by a
+        deletion a crash cut short are adopted, as before: telling them apart needs topic ids in the logs."""
         cfg = log_config_for(self.config, t.configs, t.name)
         min_isr = cfg.min_insync_replicas
         compression_type = cfg.compression_type
+        missing: list[int] = []
         for p, state in t.partitions.items():
             if self.broker_id not in state.replicas:
                 continue
             key = (t.name, p)
             part = self.partitions.get(key)
             if part is None:
-                try:
-                    lg = self.log_manager.get_or_create_log(t.name, p, cfg)
-                except LogNotLoadedError:
+                if self.log_manager.is_loading(t.name, p):  # on disk, not loaded yet: never create a new one
                     self.loading.add(key)
                     continue
-                except (StorageError, OSError) as e:  # one partition's failure must not stop the others
-                    if key not in self.offline:
-                        log.error("partition %s-%d is offline: %s", t.name, p, e)
-                    self.offline[key] = str(e)
+                if self.log_manager.is_offline(t.name, p):
+                    self.offline[key] = self.log_manager.offline[key]
                     continue
                 self.loading.discard(key)
                 self.offline.pop(key, None)
-                self.partitions[key] = Partition(t.name, p, lg, state, self.broker_id, min_isr, compression_type)
+                lg = None if self._deleting.get(t.name) else self.log_manager.get_log(t.name, p)
+                self.partitions[key] = Partition(t.name, p, lg, state, self.broker_id, min_isr, compression_type,
+                                                 open_log=self._open_log_now, log_config=cfg)
+                if lg is None:
+                    missing.append(p)
+                elif lg.config != cfg:
+                    lg.update_config(cfg)
             else:
                 part.apply_state(state)
                 part.min_insync_replicas = min_isr
                 part.compression_type = compression_type
-                if part.log.config != cfg:
+                part.log_config = cfg
+                if part.has_log and part.log.config != cfg:
                     part.log.update_config(cfg)
+        if missing:
+            self._queue_creation(t.name, missing, cfg)
 
     def on_logs_loaded(self) -> None:
         """Every log on disk is loaded: bring their partitions online, and delete the logs of
         topics deleted while they were loading."""
         for topic in self._deleted_while_loading:
             if self.store.topic(topic) is None:
-                for tp in [tp for tp in self.log_manager.logs() if tp[0] == topic]:
-                    self.log_manager.delete_log(*tp)
+                doomed = sorted(p for (name, p) in self.log_manager.logs() if name == topic)
+                if doomed:
+                    self._queue_deletion(topic, doomed)
         self._deleted_while_loading.clear()
         self.loading.clear()
         self.sync_all()
@@ -202,9 +266,13 @@ class ReplicaManager:
                 self.loading = {tp for tp in self.loading if tp[0] != topic}
             for key in [k for k in self.offline if k[0] == topic]:
                 del self.offline[key]
-            for (name, p) in list(self.partitions):
-                if name == topic:
-                    self.remove_partition(name, p, delete=True)
+            # Every log the topic has or may still get from creation work in flight: a topic re-created
+            # under the same name afterwards must start from empty logs, never find these.
+            doomed = {p for (name, p) in self.partitions if name == topic}
+            doomed.update(p for (name, p) in self.log_manager.logs() if name == topic)
+            for p in doomed:
+                self.remove_partition(topic, p, delete=False)
+            self._queue_deletion(topic, sorted(doomed))
             return
         t = self.store.topic(topic)
         if t is not None:
@@ -216,10 +284,128 @@ class ReplicaManager:
             return
         self.fetch_purgatory.complete_all((topic, p))
         if delete:
+            self._queue_deletion(topic, [p])
+
+    # --- log creation and deletion, off the event loop -------------------------------
+    def log_work_done(self, topic: str) -> asyncio.Future[None] | None:
+        """A future done when the log work queued so far on `topic` is done; None when nothing is queued."""
+        fut = self._log_work.get(topic)
+        return None if fut is None or fut.done() else asyncio.shield(fut)
+
+    def _open_log_now(self, part: Partition) -> Log:
+        """Create a partition's log on the calling thread (the first request for it came before the
+        background work). Refused while a deletion of the topic's earlier logs is under way."""
+        if self._deleting.get(part.topic):
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                             f"the logs of an earlier topic {part.topic} are still being deleted")
+        lg = self.log_manager.get_or_create_log(part.topic, part.index, part.log_config)
+        part.attach_log(lg)
+        return lg
+
+    def _chain(self, topic: str, work: Callable[[], Awaitable[None]]) -> None:
+        """Run `work` after the log work already queued on `topic`."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (tools, tests of the storage layer): do it now
+            asyncio.run(work())
+            return
+        prev = self._log_work.get(topic)
+
+        async def run() -> None:
+            if prev is not None:
+                await asyncio.wait([prev])
+            try:
+                await work()
+            except StorageError as e:  # the log manager shut down under it (broker stopping), or a disk error
+                log.warning("log work on topic %s stopped: %s", topic, e)
+            except Exception:
+                log.exception("log work on topic %s failed", topic)
+
+        fut = loop.create_task(run())
+        self._log_work[topic] = fut
+
+        def forget(f: asyncio.Future[None]) -> None:
+            if self._log_work.get(topic) is f:
+                del self._log_work[topic]
+
+        fut.add_done_callback(forget)
+
+    def _queue_creation(self, topic: str, ps: list[int], cfg: LogConfig) -> None:
+        async def create() -> None:
+            loop = asyncio.get_running_loop()
+            t0 = time.monotonic()
+            for i in range(0, len(ps), LOG_WORK_SLICE):
+                todo = [p for p in ps[i:i + LOG_WORK_SLICE] if self._wants_log(topic, p)]
+                if not todo:
+                    continue
+                logs = await loop.run_in_executor(None, self._create_logs, topic, todo, cfg)
+                for p, lg in logs:
+                    if isinstance(lg, Exception):  # one partition's failure must not stop the others
+                        self._set_offline(topic, p, lg)
+                        continue
+                    part = self.partitions.get((topic, p))
+                    if part is not None:
+                        part.attach_log(lg)
+            created = sum(1 for p in ps if self.partitions.get((topic, p)) is not None)  # some on first use
+            if created:
+                log.info("created %d log%s of %s in %.0f ms", created, "s" if created > 1 else "", topic,
+                         (time.monotonic() - t0) * 1000)
+
+        self._chain(topic, create)
+
+    def _wants_log(self, topic: str, p: int) -> bool:
+        part = self.partitions.get((topic, p))
+        return part is not None and not part.has_log
+
+    def _create_logs(self, topic: str, ps: list[int], cfg: LogConfig) -> list[tuple[int, Log | Exception]]:
+        out: list[tuple[int, Log | Exception]] = []
+        for p in ps:
+            try:
+                out.append((p, self.log_manager.get_or_create_log(topic, p, cfg)))
+            except LogNotLoadedError:
+                raise
+            except (StorageError, OSError) as e:
+                if self.log_manager.closed:
+                    raise
+                out.append((p, e))
+        return out
+
+    def _set_offline(self, topic: str, p: int, e: Exception) -> None:
+        key = (topic, p)
+        if key not in self.offline:
+            log.error("partition %s-%d is offline: %s", topic, p, e)
+        self.offline[key] = str(e)
+        self.remove_partition(topic, p, delete=False)
+
+    def _queue_deletion(self, topic: str, ps: list[int]) -> None:
+        """Delete the topic's logs `ps` once the log work queued before on the topic is done. Until then no
+        log of the topic is created on first use (it could be one of these, about to be deleted)."""
+        self._deleting[topic] = self._deleting.get(topic, 0) + 1
+
+        async def delete() -> None:
+            try:
+                loop = asyncio.get_running_loop()
+                t0 = time.monotonic()
+                for i in range(0, len(ps), LOG_WORK_SLICE):
+                    await loop.run_in_executor(None, self._delete_logs, topic, ps[i:i + LOG_WORK_SLICE])
+                if len(ps) > 1:
+                    log.info("deleted %d logs of %s in %.0f ms", len(ps), topic, (time.monotonic() - t0) * 1000)
+            finally:
+                left = self._deleting[topic] - 1
+                if left:
+                    self._deleting[topic] = left
+                else:
+                    del self._deleting[topic]
+
+        self._chain(topic, delete)
+
+    def _delete_logs(self, topic: str, ps: list[int]) -> None:
+        for p in ps:
             self.log_manager.delete_log(topic, p)
 
     # --- data path -------------------------------------------------------------------
     def get_partition(self, topic: str, p: int) -> Partition:
+        """The hosted partition, its log created now if the background work has not reached it yet."""
         part = self.partitions.get((topic, p))
         if part is None:
             if (topic, p) in self.loading:
@@ -227,6 +413,8 @@ class ReplicaManager:
             if (topic, p) in self.offline:
                 raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{topic}-{p} is offline: {self.offline[(topic, p)]}")
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        if not part.has_log:
+            self._open_log_now(part)
         return part
 
     def get_leader_partition(self, topic: str, p: int) -> Partition:

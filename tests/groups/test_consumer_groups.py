@@ -44,8 +44,11 @@ def test_three_members_split_six_partitions(start_broker: Callable[..., BrokerPr
         assert p.wait(120) == 0
     values = read_records(outs)
     assert len(values) == 60_000 and set(values) == set(range(60_000)), "each message processed exactly once"
-    assert [len(_last_assignment(o)) for o in outs] == [2, 2, 2]
-    assert sorted(sum((_last_assignment(o) for o in outs), [])) == list(range(6))
+    # At some generation the three members held two partitions each, together all six. (Not necessarily the
+    # last one: members join and leave on their own clocks, and whoever leaves last may briefly get all six.)
+    held = [[parts for _, parts in _assignments(o) if len(parts) == 2] for o in outs]
+    assert any(sorted(a + b + c) == list(range(6)) for a in held[0] for b in held[1] for c in held[2]), \
+        [_assignments(o) for o in outs]
 
 
 @pytest.mark.parametrize("mode", ["alo", "amo"])

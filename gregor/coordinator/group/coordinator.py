@@ -43,6 +43,8 @@ from gregor.protocol.records import decode_records as decode_batch
 log = logging.getLogger("gregor.group")
 
 OFFSETS_TOPIC = "__consumer_offsets"
+# Unreadable records named one by one per partition at load; the rest are counted.
+_MAX_SKIP_WARNINGS = 10
 
 
 def _now_ms() -> int:
@@ -104,34 +106,69 @@ class GroupCoordinator:
 
     # --- lifecycle -------------------------------------------------------------------
     def load(self) -> None:
-        """Replay __consumer_offsets into memory (at startup, before serving)."""
+        """Replay __consumer_offsets into memory (at startup, before serving).
+
+        Nothing in the log may stop the broker from starting: a batch or record that cannot be
+        decoded (a bad schema version, a truncated field, a batch whose records do not parse) is
+        skipped with a warning naming its partition and offset, and the replay goes on."""
         self._loop = asyncio.get_running_loop()
         t0 = time.monotonic()
-        n = 0
+        n = skipped = 0
         for p in range(self.num_partitions):
-            for records in self._read_partition(p):
-                for h in iter_headers(records):
-                    if h.is_control:
-                        continue
-                    for r in decode_batch(records, h):
-                        n += 1
-                        self._replay(r.key, r.value)
+            n_p, skipped_p = self._load_partition(p)
+            n += n_p
+            skipped += skipped_p
         for g in self.groups.values():
             for m in g.members.values():
                 self._schedule_heartbeat(g, m)
-        log.info("loaded %d groups from %d %s records in %.0f ms", len(self.groups), n, OFFSETS_TOPIC,
-                 (time.monotonic() - t0) * 1000)
+        log.info("loaded %d groups from %d %s records in %.0f ms%s", len(self.groups), n, OFFSETS_TOPIC,
+                 (time.monotonic() - t0) * 1000, f" ({skipped} unreadable records skipped)" if skipped else "")
+
+    def _load_partition(self, p: int) -> tuple[int, int]:
+        """Replay one partition; returns (records replayed, records or batches skipped)."""
+        n = skipped = 0
+        offset = -1
+
+        def skip(what: str, e: BaseException) -> None:
+            nonlocal skipped
+            skipped += 1
+            if skipped <= _MAX_SKIP_WARNINGS:
+                log.warning("skipping an unreadable %s in %s-%d at offset %d: %s", what, OFFSETS_TOPIC, p, offset,
+                            str(e) or type(e).__name__)
+            elif skipped == _MAX_SKIP_WARNINGS + 1:
+                log.warning("more unreadable records in %s-%d: only counting them from here", OFFSETS_TOPIC, p)
+
+        try:
+            for records in self._read_partition(p):
+                for h in iter_headers(records):
+                    offset = h.base_offset
+                    if h.is_control:
+                        continue
+                    try:
+                        batch = decode_batch(records, h)
+                    except Exception as e:  # a batch that passed the CRC but does not parse
+                        skip("batch", e)
+                        continue
+                    for r in batch:
+                        offset = r.offset
+                        try:
+                            self._replay(r.key, r.value)
+                            n += 1
+                        except Exception as e:
+                            skip("record", e)
+        except Exception as e:  # the log itself could not be read further: keep what was replayed
+            log.error("stopped replaying %s-%d after offset %d: %s", OFFSETS_TOPIC, p, offset, e)
+        if skipped:
+            log.warning("skipped %d unreadable records or batches in %s-%d", skipped, OFFSETS_TOPIC, p)
+        return n, skipped
 
     def _replay(self, key: bytes | None, value: bytes | None) -> None:
+        """Apply one record; raises (DecodeError or other) when it cannot be decoded, changing nothing."""
         if key is None:
             return
-        try:
-            if self.consumer.replay(key, value):
-                return
-            k = rec.decode_key(key)
-        except Exception:
-            log.warning("skipping an unreadable %s key", OFFSETS_TOPIC)
+        if self.consumer.replay(key, value):
             return
+        k = rec.decode_key(key)
         if isinstance(k, rec.OffsetKey):
             if value is None:
                 g = self.groups.get(k.group)

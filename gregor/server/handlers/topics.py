@@ -2,10 +2,16 @@
 
 Layout decisions are the controller's; these handlers only translate requests and
 collect per-topic errors so one bad topic never fails the others.
+
+Creating and deleting logs happens off the event loop (ReplicaManager): the metadata changes at
+once, and with a positive `timeout_ms` the response is a future answered when the topic's logs are
+created or deleted, or with REQUEST_TIMED_OUT for the topics still under way when the timeout ends
+(the work goes on, as in Kafka). A request with timeout_ms <= 0 is answered at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from gregor.config import TOPIC_CONFIGS, format_value
@@ -16,6 +22,7 @@ from gregor.server.replica_manager import effective_topic_configs
 
 DYNAMIC_TOPIC_CONFIG = 1
 DEFAULT_CONFIG = 5
+_WAITING: set[asyncio.Task[None]] = set()  # admin responses waiting for log work
 
 
 def handle_create_topics(ctx: RequestContext, req: Struct) -> dict[str, Any]:
@@ -48,7 +55,8 @@ def handle_create_topics(ctx: RequestContext, req: Struct) -> dict[str, Any]:
             entry["error_code"] = e.code
             entry["error_message"] = e.message
         results.append(entry)
-    return {"throttle_time_ms": 0, "topics": results}
+    body = {"throttle_time_ms": 0, "topics": results}
+    return body if req.validate_only else _when_logs_done(ctx, body, results, req.timeout_ms, "created")
 
 
 def handle_delete_topics(ctx: RequestContext, req: Struct) -> dict[str, Any]:
@@ -67,7 +75,8 @@ def handle_delete_topics(ctx: RequestContext, req: Struct) -> dict[str, Any]:
             entry["error_code"] = e.code
             entry["error_message"] = e.message
         results.append(entry)
-    return {"throttle_time_ms": 0, "responses": results}
+    body = {"throttle_time_ms": 0, "responses": results}
+    return _when_logs_done(ctx, body, results, req.timeout_ms, "deleted")
 
 
 def handle_create_partitions(ctx: RequestContext, req: Struct) -> dict[str, Any]:
@@ -81,7 +90,45 @@ def handle_create_partitions(ctx: RequestContext, req: Struct) -> dict[str, Any]
             entry["error_code"] = e.code
             entry["error_message"] = e.message
         results.append(entry)
-    return {"throttle_time_ms": 0, "results": results}
+    body = {"throttle_time_ms": 0, "results": results}
+    return body if req.validate_only else _when_logs_done(ctx, body, results, req.timeout_ms, "created")
+
+
+def _when_logs_done(ctx: RequestContext, body: dict[str, Any], entries: list[dict[str, Any]], timeout_ms: int,
+                    verb: str) -> dict[str, Any] | asyncio.Future[dict[str, Any]]:
+    """`body` now, or a future of it answered when the log work of its successful topics is done (at most
+    `timeout_ms`); topics whose logs are still being worked on then get REQUEST_TIMED_OUT."""
+    rm = ctx.broker.replica_manager
+    waits: dict[int, asyncio.Future[None]] = {}
+    for i, e in enumerate(entries):
+        if e["error_code"] == ErrorCode.NONE and e["name"] is not None:
+            fut = rm.log_work_done(e["name"])
+            if fut is not None:
+                waits[i] = fut
+    if not waits or timeout_ms <= 0:
+        return body
+    answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+
+    async def wait() -> None:
+        try:
+            await asyncio.wait(list(waits.values()), timeout=timeout_ms / 1000)
+            for i, fut in waits.items():
+                if not fut.done():
+                    fut.cancel()  # a shield: the log work itself goes on
+                    entries[i]["error_code"] = ErrorCode.REQUEST_TIMED_OUT
+                    entries[i]["error_message"] = (
+                        f"The topic's partitions are still being {verb} after {timeout_ms} ms; that goes on.")
+            if not answer.done():
+                answer.set_result(body)
+        except BaseException:  # cancelled at shutdown: the connection closes unanswered, as any in flight
+            if not answer.done():
+                answer.cancel()
+            raise
+
+    task = asyncio.ensure_future(wait())
+    _WAITING.add(task)  # the loop holds tasks weakly
+    task.add_done_callback(_WAITING.discard)
+    return answer
 
 
 def handle_delete_records(ctx: RequestContext, req: Struct) -> dict[str, Any]:
