@@ -113,7 +113,6 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
     _p("socket.request.max.bytes", "int", 104857600, lo=1),
     _p("socket.send.buffer.bytes", "int", 102400, lo=-1),
     _p("socket.receive.buffer.bytes", "int", 102400, lo=-1),
-    _p("max.connections", "int", 2**31 - 1, lo=0),
     _p("queued.max.requests", "int", 500, lo=1, doc="requests in flight per connection before reads pause"),
     _p("log.segment.bytes", "int", 1073741824, lo=14),
     _p("log.roll.ms", "long", None, lo=1),
@@ -172,6 +171,27 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
     _p("offsets.retention.minutes", "int", 10080, lo=1),
     _p("offsets.retention.check.interval.ms", "long", 600000, lo=1),
     _p("offset.metadata.max.bytes", "int", 4096, lo=0),
+    # hardening: network
+    _p("max.connections", "int", 500, lo=0,
+       doc="connections to this broker; more are closed at once. Kafka's default is unlimited; ours is finite "
+           "so the broker's memory is bounded with default settings (see gregor/server/network.py)"),
+    _p("max.connections.per.ip", "int", 2**31 - 1, lo=0, doc="connections from one IP address; more are closed"),
+    _p("max.connections.per.ip.overrides", "list", [],
+       doc="per-host exceptions to max.connections.per.ip, as host:count,host:count"),
+    _p("connections.max.idle.ms", "long", 600000, lo=-1,
+       doc="close connections that neither sent nor were sent anything for this long (-1: never)"),
+    _p("queued.max.request.bytes", "long", 134217728, lo=1048576,
+       doc="bytes of partially received and queued requests, all connections; reads pause beyond it. Kafka's "
+           "default is -1 (unbounded); ours is finite so no set of clients can exhaust memory. Must be at "
+           "least socket.request.max.bytes"),
+    _p("queued.max.response.bytes", "long", 134217728, lo=1048576,
+       doc="gregor: bytes of responses built and not yet written, all connections; fetches read less beyond "
+           "it (one batch still goes to a connection with nothing queued, KIP-74). Kafka sends fetched data "
+           "from files and needs no such bound"),
+    _p("queued.max.response.bytes.per.connection", "int", 8388608, lo=65536,
+       doc="gregor: a connection whose unwritten responses exceed this stops being read until they drain"),
+    _p("fetch.max.bytes", "int", 57671680, lo=1024,
+       doc="the most a Fetch response carries, whatever the request asks (one batch may exceed it, KIP-74)"),
 ]}
 
 
@@ -280,6 +300,9 @@ class BrokerConfig:
     def _check(self) -> None:
         for spec in self.listeners + self.advertised_listeners:
             parse_listener(spec)
+        if self.get("socket.request.max.bytes") > self.get("queued.max.request.bytes"):
+            raise ConfigError(f"socket.request.max.bytes ({self.get('socket.request.max.bytes')}) must not exceed "
+                              f"queued.max.request.bytes ({self.get('queued.max.request.bytes')})")
 
     def get(self, name: str) -> Any:
         return self._values[name]

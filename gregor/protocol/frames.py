@@ -8,6 +8,7 @@ size-prefixed response.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,39 +22,129 @@ class FrameTooLarge(DecodeError):
     """A frame announced a size above the configured limit (socket.request.max.bytes)."""
 
 
+def _always(size: int, small: bool) -> bool:
+    return True
+
+
 class FrameDecoder:
-    """Accumulates stream bytes and yields whole frames (without their 4-byte size prefix)."""
+    """Turns a byte stream into whole frames (without their 4-byte size prefix), never holding
+    more than one read buffer plus the frames a `reserve` callback has agreed to.
 
-    __slots__ = ("_buf", "max_frame_bytes")
+    Bytes land first in a fixed read buffer (`read_buffer_bytes`, default 64 KiB). A frame that
+    fits in it is copied out once complete. A larger frame is checked against
+    `max_frame_bytes` (socket.request.max.bytes) from its 4-byte size alone, then - only once
+    `reserve(size, small=False)` agrees - gets a buffer of exactly its size, into which the rest
+    of its body is read directly (`get_buffer`), so a 100 MiB frame costs 100 MiB, not the
+    several times more that growing and slicing a stream buffer costs. Small frames are
+    reserved with `small=True` when complete, so partially received small frames cost nothing
+    beyond the read buffer.
 
-    def __init__(self, max_frame_bytes: int) -> None:
-        self._buf = bytearray()
+    When `reserve` refuses, the decoder stops: `blocked` holds the frame size, and the caller
+    stops reading until it has reserved the bytes some other way and calls `granted()`.
+    The decoder is sans-IO: `get_buffer`/`buffer_updated` match asyncio.BufferedProtocol,
+    and `feed` serves callers that have bytes in hand.
+    """
+
+    __slots__ = ("_buf", "_start", "_end", "_frame", "_filled", "_held", "blocked", "max_frame_bytes", "reserve",
+                 "small_frame_bytes")
+
+    def __init__(self, max_frame_bytes: int, reserve: Callable[[int, bool], bool] = _always,
+                 read_buffer_bytes: int = 65536) -> None:
+        self._buf = bytearray(max(read_buffer_bytes, 16))
+        self.small_frame_bytes = len(self._buf) - 4  # frames up to this size wait in the read buffer
+        self._start = 0  # first unparsed byte of _buf
+        self._end = 0  # end of the bytes received into _buf
+        self._frame: bytearray | None = None  # body of a large frame being received
+        self._filled = 0  # bytes of _frame received
+        self._held = False  # the frame at _start has its reservation
+        self.blocked = 0  # size of the frame waiting for a reservation, else 0
         self.max_frame_bytes = max_frame_bytes
+        self.reserve = reserve
+
+    def get_buffer(self) -> memoryview:
+        """Where the next received bytes go: the large frame's own buffer, or the read buffer."""
+        if self._frame is not None:
+            return memoryview(self._frame)[self._filled:]
+        buf, start, end = self._buf, self._start, self._end
+        if start == end:
+            self._start = self._end = 0
+        elif len(buf) - end < 4096 or start > len(buf) // 2:
+            n = end - start
+            buf[:n] = buf[start:end]
+            self._start, self._end = 0, n
+        if self._end == len(buf):  # only while blocked, if the transport reads after pause_reading
+            buf.extend(bytes(4096))
+        return memoryview(buf)[self._end:]
+
+    def buffer_updated(self, nbytes: int) -> list[memoryview]:
+        """`nbytes` were written into the last `get_buffer()`; return every frame now complete."""
+        if self._frame is not None:
+            self._filled += nbytes
+        else:
+            self._end += nbytes
+        return self._parse()
+
+    def granted(self) -> list[memoryview]:
+        """The caller reserved the blocked frame's bytes: go on parsing."""
+        assert self.blocked
+        self.blocked = 0
+        self._held = True
+        return self._parse()
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[memoryview]:
         """Add bytes; return every frame now complete. Raises FrameTooLarge or DecodeError."""
-        buf = self._buf
-        buf += data
         frames: list[memoryview] = []
-        pos = 0
-        n = len(buf)
-        while n - pos >= 4:
-            (size,) = _SIZE.unpack_from(buf, pos)
+        view = memoryview(data)
+        while view:
+            target = self.get_buffer()
+            n = min(len(target), len(view))
+            target[:n] = view[:n]
+            view = view[n:]
+            frames += self.buffer_updated(n)
+            if self.blocked:
+                raise DecodeError("the frame's reservation was refused; feed() cannot wait")
+        return frames
+
+    def _parse(self) -> list[memoryview]:
+        frames: list[memoryview] = []
+        if self._frame is not None:
+            if self._filled < len(self._frame):
+                return frames
+            frames.append(memoryview(self._frame))
+            self._frame = None
+        if self.blocked:
+            return frames
+        buf, start, end = self._buf, self._start, self._end
+        while end - start >= 4:
+            (size,) = _SIZE.unpack_from(buf, start)
             if size < 0:
                 raise DecodeError(f"negative frame size {size}")
             if size > self.max_frame_bytes:
                 raise FrameTooLarge(f"frame of {size} bytes exceeds socket.request.max.bytes {self.max_frame_bytes}")
-            if n - pos - 4 < size:
+            have = end - start - 4
+            small = size <= self.small_frame_bytes
+            if small and have < size:
+                break  # a small frame waits in the read buffer, unreserved, until complete
+            if not self._held and not self.reserve(size, small):
+                self.blocked = size
                 break
-            # A bytearray copy: Produce patches offsets into the record batches in place.
-            frames.append(memoryview(buf[pos + 4 : pos + 4 + size]))
-            pos += 4 + size
-        if pos:
-            del buf[:pos]
+            self._held = False
+            if have >= size:
+                # A bytearray copy: Produce patches offsets into the record batches in place.
+                frames.append(memoryview(buf[start + 4 : start + 4 + size]))
+                start += 4 + size
+                continue
+            frame = bytearray(size)
+            frame[:have] = buf[start + 4 : end]
+            self._frame, self._filled = frame, have
+            start = end = 0
+            break
+        self._start, self._end = start, end
         return frames
 
     def pending_bytes(self) -> int:
-        return len(self._buf)
+        """Bytes received and not yet returned as frames."""
+        return self._end - self._start + (self._filled if self._frame is not None else 0)
 
 
 @dataclass(slots=True)

@@ -1,11 +1,45 @@
 """The socket server: moves bytes between TCP connections and the request dispatcher.
 
-One asyncio Protocol per connection. Requests are decoded as they arrive and handed to
-the dispatcher; a handler may answer at once or later (a parked Fetch, a Produce waiting
-for acks), but responses always leave in request order, as Kafka clients require. Limits:
-frame size (socket.request.max.bytes), requests in flight per connection
-(queued.max.requests, reads pause beyond it), and the transport's write buffer (reads
-pause while it is full). A malformed frame closes only its own connection.
+One asyncio BufferedProtocol per connection. Requests are decoded as they arrive and handed
+to the dispatcher; a handler may answer at once or later (a parked Fetch, a Produce waiting
+for acks), but responses always leave in request order, as Kafka clients require. A
+malformed frame closes only its own connection.
+
+Memory is bounded whoever connects. What the broker holds for its clients, and the config
+that bounds it:
+
+- connections: `max.connections` (broker-wide), `max.connections.per.ip` and
+  `max.connections.per.ip.overrides` (host:count,...); a connection over a limit is closed
+  at once. `connections.max.idle.ms` closes connections that neither sent a byte nor got a
+  response for that long (with nothing in flight), which also frees clients that stopped
+  reading.
+- per connection, a 64 KiB read buffer (`READ_BUFFER_BYTES`), where small frames wait
+  until complete.
+- request bytes, broker-wide: `queued.max.request.bytes` (B). A frame's size is reserved
+  from this pool before its bytes are buffered - for a frame larger than the read buffer
+  when its 4-byte size arrives (after the `socket.request.max.bytes` check), for a small
+  one when it is complete - and released when its response is built. A connection whose
+  reservation is refused stops reading until bytes are released (waiters are served in
+  order, a small frame passing a large one that does not fit). Large frames together may
+  hold only `socket.request.max.bytes` of the pool, so the rest of it is always there for
+  small frames: clients holding partial maximum-size frames cannot starve normal clients.
+  Config validation keeps socket.request.max.bytes <= B, so every legal frame fits.
+  Nothing waits on a client to release bytes (a reservation ends when the response is
+  built, not written), so waiting cannot deadlock.
+- response bytes: a connection stops reading further requests while the responses it has
+  queued but not written exceed `queued.max.response.bytes.per.connection` (the
+  transport's high-water mark). Fetch reads are sized to what is left of that and of the
+  broker-wide `queued.max.response.bytes` (`response_room`); a connection with nothing
+  queued may still get one batch beyond it (KIP-74), so consumers always progress.
+
+Bound with the defaults (max.connections 500, B = 128 MiB, broker-wide responses 128 MiB,
+per connection 8 MiB, message.max.bytes 1 MiB): B + 128 MiB + 500 x (64 KiB read buffer +
+one batch of <= 1 MiB beyond the shared response budget) ~= 790 MiB, plus the interpreter
+and broker state (~60-80 MiB with few partitions): under 1 GiB. Decoded request objects
+are several times their frame size, so a frame's reservation undercounts them; only a
+handful of requests are decoded at once and Kafka clients send small non-Produce requests,
+but a hostile client sending maximum-size non-Produce requests (millions of entries) can
+push a single request's decoded form past the bound - see tests/server/test_hostile_clients.py.
 """
 
 from __future__ import annotations
@@ -16,6 +50,7 @@ import logging
 import socket
 from typing import TYPE_CHECKING, Any
 
+from gregor.config import ConfigError
 from gregor.protocol.frames import FrameDecoder, encode_response, peek_header
 from gregor.protocol.primitives import DecodeError
 
@@ -24,48 +59,160 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gregor.network")
 
+READ_BUFFER_BYTES = 64 * 1024  # per connection; frames that fit it are "small"
+MEDIUM_FRAME_BYTES = 1024 * 1024  # up to a producer's default batch size: "medium"
+
+
+def parse_ip_overrides(entries: list[str]) -> dict[str, int]:
+    """max.connections.per.ip.overrides, Kafka's `host:count,host:count`, as {ip: count}.
+
+    Host names are resolved once, at start, as Kafka does. Raises ConfigError naming the entry."""
+    out: dict[str, int] = {}
+    for entry in entries:
+        host, sep, count = entry.rpartition(":")
+        host = host.strip().strip("[]")
+        try:
+            n = int(count)
+        except ValueError:
+            n = -1
+        if not sep or not host or n < 0:
+            raise ConfigError(f"max.connections.per.ip.overrides: {entry!r} is not host:count (count >= 0)")
+        try:
+            infos = socket.getaddrinfo(host, None)
+        except OSError as e:
+            raise ConfigError(f"max.connections.per.ip.overrides: cannot resolve {host!r}: {e}") from None
+        for info in infos:
+            out[str(info[4][0])] = n
+    return out
+
+
+class RequestMemoryPool:
+    """Bytes of partially received and queued requests, broker-wide (queued.max.request.bytes).
+
+    Frames fall in three tiers by size: small (fit the read buffer), medium (up to 1 MiB, as
+    a producer's batches are) and large. Each tier has a share that frames of that tier and
+    larger together may not pass: large frames `large_limit_bytes` (socket.request.max.bytes),
+    medium and large ones all but a quarter of what large frames cannot take, small frames
+    all of it. So however many maximum-size frames are held half-sent, producers' batches
+    still have room, and small requests have room even when batches fill theirs. Refused
+    reservations wait, in order within a tier, and are granted as bytes are released.
+    """
+
+    def __init__(self, capacity_bytes: int, large_limit_bytes: int, small_frame_bytes: int) -> None:
+        self.capacity_bytes = capacity_bytes
+        self.small_frame_bytes = small_frame_bytes
+        large = min(large_limit_bytes, capacity_bytes)
+        self.limits = (capacity_bytes, capacity_bytes - (capacity_bytes - large) // 4, large)
+        self.used = [0, 0, 0]  # bytes held by frames of tier >= i
+        self.waiters: collections.deque[tuple[Connection, int]] = collections.deque()
+
+    def tier(self, size: int) -> int:
+        if size <= self.small_frame_bytes:
+            return 0
+        return 1 if size <= MEDIUM_FRAME_BYTES else 2
+
+    @property
+    def used_bytes(self) -> int:
+        return self.used[0]
+
+    def _fits(self, size: int, tier: int) -> bool:
+        return all(self.used[k] + size <= self.limits[k] for k in range(tier + 1))
+
+    def _take(self, size: int, tier: int) -> None:
+        for k in range(tier + 1):
+            self.used[k] += size
+
+    def try_reserve(self, size: int) -> bool:
+        """Reserve now if the bytes are free and no frame of the same tier waits (no overtaking)."""
+        tier = self.tier(size)
+        if self.waiters and any(self.tier(w[1]) == tier for w in self.waiters):
+            return False
+        if not self._fits(size, tier):
+            return False
+        self._take(size, tier)
+        return True
+
+    def wait(self, conn: Connection, size: int) -> None:
+        self.waiters.append((conn, size))
+
+    def cancel(self, conn: Connection) -> None:
+        if self.waiters:
+            self.waiters = collections.deque(w for w in self.waiters if w[0] is not conn)
+
+    def release(self, size: int, tier: int) -> None:
+        for k in range(tier + 1):
+            self.used[k] -= size
+            assert self.used[k] >= 0
+        if self.waiters:
+            self._grant_waiters()
+
+    def _grant_waiters(self) -> None:
+        kept: collections.deque[tuple[Connection, int]] = collections.deque()
+        blocked: set[int] = set()
+        loop = asyncio.get_running_loop()
+        for conn, size in self.waiters:
+            tier = self.tier(size)
+            if tier not in blocked and self._fits(size, tier):
+                self._take(size, tier)
+                loop.call_soon(conn.reservation_granted, size)
+            else:
+                blocked.add(tier)  # keep order within a tier
+                kept.append((conn, size))
+        self.waiters = kept
+
 
 class _Slot:
     """A response position in a connection's ordered output queue."""
 
-    __slots__ = ("chunks", "done")
+    __slots__ = ("chunks", "done", "nbytes")
 
     def __init__(self) -> None:
         self.chunks: list[Any] | None = None
         self.done = False
+        self.nbytes = 0
 
 
-class Connection(asyncio.Protocol):
+class Connection(asyncio.BufferedProtocol):
     def __init__(self, server: SocketServer) -> None:
         self.server = server
         self.dispatcher = server.dispatcher
-        self.decoder = FrameDecoder(server.max_request_bytes)
+        self.decoder = FrameDecoder(server.max_request_bytes, self._reserve, READ_BUFFER_BYTES)
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
+        self.ip = ""
         self.pending: collections.deque[_Slot] = collections.deque()
         self.closed = False
+        self.reserved_bytes = [0, 0, 0]  # request bytes this connection holds in the pool, by tier
+        self.queued_slot_bytes = 0  # responses built, waiting behind an earlier one
+        self.charges: dict[int, int] = {}  # correlation id -> response bytes read, not yet built
+        self.last_active = 0.0
         self._reading_paused = False
         self._writing_paused = False
+        self._waiting_for_memory = False
 
     # --- asyncio callbacks -----------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio.Transport subclasses
+        self.last_active = asyncio.get_running_loop().time()
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.ip = str(peer[0]) if isinstance(peer, tuple) else self.peer
+        refusal = self.server.admit(self)
+        if refusal is not None:
+            self.close(refusal)
+            return
         sock = transport.get_extra_info("socket")
         if sock is not None:
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:
                 pass
-        peer = transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        transport.set_write_buffer_limits(high=8 * 1024 * 1024)
-        self.server.connections.add(self)
-        if len(self.server.connections) > self.server.max_connections:
-            self.close("too many connections (max.connections)")
+        self.transport.set_write_buffer_limits(high=self.server.max_connection_response_bytes)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._release_all()
         self.closed = True
-        self.server.connections.discard(self)
+        self.server.forget(self)
         self.pending.clear()
 
     def pause_writing(self) -> None:
@@ -74,84 +221,190 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._writing_paused = False
+        self.last_active = asyncio.get_running_loop().time()
         self._update_reading()
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.decoder.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
         if self.closed:
             return
+        self.last_active = self.server.loop_time()
         try:
-            frames = self.decoder.feed(data)
+            frames = self.decoder.buffer_updated(nbytes)
         except DecodeError as e:
             self.close(str(e))
             return
-        for frame in frames:
-            if self.closed:
-                return
-            self._handle_frame(frame)
+        self._handle_frames(frames)
+
+    def eof_received(self) -> bool | None:
+        return None  # close our side too
+
+    # --- request memory --------------------------------------------------------------
+    def _reserve(self, size: int, small: bool) -> bool:
+        pool = self.server.pool
+        if pool.try_reserve(size):
+            self.reserved_bytes[pool.tier(size)] += size
+            return True
+        pool.wait(self, size)
+        self._waiting_for_memory = True
+        self._update_reading()
+        return False
+
+    def reservation_granted(self, size: int) -> None:
+        """The pool reserved `size` for the frame this connection waits on."""
+        pool = self.server.pool
+        if self.closed:
+            pool.release(size, pool.tier(size))
+            return
+        self.reserved_bytes[pool.tier(size)] += size
+        self._waiting_for_memory = False
+        try:
+            frames = self.decoder.granted()
+        except DecodeError as e:
+            self.close(str(e))
+            return
+        self._update_reading()
+        self._handle_frames(frames)
+
+    def _release(self, size: int) -> None:
+        pool = self.server.pool
+        tier = pool.tier(size)
+        self.reserved_bytes[tier] -= size
+        pool.release(size, tier)
+
+    def _release_all(self) -> None:
+        """On close: frames in flight and a partially received large frame give their bytes back."""
+        pool = self.server.pool
+        pool.cancel(self)
+        for tier, n in enumerate(self.reserved_bytes):
+            if n:
+                self.reserved_bytes[tier] = 0
+                pool.release(n, tier)
+        for n in self.charges.values():
+            self.server.charged_bytes -= n
+        self.charges.clear()
 
     # --- requests --------------------------------------------------------------------
+    def _handle_frames(self, frames: list[memoryview]) -> None:
+        for frame in frames:
+            if self.closed:
+                self._release(len(frame))
+                continue
+            self._handle_frame(frame)
+
     def _handle_frame(self, frame: memoryview) -> None:
+        size = len(frame)
         try:
             api_key, version, correlation_id = peek_header(frame)
         except DecodeError as e:
+            self._release(size)
             self.close(f"malformed request header: {e}")
             return
         try:
             result = self.dispatcher.dispatch(self, frame, api_key, version, correlation_id)
         except CloseConnection as e:
+            self._release(size)
             self.close(str(e))
             return
         if result is None:
-            return  # no response expected (acks=0)
+            self._release(size)  # no response expected (acks=0)
+            return
         api, body = result
         if isinstance(body, asyncio.Future):
             slot = _Slot()
+            slot.nbytes = size
             self.pending.append(slot)
             body.add_done_callback(lambda fut: self._complete(slot, api, version, correlation_id, fut))
             self._update_reading()
             return
         chunks = encode_response(api, version, correlation_id, body)
+        self.uncharge(correlation_id)
+        self._release(size)
         if not self.pending:
             self._write(chunks)
         else:
             slot = _Slot()
             slot.chunks = chunks
             slot.done = True
+            slot.nbytes = _nbytes(chunks)
+            self.queued_slot_bytes += slot.nbytes
             self.pending.append(slot)
+            self._update_reading()
 
     def _complete(self, slot: _Slot, api: Any, version: int, correlation_id: int, fut: asyncio.Future[Any]) -> None:
         if self.closed:
             return
+        self.uncharge(correlation_id)
+        self._release(slot.nbytes)
         if fut.cancelled():
+            slot.nbytes = 0
             self.close("request cancelled")
             return
         exc = fut.exception()
         if exc is not None:
+            slot.nbytes = 0
             log.error("request from %s failed: %r", self.peer, exc, exc_info=exc)
             self.close(f"internal error: {exc!r}")
             return
         slot.chunks = encode_response(api, version, correlation_id, fut.result())
         slot.done = True
+        slot.nbytes = _nbytes(slot.chunks)
+        self.queued_slot_bytes += slot.nbytes
         while self.pending and self.pending[0].done:
             head = self.pending.popleft()
             assert head.chunks is not None
+            self.queued_slot_bytes -= head.nbytes
             self._write(head.chunks)
         self._update_reading()
 
     def _write(self, chunks: list[Any]) -> None:
         if self.transport is not None and not self.closed:
             self.transport.writelines(chunks)
+            self.last_active = self.server.loop_time()
+            if self.transport.get_write_buffer_size():
+                self.server.backlogged.add(self)
 
     def _update_reading(self) -> None:
         if self.transport is None or self.closed:
             return
-        should_pause = self._writing_paused or len(self.pending) >= self.server.max_queued_requests
+        should_pause = (self._writing_paused or self._waiting_for_memory
+                        or len(self.pending) >= self.server.max_queued_requests
+                        or self.queued_slot_bytes > self.server.max_connection_response_bytes)
         if should_pause and not self._reading_paused:
             self._reading_paused = True
             self.transport.pause_reading()
         elif not should_pause and self._reading_paused:
             self._reading_paused = False
             self.transport.resume_reading()
+
+    # --- response memory -------------------------------------------------------------
+    def queued_output_bytes(self) -> int:
+        """Responses built for this connection and not yet written to its socket."""
+        buffered = self.transport.get_write_buffer_size() if self.transport is not None and not self.closed else 0
+        return buffered + self.queued_slot_bytes + sum(self.charges.values())
+
+    def response_room(self) -> tuple[int, bool]:
+        """How many bytes a response built now may carry, and whether it may still carry one
+        batch beyond that (KIP-74): only when nothing is queued for this connection, so a
+        client that does not read gets ever smaller answers while others keep progressing."""
+        own = self.queued_output_bytes()
+        room = min(self.server.max_connection_response_bytes - own,
+                   self.server.max_response_bytes - self.server.queued_output_bytes())
+        return max(room, 0), own == 0
+
+    def charge_response(self, correlation_id: int, nbytes: int) -> None:
+        """A handler read `nbytes` for the response to `correlation_id` (counted until built)."""
+        if nbytes and not self.closed:
+            self.charges[correlation_id] = self.charges.get(correlation_id, 0) + nbytes
+            self.server.charged_bytes += nbytes
+
+    def uncharge(self, correlation_id: int) -> None:
+        """Forget what was read for `correlation_id` (its response was built, or the read dropped)."""
+        if self.charges:
+            n = self.charges.pop(correlation_id, 0)
+            self.server.charged_bytes -= n
 
     def write_raw(self, data: bytes) -> None:
         """Send pre-encoded bytes now (the ApiVersions v0 error reply), keeping order."""
@@ -161,16 +414,23 @@ class Connection(asyncio.Protocol):
             slot = _Slot()
             slot.chunks = [data]
             slot.done = True
+            slot.nbytes = len(data)
+            self.queued_slot_bytes += slot.nbytes
             self.pending.append(slot)
 
     def close(self, reason: str) -> None:
         if self.closed:
             return
         log.warning("closing connection from %s: %s", self.peer, reason)
+        self._release_all()
         self.closed = True
-        self.server.connections.discard(self)
+        self.server.forget(self)
         if self.transport is not None:
             self.transport.close()
+
+
+def _nbytes(chunks: list[Any]) -> int:
+    return sum(len(c) if not isinstance(c, memoryview) else c.nbytes for c in chunks)
 
 
 class CloseConnection(Exception):
@@ -185,21 +445,97 @@ class SocketServer:
         max_request_bytes: int,
         max_queued_requests: int,
         max_connections: int,
+        max_connections_per_ip: int = 2**31 - 1,
+        max_connections_per_ip_overrides: list[str] | None = None,
+        connections_max_idle_ms: int = 600_000,
+        max_queued_request_bytes: int = 128 * 1024 * 1024,
+        max_response_bytes: int = 128 * 1024 * 1024,
+        max_connection_response_bytes: int = 8 * 1024 * 1024,
         send_buffer_bytes: int = -1,
         receive_buffer_bytes: int = -1,
     ) -> None:
+        if max_request_bytes > max_queued_request_bytes:
+            raise ConfigError(f"socket.request.max.bytes ({max_request_bytes}) must not exceed "
+                              f"queued.max.request.bytes ({max_queued_request_bytes})")
         self.dispatcher = dispatcher
         self.max_request_bytes = max_request_bytes
         self.max_queued_requests = max_queued_requests
         self.max_connections = max_connections
+        self.max_connections_per_ip = max_connections_per_ip
+        self.ip_overrides = parse_ip_overrides(max_connections_per_ip_overrides or [])
+        self.connections_max_idle_ms = connections_max_idle_ms
+        self.max_response_bytes = max_response_bytes
+        self.max_connection_response_bytes = max_connection_response_bytes
+        self.pool = RequestMemoryPool(max_queued_request_bytes, max_request_bytes, READ_BUFFER_BYTES - 4)
         self.send_buffer_bytes = send_buffer_bytes
         self.receive_buffer_bytes = receive_buffer_bytes
         self.connections: set[Connection] = set()
+        self.per_ip: collections.Counter[str] = collections.Counter()
+        self.backlogged: set[Connection] = set()  # may have bytes in their transport's buffer
+        self.charged_bytes = 0  # read for responses not yet built, all connections
         self.servers: list[asyncio.AbstractServer] = []
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
+    def loop_time(self) -> float:
+        assert self._loop is not None
+        return self._loop.time()
+
+    # --- connection accounting -------------------------------------------------------
+    def admit(self, conn: Connection) -> str | None:
+        """Count a new connection; a reason to close it if it is over a limit."""
+        if len(self.connections) >= self.max_connections:
+            return f"too many connections: max.connections is {self.max_connections}"
+        limit = self.ip_overrides.get(conn.ip, self.max_connections_per_ip)
+        if self.per_ip[conn.ip] >= limit:
+            return f"too many connections from {conn.ip}: max.connections.per.ip is {limit}"
+        self.connections.add(conn)
+        self.per_ip[conn.ip] += 1
+        return None
+
+    def forget(self, conn: Connection) -> None:
+        if conn in self.connections:
+            self.connections.discard(conn)
+            self.per_ip[conn.ip] -= 1
+            if self.per_ip[conn.ip] <= 0:
+                del self.per_ip[conn.ip]
+        self.backlogged.discard(conn)
+
+    def queued_output_bytes(self) -> int:
+        """Responses built or being read and not yet written, all connections."""
+        total = self.charged_bytes
+        drained = []
+        for c in self.backlogged:
+            n = c.queued_output_bytes()
+            if n == 0:
+                drained.append(c)
+            total += n
+        for c in drained:
+            self.backlogged.discard(c)
+        return total
+
+    def _check_idle(self) -> None:
+        assert self._loop is not None
+        now = self._loop.time()
+        idle_s = self.connections_max_idle_ms / 1000.0
+        for c in list(self.connections):
+            if not c.pending and now - c.last_active > idle_s:
+                c.close(f"idle for more than connections.max.idle.ms ({self.connections_max_idle_ms})")
+        self._schedule_idle_check()
+
+    def _schedule_idle_check(self) -> None:
+        if self._loop is None or self.connections_max_idle_ms < 0:
+            return
+        interval_s = min(max(self.connections_max_idle_ms / 10_000.0, 0.05), 30.0)
+        self._idle_timer = self._loop.call_later(interval_s, self._check_idle)
+
+    # --- lifecycle -------------------------------------------------------------------
     async def listen(self, host: str, port: int) -> int:
         """Start listening; returns the bound port (useful with port 0)."""
         loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+            self._schedule_idle_check()
         srv = await loop.create_server(lambda: Connection(self), host or None, port, reuse_address=True, backlog=1024)
         for sock in srv.sockets:
             if self.receive_buffer_bytes > 0:
@@ -212,6 +548,10 @@ class SocketServer:
     def stop_accepting(self) -> None:
         for srv in self.servers:
             srv.close()
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+            self.connections_max_idle_ms = -1
 
     async def drain(self, timeout_s: float) -> None:
         """Wait (bounded) for in-flight responses to be written, then close every connection."""
