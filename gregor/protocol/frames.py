@@ -16,13 +16,14 @@ from gregor.protocol.primitives import DecodeError, Reader, Writer
 from gregor.protocol.schema import Api, Struct
 
 _SIZE = struct.Struct(">i")
+_API_KEY = struct.Struct(">h")
 
 
 class FrameTooLarge(DecodeError):
     """A frame announced a size above the configured limit (socket.request.max.bytes)."""
 
 
-def _always(size: int, small: bool) -> bool:
+def _always(size: int, small: bool, api_key: int) -> bool:
     return True
 
 
@@ -33,7 +34,8 @@ class FrameDecoder:
     Bytes land first in a fixed read buffer (`read_buffer_bytes`, default 64 KiB). A frame that
     fits in it is copied out once complete. A larger frame is checked against
     `max_frame_bytes` (socket.request.max.bytes) from its 4-byte size alone, then - only once
-    `reserve(size, small=False)` agrees - gets a buffer of exactly its size, into which the rest
+    `reserve(size, small=False, api_key)` agrees (the API key is the body's first two bytes,
+    so the caller can reserve for what the request will cost decoded) - gets a buffer of exactly its size, into which the rest
     of its body is read directly (`get_buffer`), so a 100 MiB frame costs 100 MiB, not the
     several times more that growing and slicing a stream buffer costs. Small frames are
     reserved with `small=True` when complete, so partially received small frames cost nothing
@@ -48,7 +50,7 @@ class FrameDecoder:
     __slots__ = ("_buf", "_start", "_end", "_frame", "_filled", "_held", "blocked", "max_frame_bytes", "reserve",
                  "small_frame_bytes")
 
-    def __init__(self, max_frame_bytes: int, reserve: Callable[[int, bool], bool] = _always,
+    def __init__(self, max_frame_bytes: int, reserve: Callable[[int, bool, int], bool] = _always,
                  read_buffer_bytes: int = 65536) -> None:
         self._buf = bytearray(max(read_buffer_bytes, 16))
         self.small_frame_bytes = len(self._buf) - 4  # frames up to this size wait in the read buffer
@@ -125,7 +127,10 @@ class FrameDecoder:
             small = size <= self.small_frame_bytes
             if small and have < size:
                 break  # a small frame waits in the read buffer, unreserved, until complete
-            if not self._held and not self.reserve(size, small):
+            if have < min(size, 2):
+                break  # the reservation may depend on the API key, in the next two bytes
+            api_key = _API_KEY.unpack_from(buf, start + 4)[0] if size >= 2 else -1
+            if not self._held and not self.reserve(size, small, api_key):
                 self.blocked = size
                 break
             self._held = False

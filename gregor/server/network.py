@@ -48,10 +48,11 @@ import asyncio
 import collections
 import logging
 import socket
+import struct
 from typing import TYPE_CHECKING, Any
 
 from gregor.config import ConfigError
-from gregor.protocol.frames import FrameDecoder, encode_response, peek_header
+from gregor.protocol.frames import FrameDecoder, FrameTooLarge, encode_response, peek_header
 from gregor.protocol.primitives import DecodeError
 
 if TYPE_CHECKING:
@@ -61,6 +62,9 @@ log = logging.getLogger("gregor.network")
 
 READ_BUFFER_BYTES = 64 * 1024  # per connection; frames that fit it are "small"
 MEDIUM_FRAME_BYTES = 1024 * 1024  # up to a producer's default batch size: "medium"
+DECODE_EXPANSION = 16  # decoded size / frame size of requests other than Produce (measured 13-15)
+PRODUCE_API_KEY = 0
+_API_KEY = struct.Struct(">h")
 
 
 def parse_ip_overrides(entries: list[str]) -> dict[str, int]:
@@ -104,7 +108,7 @@ class RequestMemoryPool:
         large = min(large_limit_bytes, capacity_bytes)
         self.limits = (capacity_bytes, capacity_bytes - (capacity_bytes - large) // 4, large)
         self.used = [0, 0, 0]  # bytes held by frames of tier >= i
-        self.waiters: collections.deque[tuple[Connection, int]] = collections.deque()
+        self.waiters: collections.deque[tuple[Connection, int, int]] = collections.deque()
 
     def tier(self, size: int) -> int:
         if size <= self.small_frame_bytes:
@@ -122,18 +126,17 @@ class RequestMemoryPool:
         for k in range(tier + 1):
             self.used[k] += size
 
-    def try_reserve(self, size: int) -> bool:
+    def try_reserve(self, amount: int, tier: int) -> bool:
         """Reserve now if the bytes are free and no frame of the same tier waits (no overtaking)."""
-        tier = self.tier(size)
-        if self.waiters and any(self.tier(w[1]) == tier for w in self.waiters):
+        if self.waiters and any(w[2] == tier for w in self.waiters):
             return False
-        if not self._fits(size, tier):
+        if not self._fits(amount, tier):
             return False
-        self._take(size, tier)
+        self._take(amount, tier)
         return True
 
-    def wait(self, conn: Connection, size: int) -> None:
-        self.waiters.append((conn, size))
+    def wait(self, conn: Connection, amount: int, tier: int) -> None:
+        self.waiters.append((conn, amount, tier))
 
     def cancel(self, conn: Connection) -> None:
         if self.waiters:
@@ -147,29 +150,29 @@ class RequestMemoryPool:
             self._grant_waiters()
 
     def _grant_waiters(self) -> None:
-        kept: collections.deque[tuple[Connection, int]] = collections.deque()
+        kept: collections.deque[tuple[Connection, int, int]] = collections.deque()
         blocked: set[int] = set()
         loop = asyncio.get_running_loop()
-        for conn, size in self.waiters:
-            tier = self.tier(size)
-            if tier not in blocked and self._fits(size, tier):
-                self._take(size, tier)
-                loop.call_soon(conn.reservation_granted, size)
+        for conn, amount, tier in self.waiters:
+            if tier not in blocked and self._fits(amount, tier):
+                self._take(amount, tier)
+                loop.call_soon(conn.reservation_granted, amount, tier)
             else:
                 blocked.add(tier)  # keep order within a tier
-                kept.append((conn, size))
+                kept.append((conn, amount, tier))
         self.waiters = kept
 
 
 class _Slot:
     """A response position in a connection's ordered output queue."""
 
-    __slots__ = ("chunks", "done", "nbytes")
+    __slots__ = ("chunks", "done", "nbytes", "request")
 
     def __init__(self) -> None:
         self.chunks: list[Any] | None = None
         self.done = False
-        self.nbytes = 0
+        self.nbytes = 0  # of the response, once built
+        self.request: memoryview | None = None  # the request frame, until its response is built
 
 
 class Connection(asyncio.BufferedProtocol):
@@ -186,6 +189,8 @@ class Connection(asyncio.BufferedProtocol):
         self.queued_slot_bytes = 0  # responses built, waiting behind an earlier one
         self.charges: dict[int, int] = {}  # correlation id -> response bytes read, not yet built
         self.last_active = 0.0
+        self.backlog: collections.deque[memoryview] = collections.deque()  # received, not yet processed
+        self._retry: asyncio.TimerHandle | None = None
         self._reading_paused = False
         self._writing_paused = False
         self._waiting_for_memory = False
@@ -210,6 +215,9 @@ class Connection(asyncio.BufferedProtocol):
         self.transport.set_write_buffer_limits(high=self.server.max_connection_response_bytes)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._retry is not None:
+            self._retry.cancel()
+        self.backlog.clear()
         self._release_all()
         self.closed = True
         self.server.forget(self)
@@ -222,7 +230,7 @@ class Connection(asyncio.BufferedProtocol):
     def resume_writing(self) -> None:
         self._writing_paused = False
         self.last_active = asyncio.get_running_loop().time()
-        self._update_reading()
+        self._dispatch_backlog()
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self.decoder.get_buffer()
@@ -242,37 +250,48 @@ class Connection(asyncio.BufferedProtocol):
         return None  # close our side too
 
     # --- request memory --------------------------------------------------------------
-    def _reserve(self, size: int, small: bool) -> bool:
+    def _cost(self, size: int, api_key: int) -> tuple[int, int]:
+        """What a frame reserves, and its tier. A request other than Produce is decoded into
+        Python objects about DECODE_EXPANSION times its size (its arrays of topics and
+        partitions); a Produce request's records stay bytes."""
+        amount = size if api_key == PRODUCE_API_KEY else size * DECODE_EXPANSION
+        return amount, self.server.pool.tier(size)
+
+    def _reserve(self, size: int, small: bool, api_key: int) -> bool:
         pool = self.server.pool
-        if pool.try_reserve(size):
-            self.reserved_bytes[pool.tier(size)] += size
+        amount, tier = self._cost(size, api_key)
+        if amount > pool.limits[tier]:
+            raise FrameTooLarge(
+                f"request (API key {api_key}) of {size} bytes is too large: decoded it would take {amount} bytes "
+                f"of queued.max.request.bytes; requests other than Produce may be at most "
+                f"1/{DECODE_EXPANSION} of its share ({pool.limits[tier] // DECODE_EXPANSION} bytes)")
+        if pool.try_reserve(amount, tier):
+            self.reserved_bytes[tier] += amount
             return True
-        pool.wait(self, size)
+        pool.wait(self, amount, tier)
         self._waiting_for_memory = True
         self._update_reading()
         return False
 
-    def reservation_granted(self, size: int) -> None:
-        """The pool reserved `size` for the frame this connection waits on."""
-        pool = self.server.pool
+    def reservation_granted(self, amount: int, tier: int) -> None:
+        """The pool reserved `amount` for the frame this connection waits on."""
         if self.closed:
-            pool.release(size, pool.tier(size))
+            self.server.pool.release(amount, tier)
             return
-        self.reserved_bytes[pool.tier(size)] += size
+        self.reserved_bytes[tier] += amount
         self._waiting_for_memory = False
         try:
             frames = self.decoder.granted()
         except DecodeError as e:
             self.close(str(e))
             return
-        self._update_reading()
         self._handle_frames(frames)
 
-    def _release(self, size: int) -> None:
-        pool = self.server.pool
-        tier = pool.tier(size)
-        self.reserved_bytes[tier] -= size
-        pool.release(size, tier)
+    def _release(self, frame: memoryview) -> None:
+        api_key = _API_KEY.unpack_from(frame)[0] if len(frame) >= 2 else -1
+        amount, tier = self._cost(len(frame), api_key)
+        self.reserved_bytes[tier] -= amount
+        self.server.pool.release(amount, tier)
 
     def _release_all(self) -> None:
         """On close: frames in flight and a partially received large frame give their bytes back."""
@@ -288,40 +307,64 @@ class Connection(asyncio.BufferedProtocol):
 
     # --- requests --------------------------------------------------------------------
     def _handle_frames(self, frames: list[memoryview]) -> None:
-        for frame in frames:
-            if self.closed:
-                self._release(len(frame))
-                continue
-            self._handle_frame(frame)
+        if frames:
+            self.backlog.extend(frames)
+        self._dispatch_backlog()
+
+    def _may_dispatch(self) -> bool:
+        """Whether to process another request now. Not while queued.max.requests are in
+        flight; not while this connection's unwritten responses pass its bound, or while it
+        has any and the broker-wide ones pass queued.max.response.bytes. A connection with
+        nothing queued is always served, so clients that read their responses progress."""
+        if self._writing_paused or len(self.pending) >= self.server.max_queued_requests:
+            return False
+        own = self.queued_output_bytes()
+        if own == 0:
+            return True
+        return (own <= self.server.max_connection_response_bytes
+                and self.server.queued_output_bytes() <= self.server.max_response_bytes)
+
+    def _dispatch_backlog(self) -> None:
+        backlog = self.backlog
+        while backlog and not self.closed and self._may_dispatch():
+            self._handle_frame(backlog.popleft())
+        if backlog and not self.closed and not self._writing_paused and self._retry is None \
+                and len(self.pending) < self.server.max_queued_requests:
+            # Held back by bytes that drain without a callback: look again shortly.
+            self._retry = asyncio.get_running_loop().call_later(0.01, self._retry_backlog)
+        self._update_reading()
+
+    def _retry_backlog(self) -> None:
+        self._retry = None
+        if not self.closed:
+            self._dispatch_backlog()
 
     def _handle_frame(self, frame: memoryview) -> None:
-        size = len(frame)
         try:
             api_key, version, correlation_id = peek_header(frame)
         except DecodeError as e:
-            self._release(size)
+            self._release(frame)
             self.close(f"malformed request header: {e}")
             return
         try:
             result = self.dispatcher.dispatch(self, frame, api_key, version, correlation_id)
         except CloseConnection as e:
-            self._release(size)
+            self._release(frame)
             self.close(str(e))
             return
         if result is None:
-            self._release(size)  # no response expected (acks=0)
+            self._release(frame)  # no response expected (acks=0)
             return
         api, body = result
         if isinstance(body, asyncio.Future):
             slot = _Slot()
-            slot.nbytes = size
+            slot.request = frame
             self.pending.append(slot)
             body.add_done_callback(lambda fut: self._complete(slot, api, version, correlation_id, fut))
-            self._update_reading()
             return
         chunks = encode_response(api, version, correlation_id, body)
         self.uncharge(correlation_id)
-        self._release(size)
+        self._release(frame)
         if not self.pending:
             self._write(chunks)
         else:
@@ -331,20 +374,19 @@ class Connection(asyncio.BufferedProtocol):
             slot.nbytes = _nbytes(chunks)
             self.queued_slot_bytes += slot.nbytes
             self.pending.append(slot)
-            self._update_reading()
 
     def _complete(self, slot: _Slot, api: Any, version: int, correlation_id: int, fut: asyncio.Future[Any]) -> None:
         if self.closed:
             return
         self.uncharge(correlation_id)
-        self._release(slot.nbytes)
+        assert slot.request is not None
+        self._release(slot.request)
+        slot.request = None
         if fut.cancelled():
-            slot.nbytes = 0
             self.close("request cancelled")
             return
         exc = fut.exception()
         if exc is not None:
-            slot.nbytes = 0
             log.error("request from %s failed: %r", self.peer, exc, exc_info=exc)
             self.close(f"internal error: {exc!r}")
             return
@@ -357,7 +399,7 @@ class Connection(asyncio.BufferedProtocol):
             assert head.chunks is not None
             self.queued_slot_bytes -= head.nbytes
             self._write(head.chunks)
-        self._update_reading()
+        self._dispatch_backlog()
 
     def _write(self, chunks: list[Any]) -> None:
         if self.transport is not None and not self.closed:
@@ -369,9 +411,8 @@ class Connection(asyncio.BufferedProtocol):
     def _update_reading(self) -> None:
         if self.transport is None or self.closed:
             return
-        should_pause = (self._writing_paused or self._waiting_for_memory
-                        or len(self.pending) >= self.server.max_queued_requests
-                        or self.queued_slot_bytes > self.server.max_connection_response_bytes)
+        should_pause = (bool(self.backlog) or self._writing_paused or self._waiting_for_memory
+                        or len(self.pending) >= self.server.max_queued_requests)
         if should_pause and not self._reading_paused:
             self._reading_paused = True
             self.transport.pause_reading()
@@ -383,15 +424,18 @@ class Connection(asyncio.BufferedProtocol):
     def queued_output_bytes(self) -> int:
         """Responses built for this connection and not yet written to its socket."""
         buffered = self.transport.get_write_buffer_size() if self.transport is not None and not self.closed else 0
-        return buffered + self.queued_slot_bytes + sum(self.charges.values())
+        return buffered + self.queued_slot_bytes + (sum(self.charges.values()) if self.charges else 0)
 
     def response_room(self) -> tuple[int, bool]:
         """How many bytes a response built now may carry, and whether it may still carry one
-        batch beyond that (KIP-74): only when nothing is queued for this connection, so a
-        client that does not read gets ever smaller answers while others keep progressing."""
+        batch beyond that (KIP-74). The broker-wide queued.max.response.bytes always counts;
+        a connection that already has responses waiting also gets only what is left of its
+        own bound, and no extra batch, so a client that does not read gets ever smaller
+        answers while others keep progressing."""
         own = self.queued_output_bytes()
-        room = min(self.server.max_connection_response_bytes - own,
-                   self.server.max_response_bytes - self.server.queued_output_bytes())
+        room = self.server.max_response_bytes - self.server.queued_output_bytes()
+        if own:
+            room = min(room, self.server.max_connection_response_bytes - own)
         return max(room, 0), own == 0
 
     def charge_response(self, correlation_id: int, nbytes: int) -> None:
@@ -422,6 +466,9 @@ class Connection(asyncio.BufferedProtocol):
         if self.closed:
             return
         log.warning("closing connection from %s: %s", self.peer, reason)
+        if self._retry is not None:
+            self._retry.cancel()
+        self.backlog.clear()
         self._release_all()
         self.closed = True
         self.server.forget(self)

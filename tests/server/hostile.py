@@ -21,7 +21,7 @@ from typing import Any
 from gregor.protocol import apis
 from gregor.protocol.frames import encode_request
 
-FETCH, API_VERSIONS = apis.BY_KEY[1], apis.BY_KEY[18]
+FETCH, METADATA, API_VERSIONS = apis.BY_KEY[1], apis.BY_KEY[3], apis.BY_KEY[18]
 
 
 def _connect(bootstrap: str, timeout_s: float = 10.0) -> socket.socket:
@@ -167,6 +167,27 @@ def _recv_exact(s: socket.socket, n: int) -> bytes:
             raise ConnectionError("closed by broker")
         got += k
     return bytes(buf)
+
+
+def huge_metadata_request(bootstrap: str, topics: int) -> tuple[bool, int]:
+    """A Metadata v12 request naming `topics` made-up topics (26 bytes each on the wire, about
+    15 times that once decoded). Returns (answered, topics in the answer); (False, 0) when the
+    broker closed the connection instead."""
+    body = {"topics": [{"topic_id": None, "name": f"no-such-topic-{i:010d}"} for i in range(topics)],
+            "allow_auto_topic_creation": False, "include_topic_authorized_operations": False}
+    s = _connect(bootstrap, timeout_s=120)
+    try:
+        s.sendall(encode_request(METADATA, 12, 9, "hostile-metadata", body))
+        size = struct.unpack(">i", _recv_exact(s, 4))[0]
+        data = _recv_exact(s, size)
+    except OSError:
+        return False, 0
+    finally:
+        s.close()
+    from gregor.protocol.frames import decode_response
+
+    _, resp = decode_response(data, METADATA, 12)
+    return True, len(resp.topics)
 
 
 def connection_flood(bootstrap: str, connections: int) -> Actor:

@@ -257,6 +257,24 @@ def test_pipelined_fetches_without_reading_are_bounded(start_broker: Any) -> Non
     assert grown < 300, f"RSS grew by {grown:.0f} MiB with two non-reading pipeliners"
 
 
+def test_requests_are_reserved_at_their_decoded_size(start_broker: Any) -> None:
+    """Requests other than Produce decode into Python objects ~15 times their size: a 100 MiB
+    Metadata request would take 1.5 GB. Each reserves 16 times its size from
+    queued.max.request.bytes, so one too large for that is refused from its header."""
+    b = start_broker()
+    with Memory(b) as mem:
+        base = mem.rss_mib()
+        answered, n = hostile.huge_metadata_request(b.bootstrap, 2_000_000)  # 58 MiB on the wire
+        mem.check_alive()
+        assert not answered
+        assert "requests other than Produce may be at most" in b.log_text()
+        assert mem.rss_mib() - base < 50
+        answered, n = hostile.huge_metadata_request(b.bootstrap, 100_000)  # 3 MiB: allowed
+        assert answered and n == 100_000
+    mem.check_alive()
+    assert mem.peak_mib() - base < 400
+
+
 # --- everything at once ----------------------------------------------------------------------
 
 def test_hostile_clients_all_at_once(start_broker: Any) -> None:
