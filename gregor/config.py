@@ -184,7 +184,7 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
        doc="bytes of partially received and queued requests, all connections; reads pause beyond it. Kafka's "
            "default is -1 (unbounded); ours is finite so no set of clients can exhaust memory. Must be at "
            "least socket.request.max.bytes"),
-    _p("queued.max.response.bytes", "long", 134217728, lo=1048576,
+    _p("queued.max.response.bytes", "long", 67108864, lo=1048576,
        doc="gregor: bytes of responses built and not yet written, all connections; fetches read less beyond "
            "it (one batch still goes to a connection with nothing queued, KIP-74). Kafka sends fetched data "
            "from files and needs no such bound"),

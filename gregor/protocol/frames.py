@@ -168,9 +168,43 @@ def peek_header(frame: memoryview) -> tuple[int, int, int]:
     return struct.unpack_from(">hhi", frame, 0)
 
 
+class _BudgetReader(Reader):
+    """A Reader that refuses more array elements in total than its budget."""
+
+    __slots__ = ("elements_left",)
+
+    def __init__(self, buf: memoryview, elements: int) -> None:
+        super().__init__(buf)
+        self.elements_left = elements
+
+    def array_length(self, compact: bool = False, nullable: bool = False) -> int:
+        n = super().array_length(compact, nullable)
+        self.elements_left -= max(n, 0)
+        if self.elements_left < 0:
+            raise DecodeError("too many topic and partition entries for the request's size")
+        return n
+
+
+PRODUCE_API_KEY = 0
+_DENSE_PRODUCE_BYTES = 4 * 1024 * 1024
+
+
+def produce_entry_budget(frame_bytes: int) -> int:
+    """Topic and partition entries a Produce request of `frame_bytes` may hold.
+
+    Its records stay bytes, so what it costs decoded beyond its size is its entries (~420
+    bytes each with their records' memoryview). A real entry carries a batch of >= 61
+    bytes, so the first 4 MiB may hold one entry per 64 bytes - a client spreading single
+    records over thousands of partitions fits - and the rest one per KiB, as requests that
+    large come from clients sending big batches. A 100 MiB request then costs at most ~70 MB
+    decoded, whatever it holds."""
+    dense = min(frame_bytes, _DENSE_PRODUCE_BYTES)
+    return 1000 + dense // 64 + (frame_bytes - dense) // 1024
+
+
 def decode_request(frame: memoryview, api: Api) -> tuple[RequestHeader, Struct]:
     """Decode header and body of a request whose API is known and version is supported."""
-    r = Reader(frame)
+    r = _BudgetReader(frame, produce_entry_budget(len(frame))) if api.key == PRODUCE_API_KEY else Reader(frame)
     api_key = r.int16()
     api_version = r.int16()
     correlation_id = r.int32()

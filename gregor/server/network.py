@@ -5,41 +5,42 @@ to the dispatcher; a handler may answer at once or later (a parked Fetch, a Prod
 for acks), but responses always leave in request order, as Kafka clients require. A
 malformed frame closes only its own connection.
 
-Memory is bounded whoever connects. What the broker holds for its clients, and the config
-that bounds it:
+Memory is bounded whoever connects. What the broker holds for clients, and what bounds it:
 
-- connections: `max.connections` (broker-wide), `max.connections.per.ip` and
+- Connections: `max.connections` (broker-wide), `max.connections.per.ip` and
   `max.connections.per.ip.overrides` (host:count,...); a connection over a limit is closed
-  at once. `connections.max.idle.ms` closes connections that neither sent a byte nor got a
-  response for that long (with nothing in flight), which also frees clients that stopped
-  reading.
-- per connection, a 64 KiB read buffer (`READ_BUFFER_BYTES`), where small frames wait
-  until complete.
-- request bytes, broker-wide: `queued.max.request.bytes` (B). A frame's size is reserved
-  from this pool before its bytes are buffered - for a frame larger than the read buffer
-  when its 4-byte size arrives (after the `socket.request.max.bytes` check), for a small
-  one when it is complete - and released when its response is built. A connection whose
-  reservation is refused stops reading until bytes are released (waiters are served in
-  order, a small frame passing a large one that does not fit). Large frames together may
-  hold only `socket.request.max.bytes` of the pool, so the rest of it is always there for
-  small frames: clients holding partial maximum-size frames cannot starve normal clients.
-  Config validation keeps socket.request.max.bytes <= B, so every legal frame fits.
-  Nothing waits on a client to release bytes (a reservation ends when the response is
-  built, not written), so waiting cannot deadlock.
-- response bytes: a connection stops reading further requests while the responses it has
-  queued but not written exceed `queued.max.response.bytes.per.connection` (the
-  transport's high-water mark). Fetch reads are sized to what is left of that and of the
-  broker-wide `queued.max.response.bytes` (`response_room`); a connection with nothing
-  queued may still get one batch beyond it (KIP-74), so consumers always progress.
+  at once. `connections.max.idle.ms` closes connections with nothing in flight that sent
+  nothing and were sent nothing for that long - which also ends clients that stop reading.
+- A 64 KiB read buffer per connection (`READ_BUFFER_BYTES`); frames that fit it ("small")
+  wait there until complete.
+- Requests, broker-wide: `queued.max.request.bytes` (B), a pool from which every frame
+  reserves before it is buffered or decoded - a larger frame when its size and API key
+  arrive (after the `socket.request.max.bytes` check), a small one when complete - and
+  releases when its response is built (not written: nothing waits on a client to free
+  pool bytes, so waiting cannot deadlock). A request other than Produce reserves
+  `DECODE_EXPANSION` (16) times its size, as its topics and partitions decode into Python
+  objects about 13-15 times the wire size (measured); one that could never fit is refused
+  from its header. A connection whose reservation is refused stops reading until bytes
+  are released. Tiers keep clients who hold maximum-size frames half-sent from starving
+  the rest: large frames (> 1 MiB) together hold at most socket.request.max.bytes of B,
+  large and medium ones (producers' batches) at most B minus a quarter of the remainder,
+  and small ones may use all of B; waiters are served in order within their tier. Config
+  validation keeps socket.request.max.bytes <= B so every legal frame can be admitted.
+- Responses: a connection processes no further request while its unwritten responses
+  pass `queued.max.response.bytes.per.connection`, or while it has any and those of all
+  connections pass `queued.max.response.bytes` (G); received frames wait in its backlog
+  and it is not read meanwhile. Fetch sizes each read to what is left of G (and of the
+  connection's own bound when it has responses queued); a connection with nothing queued
+  still gets one batch beyond that (KIP-74), so consumers always progress.
 
-Bound with the defaults (max.connections 500, B = 128 MiB, broker-wide responses 128 MiB,
-per connection 8 MiB, message.max.bytes 1 MiB): B + 128 MiB + 500 x (64 KiB read buffer +
-one batch of <= 1 MiB beyond the shared response budget) ~= 790 MiB, plus the interpreter
-and broker state (~60-80 MiB with few partitions): under 1 GiB. Decoded request objects
-are several times their frame size, so a frame's reservation undercounts them; only a
-handful of requests are decoded at once and Kafka clients send small non-Produce requests,
-but a hostile client sending maximum-size non-Produce requests (millions of entries) can
-push a single request's decoded form past the bound - see tests/server/test_hostile_clients.py.
+The bound with default settings (max.connections 500, B 128 MiB, G 64 MiB, batches of at
+most message.max.bytes, 1 MiB): B + G + 500 x (64 KiB read buffer + one response beyond G:
+a batch, or a small non-Fetch answer) ~= 722 MiB, plus the Produce request being decoded
+(its records stay bytes; the decoder allows it few enough entries that even a 100 MiB one
+costs at most ~70 MB more, see gregor.protocol.frames.produce_entry_budget), plus the
+interpreter and the broker's state (~70-100 MiB with few partitions): under 1 GiB whatever
+clients do. It assumes responses other than Fetch stay small (Metadata grows with the
+topic count) and batches no larger than the default message.max.bytes.
 """
 
 from __future__ import annotations
@@ -496,7 +497,7 @@ class SocketServer:
         max_connections_per_ip_overrides: list[str] | None = None,
         connections_max_idle_ms: int = 600_000,
         max_queued_request_bytes: int = 128 * 1024 * 1024,
-        max_response_bytes: int = 128 * 1024 * 1024,
+        max_response_bytes: int = 64 * 1024 * 1024,
         max_connection_response_bytes: int = 8 * 1024 * 1024,
         send_buffer_bytes: int = -1,
         receive_buffer_bytes: int = -1,

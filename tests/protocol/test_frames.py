@@ -208,3 +208,24 @@ def test_frame_decoder_stream_of_mixed_sizes_in_odd_chunks() -> None:
         got += [bytes(f) for f in dec.feed(stream[pos:pos + n])]
         pos += n
     assert got == bodies and dec.pending_bytes() == 0
+
+
+def test_produce_entries_are_bounded_by_the_request_size() -> None:
+    """A Produce made of empty partition entries (6 bytes each) would decode to ~40 times its
+    size; real entries carry a batch of >= 61 bytes, so one entry per 64 bytes is allowed
+    (one per KiB beyond 4 MiB)."""
+    from gregor.protocol.records import Record, build_batch
+
+    def produce(n: int, records: bytes | None) -> memoryview:
+        body = {"transactional_id": None, "acks": 1, "timeout_ms": 1000, "topic_data": [
+            {"name": "t", "partition_data": [{"index": i, "records": records} for i in range(n)]}]}
+        return memoryview(bytearray(frames.encode_request(PRODUCE, 9, 1, "x", body)[4:]))
+
+    with pytest.raises(DecodeError, match="too many topic and partition entries"):
+        frames.decode_request(produce(100_000, None), PRODUCE)
+    smallest = build_batch([Record(0, 1, None, b"")])
+    _, body = frames.decode_request(produce(20_000, smallest), PRODUCE)
+    assert len(body.topic_data[0].partition_data) == 20_000
+    _, body = frames.decode_request(produce(500, None), PRODUCE)  # small requests have slack
+    assert len(body.topic_data[0].partition_data) == 500
+    assert frames.produce_entry_budget(100 << 20) == 1000 + (4 << 20) // 64 + (96 << 20) // 1024
