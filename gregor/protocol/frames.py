@@ -1,8 +1,9 @@
 """Frames and headers: size-prefixed messages, request headers v1/v2, response headers v0/v1.
 
-`FrameDecoder` turns a byte stream into complete frames; `decode_request` turns a frame
-into (header, body) using the API registry; `encode_response` produces the chunks of a
-size-prefixed response.
+`FrameDecoder` turns a byte stream into complete frames, checking each size from its 4-byte
+prefix and asking its owner to reserve the bytes before buffering them; `decode_request`
+turns a frame into (header, body) using the API registry, with a Produce request's entries
+bounded by its size; `encode_response` produces the chunks of a size-prefixed response.
 """
 
 from __future__ import annotations
