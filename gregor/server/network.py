@@ -21,8 +21,10 @@ Memory is bounded whoever connects. What the broker holds for clients, and what 
   `DECODE_EXPANSION` (16) times its size, as its topics and partitions decode into Python
   objects about 13-15 times the wire size (measured); one that could never fit is refused
   from its header. A connection whose reservation is refused stops reading until bytes
-  are released. Tiers keep clients who hold maximum-size frames half-sent from starving
-  the rest: large frames (> 1 MiB) together hold at most socket.request.max.bytes of B,
+  are released. A connection that already holds its share of the pool (B / max.connections,
+  at least 1 MiB) waits for its own requests to finish before it may reserve more, so
+  clients that park many requests (Fetches with long max.wait.ms) starve only themselves.
+  Tiers keep clients who hold maximum-size frames half-sent from starving the rest: large frames (> 1 MiB) together hold at most socket.request.max.bytes of B,
   large and medium ones (producers' batches) at most B minus a quarter of the remainder,
   and small ones may use all of B; waiters are served in order within their tier. Config
   validation keeps socket.request.max.bytes <= B so every legal frame can be admitted.
@@ -195,6 +197,7 @@ class Connection(asyncio.BufferedProtocol):
         self._reading_paused = False
         self._writing_paused = False
         self._waiting_for_memory = False
+        self._own_wait: tuple[int, int] | None = None  # a reservation over this connection's share
 
     # --- asyncio callbacks -----------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -266,11 +269,17 @@ class Connection(asyncio.BufferedProtocol):
                 f"request (API key {api_key}) of {size} bytes is too large: decoded it would take {amount} bytes "
                 f"of queued.max.request.bytes; requests other than Produce may be at most "
                 f"1/{DECODE_EXPANSION} of its share ({pool.limits[tier] // DECODE_EXPANSION} bytes)")
-        if pool.try_reserve(amount, tier):
-            self.reserved_bytes[tier] += amount
-            return True
-        pool.wait(self, amount, tier)
         self._waiting_for_memory = True
+        held = sum(self.reserved_bytes)
+        if held and held + amount > self.server.connection_share_bytes:
+            # Over its share: this connection waits for its own requests, not for others'.
+            self._own_wait = (amount, tier)
+        elif pool.try_reserve(amount, tier):
+            self.reserved_bytes[tier] += amount
+            self._waiting_for_memory = False
+            return True
+        else:
+            pool.wait(self, amount, tier)
         self._update_reading()
         return False
 
@@ -293,11 +302,21 @@ class Connection(asyncio.BufferedProtocol):
         amount, tier = self._cost(len(frame), api_key)
         self.reserved_bytes[tier] -= amount
         self.server.pool.release(amount, tier)
+        if self._own_wait is not None:
+            want, want_tier = self._own_wait
+            held = sum(self.reserved_bytes)
+            if not held or held + want <= self.server.connection_share_bytes:
+                self._own_wait = None
+                if self.server.pool.try_reserve(want, want_tier):
+                    asyncio.get_running_loop().call_soon(self.reservation_granted, want, want_tier)
+                else:
+                    self.server.pool.wait(self, want, want_tier)
 
     def _release_all(self) -> None:
         """On close: frames in flight and a partially received large frame give their bytes back."""
         pool = self.server.pool
         pool.cancel(self)
+        self._own_wait = None
         for tier, n in enumerate(self.reserved_bytes):
             if n:
                 self.reserved_bytes[tier] = 0
@@ -515,6 +534,9 @@ class SocketServer:
         self.max_response_bytes = max_response_bytes
         self.max_connection_response_bytes = max_connection_response_bytes
         self.pool = RequestMemoryPool(max_queued_request_bytes, max_request_bytes, READ_BUFFER_BYTES - 4)
+        # What one connection may hold while it has requests in flight (its first is always
+        # admitted): a fair part of the pool, so parked requests starve only their sender.
+        self.connection_share_bytes = max(max_queued_request_bytes // max(max_connections, 1), MEDIUM_FRAME_BYTES)
         self.send_buffer_bytes = send_buffer_bytes
         self.receive_buffer_bytes = receive_buffer_bytes
         self.connections: set[Connection] = set()

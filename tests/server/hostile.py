@@ -141,6 +141,31 @@ def pipelined_fetches(bootstrap: str, topic: str, *, connections: int = 1, max_r
     return _in_thread(actor, run)
 
 
+def parked_fetches(bootstrap: str, topic: str, *, connections: int, per_connection: int,
+                   repeats: int = 2000) -> Actor:
+    """Connections that each send `per_connection` Fetches naming partition 0 of `topic`
+    `repeats` times (a 56 KB frame, which a broker must hold while it is parked), asking for
+    1 GiB with max_wait 60 s: each request stays in the broker for a minute."""
+    frame = encode_request(FETCH, 11, 3, "hostile-parker",
+                           fetch_body(topic, [0] * repeats, min_bytes=1 << 30, max_wait_ms=60_000))
+    actor = Actor(socks=[_connect(bootstrap) for _ in range(connections)])
+    for s in actor.socks:
+        s.setblocking(False)
+
+    def run() -> None:
+        left = {id(s): memoryview(frame * per_connection) for s in actor.socks}
+        while not actor.stop.is_set() and any(left.values()):
+            _, writable, _ = select.select([], [s for s in actor.socks if left[id(s)]], [], 0.2)
+            for s in writable:
+                try:
+                    n = s.send(left[id(s)])
+                except (BlockingIOError, OSError):
+                    continue
+                left[id(s)] = left[id(s)][n:]
+
+    return _in_thread(actor, run)
+
+
 def repeated_partition_fetch(bootstrap: str, topic: str, repeats: int) -> tuple[int, int]:
     """One Fetch naming partition 0 of `topic` `repeats` times, read to the end.
     Returns (response size in bytes, partition entries in the response)."""

@@ -257,6 +257,29 @@ def test_pipelined_fetches_without_reading_are_bounded(start_broker: Any) -> Non
     assert grown < 300, f"RSS grew by {grown:.0f} MiB with two non-reading pipeliners"
 
 
+def test_parked_requests_starve_only_their_sender(start_broker: Any) -> None:
+    """Fetches parked for a minute hold their reservations; four connections parking 60
+    each would hold 210 MiB of the 128 MiB pool, and every other client would wait for
+    memory. A connection holding its share waits for its own requests instead."""
+    b = start_broker()
+    _create_topics(b.bootstrap, "park", "normal")
+    with Memory(b) as mem, NormalClient(b.bootstrap, "normal") as normal:
+        time.sleep(1)
+        actor = hostile.parked_fetches(b.bootstrap, "park", connections=4, per_connection=60)
+        try:
+            n = len(normal.latencies_s)
+            time.sleep(8)
+            recent = normal.rounds_since(n)
+            fresh = _served_within(b.bootstrap, 5)
+        finally:
+            actor.close()
+    mem.check_alive()
+    print(f"parked: normal round trips {len(recent)}, slowest {max(recent, default=0):.3f} s")
+    assert not normal.errors, normal.errors
+    assert fresh, "a new connection is served while the fetches are parked"
+    assert len(recent) >= 10 and max(recent) < 5, f"normal round trips while parked: {recent[:5]}..."
+
+
 def test_requests_are_reserved_at_their_decoded_size(start_broker: Any) -> None:
     """Requests other than Produce decode into Python objects ~15 times their size: a 100 MiB
     Metadata request would take 1.5 GB. Each reserves 16 times its size from
