@@ -206,6 +206,8 @@ class Connection(asyncio.BufferedProtocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.ip = str(peer[0]) if isinstance(peer, tuple) else self.peer
+        if self.ip.startswith("::ffff:") and "." in self.ip:
+            self.ip = self.ip[7:]  # an IPv4 client on a dual-stack listener counts as its IPv4 address
         refusal = self.server.admit(self)
         if refusal is not None:
             self.close(refusal)

@@ -302,13 +302,14 @@ def test_requests_are_reserved_at_their_decoded_size(start_broker: Any) -> None:
 
 def test_hostile_clients_all_at_once(start_broker: Any) -> None:
     """Default settings. 32 connections send all but the last byte of maximum-size (100 MiB)
-    frames, two connections pipeline 50 MiB Fetches and never read, Fetches name one
+    frames, two connections pipeline 50 MiB Fetches and never read, four park 60 Fetches
+    each for a minute, Fetches name one
     partition 3,000 times (max_bytes 2 GiB), and one client opens 600 connections (over
     max.connections, 500). A normal
     confluent-kafka producer and consumer keep completing round trips in under 5 s, and the
     broker's peak RSS stays under 700 MiB (the documented default bound is 1 GiB)."""
     b = start_broker()
-    _create_topics(b.bootstrap, "big", "normal")
+    _create_topics(b.bootstrap, "big", "park", "normal")
     _fill(b.bootstrap, "big", 40 * MIB)
     actors: list[hostile.Actor] = []
     with Memory(b) as mem, NormalClient(b.bootstrap, "normal") as normal:
@@ -316,6 +317,7 @@ def test_hostile_clients_all_at_once(start_broker: Any) -> None:
         try:
             actors.append(hostile.partial_frames(b.bootstrap, 32, 100 * MIB))
             actors.append(hostile.pipelined_fetches(b.bootstrap, "big", connections=2))
+            actors.append(hostile.parked_fetches(b.bootstrap, "park", connections=4, per_connection=60))
             n = len(normal.latencies_s)
             repeated = [hostile.repeated_partition_fetch(b.bootstrap, "big", 3000) for _ in range(3)]
             flood = hostile.connection_flood(b.bootstrap, 600)  # the normal client is connected already
