@@ -181,15 +181,17 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
     _p("connections.max.idle.ms", "long", 600000, lo=-1,
        doc="close connections that neither sent nor were sent anything for this long (-1: never)"),
     _p("queued.max.request.bytes", "long", 134217728, lo=1048576,
-       doc="bytes of partially received and queued requests, all connections; reads pause beyond it. Kafka's "
-           "default is -1 (unbounded); ours is finite so no set of clients can exhaust memory. Must be at "
-           "least socket.request.max.bytes"),
+       doc="bytes of partially received and queued requests, all connections (a request other than Produce "
+           "counts 16 times its size, what it costs decoded); reads pause beyond it. Kafka's default is -1 "
+           "(unbounded); ours is finite so no set of clients can exhaust memory. Must be at least "
+           "socket.request.max.bytes"),
     _p("queued.max.response.bytes", "long", 67108864, lo=1048576,
        doc="gregor: bytes of responses built and not yet written, all connections; fetches read less beyond "
            "it (one batch still goes to a connection with nothing queued, KIP-74). Kafka sends fetched data "
            "from files and needs no such bound"),
     _p("queued.max.response.bytes.per.connection", "int", 8388608, lo=65536,
-       doc="gregor: a connection whose unwritten responses exceed this stops being read until they drain"),
+       doc="gregor: a connection whose unwritten responses exceed this has no further request processed "
+           "until they drain"),
     _p("fetch.max.bytes", "int", 57671680, lo=1024,
        doc="the most a Fetch response carries, whatever the request asks (one batch may exceed it, KIP-74)"),
 ]}
@@ -303,6 +305,10 @@ class BrokerConfig:
         if self.get("socket.request.max.bytes") > self.get("queued.max.request.bytes"):
             raise ConfigError(f"socket.request.max.bytes ({self.get('socket.request.max.bytes')}) must not exceed "
                               f"queued.max.request.bytes ({self.get('queued.max.request.bytes')})")
+        for entry in self.get("max.connections.per.ip.overrides"):
+            host, _, count = entry.rpartition(":")
+            if not host or not count.strip().isdigit():
+                raise ConfigError(f"max.connections.per.ip.overrides: {entry!r} is not host:count")
 
     def get(self, name: str) -> Any:
         return self._values[name]

@@ -229,6 +229,11 @@ def test_request_size_must_fit_the_request_budget(start_broker: Any) -> None:
         start_broker({"socket.request.max.bytes": str(200 * MIB)})
 
 
+def test_bad_overrides_are_a_startup_error(start_broker: Any) -> None:
+    with pytest.raises(RuntimeError, match="max.connections.per.ip.overrides: '127.0.0.1' is not host:count"):
+        start_broker({"max.connections.per.ip.overrides": "127.0.0.1"})
+
+
 def test_pipelined_fetches_without_reading_are_bounded(start_broker: Any) -> None:
     """A client that pipelines 50 MiB Fetches and never reads: the broker stops reading its
     requests once its unwritten responses pass queued.max.response.bytes.per.connection, and
