@@ -211,11 +211,11 @@ def test_max_connections(start_broker: Any) -> None:
 
 
 def test_idle_connections_are_closed(start_broker: Any) -> None:
-    b = start_broker({"connections.max.idle.ms": "600"})
+    b = start_broker({"connections.max.idle.ms": "1500"})
     idle = WireClient(b.bootstrap)
     busy = WireClient(b.bootstrap)
     t0 = time.monotonic()
-    while time.monotonic() - t0 < 2.5:
+    while time.monotonic() - t0 < 4:
         assert busy.request(18, 3, {"client_software_name": "t", "client_software_version": "1"}).error_code == 0
         time.sleep(0.1)
     assert idle.closed_by_peer(), "no bytes for longer than connections.max.idle.ms: closed"
