@@ -210,7 +210,9 @@ class Connection(asyncio.BufferedProtocol):
             self.ip = self.ip[7:]  # an IPv4 client on a dual-stack listener counts as its IPv4 address
         refusal = self.server.admit(self)
         if refusal is not None:
-            self.close(refusal)
+            self.closed = True  # reported by the server, at most once a second: a flood must not flood the log
+            self.server.refused(self.peer, refusal)
+            transport.close()
             return
         sock = transport.get_extra_info("socket")
         if sock is not None:
@@ -547,6 +549,8 @@ class SocketServer:
         self.charged_bytes = 0  # read for responses not yet built, all connections
         self.servers: list[asyncio.AbstractServer] = []
         self._idle_timer: asyncio.TimerHandle | None = None
+        self._refusal_logged_at = -1e9
+        self._refusals_unlogged = 0
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def loop_time(self) -> float:
@@ -564,6 +568,16 @@ class SocketServer:
         self.connections.add(conn)
         self.per_ip[conn.ip] += 1
         return None
+
+    def refused(self, peer: str, reason: str) -> None:
+        """Log a refused connection; further refusals within a second are counted, then summed up."""
+        now = self.loop_time()
+        if now - self._refusal_logged_at >= 1.0:
+            more = f" (and {self._refusals_unlogged} more refused since)" if self._refusals_unlogged else ""
+            log.warning("closing connection from %s: %s%s", peer, reason, more)
+            self._refusal_logged_at, self._refusals_unlogged = now, 0
+        else:
+            self._refusals_unlogged += 1
 
     def forget(self, conn: Connection) -> None:
         if conn in self.connections:

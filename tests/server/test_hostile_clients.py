@@ -205,6 +205,7 @@ def test_max_connections(start_broker: Any) -> None:
     try:
         assert flood.closed_by_broker() == 2
         assert "max.connections is 4" in b.log_text()
+        assert b.log_text().count("max.connections is 4") == 1, "a flood of refusals is summed up, not logged each"
     finally:
         flood.close()
     assert _served_within(b.bootstrap, 5)
