@@ -55,7 +55,6 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
     _p("socket.request.max.bytes", "int", 104857600, lo=1, doc="The largest request the broker reads"),
     _p("socket.send.buffer.bytes", "int", 102400, lo=-1, doc="SO_SNDBUF of connections; -1: the OS default"),
     _p("socket.receive.buffer.bytes", "int", 102400, lo=-1, doc="SO_RCVBUF of connections; -1: the OS default"),
-    _p("max.connections", "int", 2**31 - 1, lo=0, mode=CLUSTER_WIDE, doc="Connections the broker accepts at once"),
     _p("queued.max.requests", "int", 500, lo=1, doc="requests in flight per connection before reads pause"),
     # The topic configs' broker-level synonyms (log.segment.bytes, log.retention.hours, message.max.bytes, ...)
     # and the log cleaner's properties: defined in gregor.storage.config, with the topic configs they default.
@@ -102,6 +101,29 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
            "the KIP proposed no limit by default, Gregor keeps 10000 so partitions fit the open-file budget: about one "
            "file each, a common hard RLIMIT_NOFILE of 20000, a quarter kept for connections). Creation is also "
            "refused past what the open-file limit allows, whatever this says"),
+    # hardening: network
+    _p("max.connections", "int", 500, lo=0, mode=CLUSTER_WIDE,
+       doc="connections to this broker; more are closed at once. Kafka's default is unlimited; ours is finite "
+           "so the broker's memory is bounded with default settings (see gregor/server/network.py)"),
+    _p("max.connections.per.ip", "int", 2**31 - 1, lo=0, mode=CLUSTER_WIDE, doc="connections from one IP address; more are closed"),
+    _p("max.connections.per.ip.overrides", "list", [], mode=CLUSTER_WIDE,
+       doc="per-host exceptions to max.connections.per.ip, as host:count,host:count"),
+    _p("connections.max.idle.ms", "long", 600000, lo=-1,
+       doc="close connections that neither sent nor were sent anything for this long (-1: never)"),
+    _p("queued.max.request.bytes", "long", 134217728, lo=1048576,
+       doc="bytes of partially received and queued requests, all connections (a request other than Produce "
+           "counts 16 times its size, what it costs decoded); reads pause beyond it. Kafka's default is -1 "
+           "(unbounded); ours is finite so no set of clients can exhaust memory. Must be at least "
+           "socket.request.max.bytes"),
+    _p("queued.max.response.bytes", "long", 67108864, lo=1048576,
+       doc="gregor: bytes of responses built and not yet written, all connections; fetches read less beyond "
+           "it (one batch still goes to a connection with nothing queued, KIP-74). Kafka sends fetched data "
+           "from files and needs no such bound"),
+    _p("queued.max.response.bytes.per.connection", "int", 8388608, lo=65536,
+       doc="gregor: a connection whose unwritten responses exceed this has no further request processed "
+           "until they drain"),
+    _p("fetch.max.bytes", "int", 57671680, lo=1024,
+       doc="the most a Fetch response carries, whatever the request asks (one batch may exceed it, KIP-74)"),
 ]}
 
 
@@ -131,6 +153,13 @@ class BrokerConfig:
             self._values.setdefault(name, prop.default)
         for spec in self.listeners + self.advertised_listeners:
             parse_listener(spec)
+        if self.get("socket.request.max.bytes") > self.get("queued.max.request.bytes"):
+            raise ConfigError(f"socket.request.max.bytes ({self.get('socket.request.max.bytes')}) must not exceed "
+                              f"queued.max.request.bytes ({self.get('queued.max.request.bytes')})")
+        for entry in self.get("max.connections.per.ip.overrides"):
+            host, _, count = entry.rpartition(":")
+            if not host or not count.strip().isdigit():
+                raise ConfigError(f"max.connections.per.ip.overrides: {entry!r} is not host:count")
         # Every topic's defaults, checked now: a broker default no log could load is a startup error.
         self.log_config: LogConfig = self._topic_defaults()
 

@@ -60,6 +60,12 @@ class Broker:
             max_request_bytes=config.get("socket.request.max.bytes"),
             max_queued_requests=config.get("queued.max.requests"),
             max_connections=config.get("max.connections"),
+            max_connections_per_ip=config.get("max.connections.per.ip"),
+            max_connections_per_ip_overrides=config.get("max.connections.per.ip.overrides"),
+            connections_max_idle_ms=config.get("connections.max.idle.ms"),
+            max_queued_request_bytes=config.get("queued.max.request.bytes"),
+            max_response_bytes=config.get("queued.max.response.bytes"),
+            max_connection_response_bytes=config.get("queued.max.response.bytes.per.connection"),
             send_buffer_bytes=config.get("socket.send.buffer.bytes"),
             receive_buffer_bytes=config.get("socket.receive.buffer.bytes"),
         )

@@ -1,11 +1,48 @@
 """The socket server: moves bytes between TCP connections and the request dispatcher.
 
-One asyncio Protocol per connection. Requests are decoded as they arrive and handed to
-the dispatcher; a handler may answer at once or later (a parked Fetch, a Produce waiting
-for acks), but responses always leave in request order, as Kafka clients require. Limits:
-frame size (socket.request.max.bytes), requests in flight per connection
-(queued.max.requests, reads pause beyond it), and the transport's write buffer (reads
-pause while it is full). A malformed frame closes only its own connection.
+One asyncio BufferedProtocol per connection. Requests are decoded as they arrive and handed
+to the dispatcher; a handler may answer at once or later (a parked Fetch, a Produce waiting
+for acks), but responses always leave in request order, as Kafka clients require. A
+malformed frame closes only its own connection.
+
+Memory is bounded whoever connects. What the broker holds for clients, and what bounds it:
+
+- Connections: `max.connections` (broker-wide), `max.connections.per.ip` and
+  `max.connections.per.ip.overrides` (host:count,...); a connection over a limit is closed
+  at once. `connections.max.idle.ms` closes connections with nothing in flight that sent
+  nothing and were sent nothing for that long - which also ends clients that stop reading.
+- A 64 KiB read buffer per connection (`READ_BUFFER_BYTES`); frames that fit it ("small")
+  wait there until complete.
+- Requests, broker-wide: `queued.max.request.bytes` (B), a pool from which every frame
+  reserves before it is buffered or decoded - a larger frame when its size and API key
+  arrive (after the `socket.request.max.bytes` check), a small one when complete - and
+  releases when its response is built (not written: nothing waits on a client to free
+  pool bytes, so waiting cannot deadlock). A request other than Produce reserves
+  `DECODE_EXPANSION` (16) times its size, as its topics and partitions decode into Python
+  objects about 13-15 times the wire size (measured); one that could never fit is refused
+  from its header. A connection whose reservation is refused stops reading until bytes
+  are released. A connection that already holds its share of the pool (B / max.connections,
+  at least 1 MiB) waits for its own requests to finish before it may reserve more, so
+  clients that park many requests (Fetches with long max.wait.ms) starve only themselves.
+  Tiers keep clients who hold maximum-size frames half-sent from starving the rest: large frames (> 1 MiB) together hold at most socket.request.max.bytes of B,
+  large and medium ones (producers' batches) at most B minus a quarter of the remainder,
+  and small ones may use all of B; waiters are served in order within their tier. Config
+  validation keeps socket.request.max.bytes <= B so every legal frame can be admitted.
+- Responses: a connection processes no further request while its unwritten responses
+  pass `queued.max.response.bytes.per.connection`, or while it has any and those of all
+  connections pass `queued.max.response.bytes` (G); received frames wait in its backlog
+  and it is not read meanwhile. Fetch sizes each read to what is left of G (and of the
+  connection's own bound when it has responses queued); a connection with nothing queued
+  still gets one batch beyond that (KIP-74), so consumers always progress.
+
+The bound with default settings (max.connections 500, B 128 MiB, G 64 MiB, batches of at
+most message.max.bytes, 1 MiB): B + G + 500 x (64 KiB read buffer + one response beyond G:
+a batch, or a small non-Fetch answer) ~= 722 MiB, plus the Produce request being decoded
+(its records stay bytes; the decoder allows it few enough entries that even a 100 MiB one
+costs at most ~70 MB more, see gregor.protocol.frames.produce_entry_budget), plus the
+interpreter and the broker's state (~70-100 MiB with few partitions): under 1 GiB whatever
+clients do. It assumes responses other than Fetch stay small (Metadata grows with the
+topic count) and batches no larger than the default message.max.bytes.
 """
 
 from __future__ import annotations
@@ -14,9 +51,11 @@ import asyncio
 import collections
 import logging
 import socket
+import struct
 from typing import TYPE_CHECKING, Any
 
-from gregor.protocol.frames import FrameDecoder, encode_response, peek_header
+from gregor.config import ConfigError
+from gregor.protocol.frames import FrameDecoder, FrameTooLarge, encode_response, peek_header
 from gregor.protocol.primitives import DecodeError
 
 if TYPE_CHECKING:
@@ -24,48 +63,172 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gregor.network")
 
+READ_BUFFER_BYTES = 64 * 1024  # per connection; frames that fit it are "small"
+MEDIUM_FRAME_BYTES = 1024 * 1024  # up to a producer's default batch size: "medium"
+DECODE_EXPANSION = 16  # decoded size / frame size of requests other than Produce (measured 13-15)
+PRODUCE_API_KEY = 0
+_API_KEY = struct.Struct(">h")
+
+
+def parse_ip_overrides(entries: list[str]) -> dict[str, int]:
+    """max.connections.per.ip.overrides, Kafka's `host:count,host:count`, as {ip: count}.
+
+    Host names are resolved once, at start, as Kafka does. Raises ConfigError naming the entry."""
+    out: dict[str, int] = {}
+    for entry in entries:
+        host, sep, count = entry.rpartition(":")
+        host = host.strip().strip("[]")
+        try:
+            n = int(count)
+        except ValueError:
+            n = -1
+        if not sep or not host or n < 0:
+            raise ConfigError(f"max.connections.per.ip.overrides: {entry!r} is not host:count (count >= 0)")
+        try:
+            infos = socket.getaddrinfo(host, None)
+        except OSError as e:
+            raise ConfigError(f"max.connections.per.ip.overrides: cannot resolve {host!r}: {e}") from None
+        for info in infos:
+            out[str(info[4][0])] = n
+    return out
+
+
+class RequestMemoryPool:
+    """Bytes of partially received and queued requests, broker-wide (queued.max.request.bytes).
+
+    Frames fall in three tiers by size: small (fit the read buffer), medium (up to 1 MiB, as
+    a producer's batches are) and large. Each tier has a share that frames of that tier and
+    larger together may not pass: large frames `large_limit_bytes` (socket.request.max.bytes),
+    medium and large ones all but a quarter of what large frames cannot take, small frames
+    all of it. So however many maximum-size frames are held half-sent, producers' batches
+    still have room, and small requests have room even when batches fill theirs. Refused
+    reservations wait, in order within a tier, and are granted as bytes are released.
+    """
+
+    def __init__(self, capacity_bytes: int, large_limit_bytes: int, small_frame_bytes: int) -> None:
+        self.capacity_bytes = capacity_bytes
+        self.small_frame_bytes = small_frame_bytes
+        large = min(large_limit_bytes, capacity_bytes)
+        self.limits = (capacity_bytes, capacity_bytes - (capacity_bytes - large) // 4, large)
+        self.used = [0, 0, 0]  # bytes held by frames of tier >= i
+        self.waiters: collections.deque[tuple[Connection, int, int]] = collections.deque()
+
+    def tier(self, size: int) -> int:
+        if size <= self.small_frame_bytes:
+            return 0
+        return 1 if size <= MEDIUM_FRAME_BYTES else 2
+
+    @property
+    def used_bytes(self) -> int:
+        return self.used[0]
+
+    def _fits(self, size: int, tier: int) -> bool:
+        return all(self.used[k] + size <= self.limits[k] for k in range(tier + 1))
+
+    def _take(self, size: int, tier: int) -> None:
+        for k in range(tier + 1):
+            self.used[k] += size
+
+    def try_reserve(self, amount: int, tier: int) -> bool:
+        """Reserve now if the bytes are free and no frame of the same tier waits (no overtaking)."""
+        if self.waiters and any(w[2] == tier for w in self.waiters):
+            return False
+        if not self._fits(amount, tier):
+            return False
+        self._take(amount, tier)
+        return True
+
+    def wait(self, conn: Connection, amount: int, tier: int) -> None:
+        self.waiters.append((conn, amount, tier))
+
+    def cancel(self, conn: Connection) -> None:
+        if self.waiters:
+            self.waiters = collections.deque(w for w in self.waiters if w[0] is not conn)
+
+    def release(self, size: int, tier: int) -> None:
+        for k in range(tier + 1):
+            self.used[k] -= size
+            assert self.used[k] >= 0
+        if self.waiters:
+            self._grant_waiters()
+
+    def _grant_waiters(self) -> None:
+        kept: collections.deque[tuple[Connection, int, int]] = collections.deque()
+        blocked: set[int] = set()
+        loop = asyncio.get_running_loop()
+        for conn, amount, tier in self.waiters:
+            if tier not in blocked and self._fits(amount, tier):
+                self._take(amount, tier)
+                loop.call_soon(conn.reservation_granted, amount, tier)
+            else:
+                blocked.add(tier)  # keep order within a tier
+                kept.append((conn, amount, tier))
+        self.waiters = kept
+
 
 class _Slot:
     """A response position in a connection's ordered output queue."""
 
-    __slots__ = ("chunks", "done")
+    __slots__ = ("chunks", "done", "nbytes", "request")
 
     def __init__(self) -> None:
         self.chunks: list[Any] | None = None
         self.done = False
+        self.nbytes = 0  # of the response, once built
+        self.request: memoryview | None = None  # the request frame, until its response is built
 
 
-class Connection(asyncio.Protocol):
+class Connection(asyncio.BufferedProtocol):
     def __init__(self, server: SocketServer) -> None:
         self.server = server
         self.dispatcher = server.dispatcher
-        self.decoder = FrameDecoder(server.max_request_bytes)
+        self.decoder = FrameDecoder(server.max_request_bytes, self._reserve, READ_BUFFER_BYTES)
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
+        self.ip = ""
         self.pending: collections.deque[_Slot] = collections.deque()
         self.closed = False
+        self.reserved_bytes = [0, 0, 0]  # request bytes this connection holds in the pool, by tier
+        self.queued_slot_bytes = 0  # responses built, waiting behind an earlier one
+        self.charges: dict[int, int] = {}  # correlation id -> response bytes read, not yet built
+        self.last_active = 0.0
+        self.backlog: collections.deque[memoryview] = collections.deque()  # received, not yet processed
+        self._retry: asyncio.TimerHandle | None = None
         self._reading_paused = False
         self._writing_paused = False
+        self._waiting_for_memory = False
+        self._own_wait: tuple[int, int] | None = None  # a reservation over this connection's share
 
     # --- asyncio callbacks -----------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio.Transport subclasses
+        self.last_active = asyncio.get_running_loop().time()
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.ip = str(peer[0]) if isinstance(peer, tuple) else self.peer
+        if self.ip.startswith("::ffff:") and "." in self.ip:
+            self.ip = self.ip[7:]  # an IPv4 client on a dual-stack listener counts as its IPv4 address
+        refusal = self.server.admit(self)
+        if refusal is not None:
+            self.closed = True  # reported by the server, at most once a second: a flood must not flood the log
+            self.server.refused(self.peer, refusal)
+            transport.close()
+            return
         sock = transport.get_extra_info("socket")
         if sock is not None:
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:
                 pass
-        peer = transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        transport.set_write_buffer_limits(high=8 * 1024 * 1024)
-        self.server.connections.add(self)
-        if len(self.server.connections) > self.server.max_connections:
-            self.close("too many connections (max.connections)")
+        self.transport.set_write_buffer_limits(high=self.server.max_connection_response_bytes)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._retry is not None:
+            self._retry.cancel()
+        self.backlog.clear()
+        self._release_all()
         self.closed = True
-        self.server.connections.discard(self)
+        self.server.forget(self)
         self.pending.clear()
 
     def pause_writing(self) -> None:
@@ -74,54 +237,175 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._writing_paused = False
-        self._update_reading()
+        self.last_active = asyncio.get_running_loop().time()
+        self._dispatch_backlog()
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.decoder.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
         if self.closed:
             return
+        self.last_active = self.server.loop_time()
         try:
-            frames = self.decoder.feed(data)
+            frames = self.decoder.buffer_updated(nbytes)
         except DecodeError as e:
             self.close(str(e))
             return
-        for frame in frames:
-            if self.closed:
-                return
-            self._handle_frame(frame)
+        self._handle_frames(frames)
+
+    def eof_received(self) -> bool | None:
+        return None  # close our side too
+
+    # --- request memory --------------------------------------------------------------
+    def _cost(self, size: int, api_key: int) -> tuple[int, int]:
+        """What a frame reserves, and its tier. A request other than Produce is decoded into
+        Python objects about DECODE_EXPANSION times its size (its arrays of topics and
+        partitions); a Produce request's records stay bytes."""
+        amount = size if api_key == PRODUCE_API_KEY else size * DECODE_EXPANSION
+        return amount, self.server.pool.tier(size)
+
+    def _reserve(self, size: int, small: bool, api_key: int) -> bool:
+        pool = self.server.pool
+        amount, tier = self._cost(size, api_key)
+        if amount > pool.limits[tier]:
+            raise FrameTooLarge(
+                f"request (API key {api_key}) of {size} bytes is too large: decoded it would take {amount} bytes "
+                f"of queued.max.request.bytes; requests other than Produce may be at most "
+                f"1/{DECODE_EXPANSION} of its share ({pool.limits[tier] // DECODE_EXPANSION} bytes)")
+        self._waiting_for_memory = True
+        held = sum(self.reserved_bytes)
+        if held and held + amount > self.server.connection_share_bytes:
+            # Over its share: this connection waits for its own requests, not for others'.
+            self._own_wait = (amount, tier)
+        elif pool.try_reserve(amount, tier):
+            self.reserved_bytes[tier] += amount
+            self._waiting_for_memory = False
+            return True
+        else:
+            pool.wait(self, amount, tier)
+        self._update_reading()
+        return False
+
+    def reservation_granted(self, amount: int, tier: int) -> None:
+        """The pool reserved `amount` for the frame this connection waits on."""
+        if self.closed:
+            self.server.pool.release(amount, tier)
+            return
+        self.reserved_bytes[tier] += amount
+        self._waiting_for_memory = False
+        try:
+            frames = self.decoder.granted()
+        except DecodeError as e:
+            self.close(str(e))
+            return
+        self._handle_frames(frames)
+
+    def _release(self, frame: memoryview) -> None:
+        api_key = _API_KEY.unpack_from(frame)[0] if len(frame) >= 2 else -1
+        amount, tier = self._cost(len(frame), api_key)
+        self.reserved_bytes[tier] -= amount
+        self.server.pool.release(amount, tier)
+        if self._own_wait is not None:
+            want, want_tier = self._own_wait
+            held = sum(self.reserved_bytes)
+            if not held or held + want <= self.server.connection_share_bytes:
+                self._own_wait = None
+                if self.server.pool.try_reserve(want, want_tier):
+                    asyncio.get_running_loop().call_soon(self.reservation_granted, want, want_tier)
+                else:
+                    self.server.pool.wait(self, want, want_tier)
+
+    def _release_all(self) -> None:
+        """On close: frames in flight and a partially received large frame give their bytes back."""
+        pool = self.server.pool
+        pool.cancel(self)
+        self._own_wait = None
+        for tier, n in enumerate(self.reserved_bytes):
+            if n:
+                self.reserved_bytes[tier] = 0
+                pool.release(n, tier)
+        for n in self.charges.values():
+            self.server.charged_bytes -= n
+        self.charges.clear()
 
     # --- requests --------------------------------------------------------------------
+    def _handle_frames(self, frames: list[memoryview]) -> None:
+        if frames:
+            self.backlog.extend(frames)
+        self._dispatch_backlog()
+
+    def _may_dispatch(self) -> bool:
+        """Whether to process another request now. Not while queued.max.requests are in
+        flight; not while this connection's unwritten responses pass its bound, or while it
+        has any and the broker-wide ones pass queued.max.response.bytes. A connection with
+        nothing queued is always served, so clients that read their responses progress."""
+        if self._writing_paused or len(self.pending) >= self.server.max_queued_requests:
+            return False
+        own = self.queued_output_bytes()
+        if own == 0:
+            return True
+        return (own <= self.server.max_connection_response_bytes
+                and self.server.queued_output_bytes() <= self.server.max_response_bytes)
+
+    def _dispatch_backlog(self) -> None:
+        backlog = self.backlog
+        while backlog and not self.closed and self._may_dispatch():
+            self._handle_frame(backlog.popleft())
+        if backlog and not self.closed and not self._writing_paused and self._retry is None \
+                and len(self.pending) < self.server.max_queued_requests:
+            # Held back by bytes that drain without a callback: look again shortly.
+            self._retry = asyncio.get_running_loop().call_later(0.01, self._retry_backlog)
+        self._update_reading()
+
+    def _retry_backlog(self) -> None:
+        self._retry = None
+        if not self.closed:
+            self._dispatch_backlog()
+
     def _handle_frame(self, frame: memoryview) -> None:
         try:
             api_key, version, correlation_id = peek_header(frame)
         except DecodeError as e:
+            self._release(frame)
             self.close(f"malformed request header: {e}")
             return
         try:
             result = self.dispatcher.dispatch(self, frame, api_key, version, correlation_id)
         except CloseConnection as e:
+            self._release(frame)
             self.close(str(e))
             return
         if result is None:
-            return  # no response expected (acks=0)
+            self._release(frame)  # no response expected (acks=0)
+            return
         api, body = result
         if isinstance(body, asyncio.Future):
             slot = _Slot()
+            slot.request = frame
             self.pending.append(slot)
             body.add_done_callback(lambda fut: self._complete(slot, api, version, correlation_id, fut))
-            self._update_reading()
             return
         chunks = encode_response(api, version, correlation_id, body)
+        self.uncharge(correlation_id)
+        self._release(frame)
         if not self.pending:
             self._write(chunks)
         else:
             slot = _Slot()
             slot.chunks = chunks
             slot.done = True
+            slot.nbytes = _nbytes(chunks)
+            self.queued_slot_bytes += slot.nbytes
             self.pending.append(slot)
 
     def _complete(self, slot: _Slot, api: Any, version: int, correlation_id: int, fut: asyncio.Future[Any]) -> None:
         if self.closed:
             return
+        self.uncharge(correlation_id)
+        assert slot.request is not None
+        self._release(slot.request)
+        slot.request = None
         if fut.cancelled():
             self.close("request cancelled")
             return
@@ -132,26 +416,63 @@ class Connection(asyncio.Protocol):
             return
         slot.chunks = encode_response(api, version, correlation_id, fut.result())
         slot.done = True
+        slot.nbytes = _nbytes(slot.chunks)
+        self.queued_slot_bytes += slot.nbytes
         while self.pending and self.pending[0].done:
             head = self.pending.popleft()
             assert head.chunks is not None
+            self.queued_slot_bytes -= head.nbytes
             self._write(head.chunks)
-        self._update_reading()
+        self._dispatch_backlog()
 
     def _write(self, chunks: list[Any]) -> None:
         if self.transport is not None and not self.closed:
             self.transport.writelines(chunks)
+            self.last_active = self.server.loop_time()
+            if self.transport.get_write_buffer_size():
+                self.server.backlogged.add(self)
 
     def _update_reading(self) -> None:
         if self.transport is None or self.closed:
             return
-        should_pause = self._writing_paused or len(self.pending) >= self.server.max_queued_requests
+        should_pause = (bool(self.backlog) or self._writing_paused or self._waiting_for_memory
+                        or len(self.pending) >= self.server.max_queued_requests)
         if should_pause and not self._reading_paused:
             self._reading_paused = True
             self.transport.pause_reading()
         elif not should_pause and self._reading_paused:
             self._reading_paused = False
             self.transport.resume_reading()
+
+    # --- response memory -------------------------------------------------------------
+    def queued_output_bytes(self) -> int:
+        """Responses built for this connection and not yet written to its socket."""
+        buffered = self.transport.get_write_buffer_size() if self.transport is not None and not self.closed else 0
+        return buffered + self.queued_slot_bytes + (sum(self.charges.values()) if self.charges else 0)
+
+    def response_room(self) -> tuple[int, bool]:
+        """How many bytes a response built now may carry, and whether it may still carry one
+        batch beyond that (KIP-74). The broker-wide queued.max.response.bytes always counts;
+        a connection that already has responses waiting also gets only what is left of its
+        own bound, and no extra batch, so a client that does not read gets ever smaller
+        answers while others keep progressing."""
+        own = self.queued_output_bytes()
+        room = self.server.max_response_bytes - self.server.queued_output_bytes()
+        if own:
+            room = min(room, self.server.max_connection_response_bytes - own)
+        return max(room, 0), own == 0
+
+    def charge_response(self, correlation_id: int, nbytes: int) -> None:
+        """A handler read `nbytes` for the response to `correlation_id` (counted until built)."""
+        if nbytes and not self.closed:
+            self.charges[correlation_id] = self.charges.get(correlation_id, 0) + nbytes
+            self.server.charged_bytes += nbytes
+
+    def uncharge(self, correlation_id: int) -> None:
+        """Forget what was read for `correlation_id` (its response was built, or the read dropped)."""
+        if self.charges:
+            n = self.charges.pop(correlation_id, 0)
+            self.server.charged_bytes -= n
 
     def write_raw(self, data: bytes) -> None:
         """Send pre-encoded bytes now (the ApiVersions v0 error reply), keeping order."""
@@ -161,16 +482,26 @@ class Connection(asyncio.Protocol):
             slot = _Slot()
             slot.chunks = [data]
             slot.done = True
+            slot.nbytes = len(data)
+            self.queued_slot_bytes += slot.nbytes
             self.pending.append(slot)
 
     def close(self, reason: str) -> None:
         if self.closed:
             return
         log.warning("closing connection from %s: %s", self.peer, reason)
+        if self._retry is not None:
+            self._retry.cancel()
+        self.backlog.clear()
+        self._release_all()
         self.closed = True
-        self.server.connections.discard(self)
+        self.server.forget(self)
         if self.transport is not None:
             self.transport.close()
+
+
+def _nbytes(chunks: list[Any]) -> int:
+    return sum(len(c) if not isinstance(c, memoryview) else c.nbytes for c in chunks)
 
 
 class CloseConnection(Exception):
@@ -185,21 +516,112 @@ class SocketServer:
         max_request_bytes: int,
         max_queued_requests: int,
         max_connections: int,
+        max_connections_per_ip: int = 2**31 - 1,
+        max_connections_per_ip_overrides: list[str] | None = None,
+        connections_max_idle_ms: int = 600_000,
+        max_queued_request_bytes: int = 128 * 1024 * 1024,
+        max_response_bytes: int = 64 * 1024 * 1024,
+        max_connection_response_bytes: int = 8 * 1024 * 1024,
         send_buffer_bytes: int = -1,
         receive_buffer_bytes: int = -1,
     ) -> None:
+        if max_request_bytes > max_queued_request_bytes:
+            raise ConfigError(f"socket.request.max.bytes ({max_request_bytes}) must not exceed "
+                              f"queued.max.request.bytes ({max_queued_request_bytes})")
         self.dispatcher = dispatcher
         self.max_request_bytes = max_request_bytes
         self.max_queued_requests = max_queued_requests
         self.max_connections = max_connections
+        self.max_connections_per_ip = max_connections_per_ip
+        self.ip_overrides = parse_ip_overrides(max_connections_per_ip_overrides or [])
+        self.connections_max_idle_ms = connections_max_idle_ms
+        self.max_response_bytes = max_response_bytes
+        self.max_connection_response_bytes = max_connection_response_bytes
+        self.pool = RequestMemoryPool(max_queued_request_bytes, max_request_bytes, READ_BUFFER_BYTES - 4)
+        # What one connection may hold while it has requests in flight (its first is always
+        # admitted): a fair part of the pool, so parked requests starve only their sender.
+        self.connection_share_bytes = max(max_queued_request_bytes // max(max_connections, 1), MEDIUM_FRAME_BYTES)
         self.send_buffer_bytes = send_buffer_bytes
         self.receive_buffer_bytes = receive_buffer_bytes
         self.connections: set[Connection] = set()
+        self.per_ip: collections.Counter[str] = collections.Counter()
+        self.backlogged: set[Connection] = set()  # may have bytes in their transport's buffer
+        self.charged_bytes = 0  # read for responses not yet built, all connections
         self.servers: list[asyncio.AbstractServer] = []
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._refusal_logged_at = -1e9
+        self._refusals_unlogged = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
 
+    def loop_time(self) -> float:
+        assert self._loop is not None
+        return self._loop.time()
+
+    # --- connection accounting -------------------------------------------------------
+    def admit(self, conn: Connection) -> str | None:
+        """Count a new connection; a reason to close it if it is over a limit."""
+        if len(self.connections) >= self.max_connections:
+            return f"too many connections: max.connections is {self.max_connections}"
+        limit = self.ip_overrides.get(conn.ip, self.max_connections_per_ip)
+        if self.per_ip[conn.ip] >= limit:
+            return f"too many connections from {conn.ip}: max.connections.per.ip is {limit}"
+        self.connections.add(conn)
+        self.per_ip[conn.ip] += 1
+        return None
+
+    def refused(self, peer: str, reason: str) -> None:
+        """Log a refused connection; further refusals within a second are counted, then summed up."""
+        now = self.loop_time()
+        if now - self._refusal_logged_at >= 1.0:
+            more = f" (and {self._refusals_unlogged} more refused since)" if self._refusals_unlogged else ""
+            log.warning("closing connection from %s: %s%s", peer, reason, more)
+            self._refusal_logged_at, self._refusals_unlogged = now, 0
+        else:
+            self._refusals_unlogged += 1
+
+    def forget(self, conn: Connection) -> None:
+        if conn in self.connections:
+            self.connections.discard(conn)
+            self.per_ip[conn.ip] -= 1
+            if self.per_ip[conn.ip] <= 0:
+                del self.per_ip[conn.ip]
+        self.backlogged.discard(conn)
+
+    def queued_output_bytes(self) -> int:
+        """Responses built or being read and not yet written, all connections."""
+        total = self.charged_bytes
+        drained = []
+        for c in self.backlogged:
+            n = c.queued_output_bytes()
+            if n == 0:
+                drained.append(c)
+            total += n
+        for c in drained:
+            self.backlogged.discard(c)
+        return total
+
+    def _check_idle(self) -> None:
+        assert self._loop is not None
+        now = self._loop.time()
+        idle_s = self.connections_max_idle_ms / 1000.0
+        for c in list(self.connections):
+            if not c.pending and now - c.last_active > idle_s:
+                c.close(f"idle for more than connections.max.idle.ms ({self.connections_max_idle_ms})")
+        self._schedule_idle_check()
+
+    def _schedule_idle_check(self) -> None:
+        if self._loop is None or self.connections_max_idle_ms < 0:
+            return
+        interval_s = min(max(self.connections_max_idle_ms / 10_000.0, 0.05), 30.0)
+        self._idle_timer = self._loop.call_later(interval_s, self._check_idle)
+
+    # --- lifecycle -------------------------------------------------------------------
     async def listen(self, host: str, port: int) -> int:
         """Start listening; returns the bound port (useful with port 0)."""
         loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+            self._schedule_idle_check()
         srv = await loop.create_server(lambda: Connection(self), host or None, port, reuse_address=True, backlog=1024)
         for sock in srv.sockets:
             if self.receive_buffer_bytes > 0:
@@ -212,6 +634,10 @@ class SocketServer:
     def stop_accepting(self) -> None:
         for srv in self.servers:
             srv.close()
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+            self.connections_max_idle_ms = -1
 
     async def drain(self, timeout_s: float) -> None:
         """Wait (bounded) for in-flight responses to be written, then close every connection."""

@@ -128,3 +128,104 @@ def test_frame_decoder_rejects_negative_and_oversized_frames() -> None:
         frames.FrameDecoder(100).feed(struct.pack(">i", 101))
     assert issubclass(frames.FrameTooLarge, DecodeError)
     assert frames.FrameDecoder(100).feed(struct.pack(">i", 100)) == []  # at the limit: wait for the rest
+
+
+class _Reservations:
+    """A reserve callback that records what it was asked and refuses while `refuse` is set."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[int, bool]] = []
+        self.api_keys: list[int] = []
+        self.refuse = False
+
+    def __call__(self, size: int, small: bool, api_key: int) -> bool:
+        self.asked.append((size, small))
+        self.api_keys.append(api_key)
+        return not self.refuse
+
+
+def test_large_frame_is_checked_and_reserved_from_its_size_before_its_body() -> None:
+    res = _Reservations()
+    dec = frames.FrameDecoder(max_frame_bytes=10 << 20, reserve=res, read_buffer_bytes=1024)
+    assert dec.feed(struct.pack(">i", 5 << 20)) == []
+    assert dec.feed(b"\x00") == [] and res.asked == [], "the API key's two bytes come first"
+    body = b"\x00\x03" + bytes(range(256)) * (5 << 12)
+    body = body[:5 << 20]
+    got = dec.feed(body[1:2]) + dec.feed(body[2:1000]) + dec.feed(body[1000:])
+    assert res.asked == [(5 << 20, False)] and res.api_keys == [3], "reserved before the rest of the body"
+    assert [bytes(f) for f in got] == [body]
+    assert res.asked == [(5 << 20, False)]
+    assert dec.pending_bytes() == 0
+    # The body is read straight into a buffer of exactly the frame's size.
+    dec.feed(struct.pack(">i", 4096) + b"\x00\x01")
+    target = dec.get_buffer()
+    assert len(target) == 4094
+    with pytest.raises(frames.FrameTooLarge):
+        frames.FrameDecoder(100, reserve=res).feed(struct.pack(">i", 101))
+    assert res.asked[-1][0] != 101, "an oversized frame is refused before any reservation"
+
+
+def test_small_frames_are_reserved_only_once_complete() -> None:
+    res = _Reservations()
+    dec = frames.FrameDecoder(max_frame_bytes=1 << 20, reserve=res, read_buffer_bytes=1024)
+    f = frames.encode_request(HEARTBEAT, 4, 1, "a", {"group_id": "g"})
+    assert dec.feed(f[:-1]) == [] and res.asked == []
+    assert [bytes(g) for g in dec.feed(f[-1:])] == [f[4:]]
+    assert res.asked == [(len(f) - 4, True)]
+
+
+def test_refused_reservation_blocks_until_granted() -> None:
+    res = _Reservations()
+    dec = frames.FrameDecoder(max_frame_bytes=1 << 20, reserve=res, read_buffer_bytes=1024)
+    f1 = frames.encode_request(HEARTBEAT, 4, 1, "a", {"group_id": "g"})
+    f2 = frames.encode_request(HEARTBEAT, 4, 2, "b", {"group_id": "h"})
+    res.refuse = True
+    buf = dec.get_buffer()
+    buf[: len(f1 + f2)] = f1 + f2
+    assert dec.buffer_updated(len(f1 + f2)) == []
+    assert dec.blocked == len(f1) - 4
+    res.refuse = False
+    got = dec.granted()  # f1 was reserved by the caller; f2 asks for itself
+    assert [bytes(g) for g in got] == [f1[4:], f2[4:]]
+    assert dec.blocked == 0 and dec.pending_bytes() == 0
+    assert res.asked == [(len(f1) - 4, True), (len(f2) - 4, True)]
+    res.refuse = True
+    with pytest.raises(DecodeError):
+        dec.feed(f1)  # feed() has no way to wait
+
+
+def test_frame_decoder_stream_of_mixed_sizes_in_odd_chunks() -> None:
+    import random
+
+    rnd = random.Random(5)
+    bodies = [rnd.randbytes(rnd.choice([8, 100, 1000, 3000, 70_000])) for _ in range(60)]
+    stream = b"".join(struct.pack(">i", len(b)) + b for b in bodies)
+    dec = frames.FrameDecoder(max_frame_bytes=1 << 20, read_buffer_bytes=2048)
+    got: list[bytes] = []
+    pos = 0
+    while pos < len(stream):
+        n = rnd.randint(1, 5000)
+        got += [bytes(f) for f in dec.feed(stream[pos:pos + n])]
+        pos += n
+    assert got == bodies and dec.pending_bytes() == 0
+
+
+def test_produce_entries_are_bounded_by_the_request_size() -> None:
+    """A Produce made of empty partition entries (6 bytes each) would decode to ~40 times its
+    size; real entries carry a batch of >= 61 bytes, so one entry per 64 bytes is allowed
+    (one per KiB beyond 4 MiB)."""
+    from gregor.protocol.records import Record, build_batch
+
+    def produce(n: int, records: bytes | None) -> memoryview:
+        body = {"transactional_id": None, "acks": 1, "timeout_ms": 1000, "topic_data": [
+            {"name": "t", "partition_data": [{"index": i, "records": records} for i in range(n)]}]}
+        return memoryview(bytearray(frames.encode_request(PRODUCE, 9, 1, "x", body)[4:]))
+
+    with pytest.raises(DecodeError, match="too many topic and partition entries"):
+        frames.decode_request(produce(100_000, None), PRODUCE)
+    smallest = build_batch([Record(0, 1, None, b"")])
+    _, body = frames.decode_request(produce(20_000, smallest), PRODUCE)
+    assert len(body.topic_data[0].partition_data) == 20_000
+    _, body = frames.decode_request(produce(500, None), PRODUCE)  # small requests have slack
+    assert len(body.topic_data[0].partition_data) == 500
+    assert frames.produce_entry_budget(100 << 20) == 1000 + (4 << 20) // 64 + (96 << 20) // 1024

@@ -119,3 +119,51 @@ def test_topic_compression_type_recompresses(broker: BrokerProcess) -> None:
     assert h.compression == compression.ZSTD  # stored in the topic's codec, not the producer's
     assert [(r.offset, r.timestamp, r.key, r.value) for r in decode_records(recs, h)] == \
         [(i, 1000 + i, b"k%d" % i, b"value-%d" % i) for i in range(30)]
+
+
+def _fetch_topics(topics: list[tuple[str, list[int]]], *, max_bytes: int = 2**31 - 1,
+                  partition_max_bytes: int = 1 << 20) -> dict[str, Any]:
+    body = _fetch_body("x", 0, max_bytes=max_bytes)
+    body["topics"] = [{"topic": t, "partitions": [
+        {"partition": 0, "current_leader_epoch": -1, "fetch_offset": o, "log_start_offset": -1,
+         "partition_max_bytes": partition_max_bytes} for o in offsets]} for t, offsets in topics]
+    return body
+
+
+def test_partition_named_many_times_is_answered_once(broker: BrokerProcess) -> None:
+    """Finding 7: a Fetch naming one partition N times got a response N times larger. Kafka
+    reads a full fetch into a map keyed by partition: one answer, with the last entry's
+    offset, where the first entry stood."""
+    c = WireClient(broker.bootstrap)
+    _create(c, "dup-a")
+    _create(c, "dup-b")
+    for _ in range(10):
+        _produce(c, "dup-a", 10, value_size=1000)
+    _produce(c, "dup-b", 3)
+    r = c.request(1, 11, _fetch_topics([("dup-a", [0] * 499 + [25])]))
+    assert [(t.topic, len(t.partitions)) for t in r.responses] == [("dup-a", 1)]
+    recs = r.responses[0].partitions[0].records
+    assert next(iter_headers(recs)).base_offset == 20, "the last entry's fetch offset wins"
+    assert len(recs) < 100_000
+    r = c.request(1, 11, _fetch_topics([("dup-a", [0]), ("dup-b", [0]), ("dup-a", [90])]))
+    assert [(t.topic, [p.partition_index for p in t.partitions]) for t in r.responses] == [
+        ("dup-a", [0]), ("dup-b", [0])]
+    assert next(iter_headers(r.responses[0].partitions[0].records)).base_offset == 90
+
+
+def test_broker_fetch_max_bytes_caps_responses(start_broker: Any) -> None:
+    b = start_broker({"fetch.max.bytes": "30000"})
+    c = WireClient(b.bootstrap)
+    _create(c, "capped")
+    for _ in range(10):
+        _produce(c, "capped", 10, value_size=1000)  # ~10 KB batches
+    r = c.request(1, 11, _fetch_body("capped", 0, max_bytes=1 << 30, partition_max_bytes=1 << 30))
+    recs = r.responses[0].partitions[0].records
+    assert 20_000 < len(recs) <= 30_000, "whole batches up to fetch.max.bytes, whatever the request asks"
+    b2 = start_broker({"fetch.max.bytes": "1024"})
+    c2 = WireClient(b2.bootstrap)
+    _create(c2, "tiny")
+    _produce(c2, "tiny", 10, value_size=1000)
+    _produce(c2, "tiny", 10, value_size=1000)
+    r = c2.request(1, 11, _fetch_body("tiny", 0, max_bytes=1 << 30))
+    assert len(list(iter_headers(r.responses[0].partitions[0].records))) == 1, "one batch beyond the cap (KIP-74)"
