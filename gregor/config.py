@@ -172,6 +172,22 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
     _p("offsets.retention.minutes", "int", 10080, lo=1),
     _p("offsets.retention.check.interval.ms", "long", 600000, lo=1),
     _p("offset.metadata.max.bytes", "int", 4096, lo=0),
+    # hardening: validator
+    _p("log.message.timestamp.before.max.ms", "long", LONG_MAX, lo=0,
+       doc="KIP-937: a CreateTime record more than this before the broker's clock gets INVALID_TIMESTAMP"),
+    _p("log.message.timestamp.after.max.ms", "long", 3600000, lo=0,
+       doc="KIP-937: a CreateTime record more than this after the broker's clock gets INVALID_TIMESTAMP (Kafka 4.0's default, 1 hour)"),
+    _p("gregor.batch.decompressed.max.ratio", "int", 64, lo=1,
+       doc="a compressed batch may expand to at most its topic's max.message.bytes times this (else MESSAGE_TOO_LARGE); "
+           "decompression stops at the limit, so a bomb is never allocated. Kafka has no such bound"),
+    _p("gregor.batch.decompressed.max.bytes", "int", 134217728, lo=1024,
+       doc="broker-wide cap on how far one compressed batch may expand, whatever max.message.bytes says "
+           "(else MESSAGE_TOO_LARGE); peak validation memory is about gregor.validation.threads times this"),
+    _p("gregor.validation.threads", "int", 2, lo=1,
+       doc="threads that decompress and validate large produced batches off the event loop"),
+    _p("gregor.validation.offload.bytes", "int", 262144, lo=0,
+       doc="produced record sets at least this large (or compressed batches expanding past 8x this) are "
+           "validated on the gregor.validation.threads pool, so other clients keep being answered"),
 ]}
 
 
@@ -224,6 +240,8 @@ TOPIC_PROPS: dict[str, TopicProp] = {t.prop.name: t for t in [
     TopicProp(_p("max.message.bytes", "int", 1048588, lo=0), "message.max.bytes"),
     TopicProp(_p("message.timestamp.type", "string", "CreateTime", choices=TIMESTAMP_TYPES),
               "log.message.timestamp.type"),
+    TopicProp(_p("message.timestamp.before.max.ms", "long", LONG_MAX, lo=0), "log.message.timestamp.before.max.ms"),
+    TopicProp(_p("message.timestamp.after.max.ms", "long", 3600000, lo=0), "log.message.timestamp.after.max.ms"),
     TopicProp(_p("min.cleanable.dirty.ratio", "double", 0.5, lo=0, hi=1), "log.cleaner.min.cleanable.ratio"),
     TopicProp(_p("min.compaction.lag.ms", "long", 0, lo=0), "log.cleaner.min.compaction.lag.ms"),
     TopicProp(_p("max.compaction.lag.ms", "long", LONG_MAX, lo=1), "log.cleaner.max.compaction.lag.ms"),

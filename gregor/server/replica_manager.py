@@ -63,6 +63,7 @@ class Partition:
         self.broker_id = broker_id
         self.min_insync_replicas = min_insync_replicas
         self.compression_type = compression_type  # a topic config; "producer" keeps what clients send
+        self.topic_configs: dict[str, object] = {}  # every topic config's effective value (set by sync_topic)
         self.follower_log_end_offsets: dict[int, int] = {}  # filled by follower fetches (replication)
         self.apply_state(state)
 
@@ -144,10 +145,12 @@ class ReplicaManager:
             if part is None:
                 lg = self.log_manager.get_or_create_log(t.name, p, cfg)
                 self.partitions[key] = Partition(t.name, p, lg, state, self.broker_id, min_isr, compression_type)
+                self.partitions[key].topic_configs = effective
             else:
                 part.apply_state(state)
                 part.min_insync_replicas = min_isr
                 part.compression_type = compression_type
+                part.topic_configs = effective
                 if part.log.config != cfg:
                     part.log.update_config(cfg)
 

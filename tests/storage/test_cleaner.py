@@ -22,14 +22,13 @@ from gregor.protocol.records import (
     iter_headers,
     validate_record_set,
 )
+from gregor.protocol.validator import BatchValidationError, ValidationRules, validate_batches
 from gregor.storage import (
     CleanerConfig,
     Log,
     LogCleaner,
     LogConfig,
     LogManager,
-    RecordValidationError,
-    validate_compacted_records,
 )
 from gregor.storage import cleaner as cleaner_module
 from gregor.storage.checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
@@ -526,15 +525,16 @@ def test_the_log_manager_runs_the_cleaner_and_keeps_its_checkpoint(tmp_path) -> 
 # --- produce-time validation and configuration ------------------------------------------------------------
 
 
-def test_validate_compacted_records_rejects_records_without_key() -> None:
+def test_validator_rejects_records_without_key_on_compacted_topics() -> None:
+    rules = ValidationRules(1 << 20, 1 << 24, compacted=True)
     good = build_batch([Record(0, 1, b"k", b"v"), Record(1, 1, b"k2", None)])
     bad = build_batch([Record(0, 1, b"k", b"v"), Record(1, 1, None, b"v")], codec=compression.LZ4)
-    validate_compacted_records(validate_record_set(memoryview(good), 1 << 20), good)
-    buf = good + bad
-    with pytest.raises(RecordValidationError) as e:
-        validate_compacted_records(validate_record_set(memoryview(buf), 1 << 20), buf)
+    validate_batches(memoryview(bytearray(good)), rules, 0)
+    buf = bytearray(good + bad)
+    with pytest.raises(BatchValidationError) as e:
+        validate_batches(memoryview(buf), rules, 0)
     assert e.value.error == "INVALID_RECORD"
-    assert (e.value.batch_index, e.value.record_index) == (1, 1)
+    assert (e.value.batch_index, [i for i, _ in e.value.record_errors]) == (1, [1])
 
 
 def test_cleaner_config_from_broker_properties() -> None:
