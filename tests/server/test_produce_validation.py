@@ -284,7 +284,7 @@ def test_produce_to_internal_topics_is_refused_and_groups_still_commit(broker: B
     consumer.close()
     for internal in ("__consumer_offsets", "__transaction_state"):
         body = {"transactional_id": None, "acks": 1, "timeout_ms": 5000,
-                "topic_data": [{"name": internal, "partition_data": [{"index": i, "records": b"garbage" * 20}
+                "topic_data": [{"name": internal, "partition_data": [{"index": i, "records": _good(key=b"garbage")}
                                                                       for i in (0, 1)]}]}
         for p in c.request(0, 9, body).responses[0].partition_responses:
             assert p.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
