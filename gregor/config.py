@@ -186,8 +186,8 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
     _p("gregor.validation.threads", "int", 2, lo=1,
        doc="threads that decompress and validate large produced batches off the event loop"),
     _p("gregor.validation.offload.bytes", "int", 262144, lo=0,
-       doc="produced record sets at least this large (or compressed batches expanding past 8x this) are "
-           "validated on the gregor.validation.threads pool, so other clients keep being answered"),
+       doc="compressed record sets at least this large (uncompressed: 8x this), and compressed batches expanding "
+           "past 8x this, are validated on the gregor.validation.threads pool, so other clients keep being answered"),
 ]}
 
 

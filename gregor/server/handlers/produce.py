@@ -5,9 +5,9 @@ at all; on a lone broker acks=-1 is acks=1 (the ISR is this broker), checked aga
 min.insync.replicas all the same.
 
 Validation is gregor.protocol.validator's (Kafka's LogValidator rules). Small record sets are
-validated on the event loop. A record set of gregor.validation.offload.bytes or more, or a
-compressed batch that expands past 8x that, is decompressed and walked on a pool of
-gregor.validation.threads threads, and the response is a Future. Appends of one connection stay
+validated on the event loop. A compressed record set of gregor.validation.offload.bytes or more
+(uncompressed: 8x that), or a compressed batch that expands past 8x that, is decompressed and
+walked on a pool of gregor.validation.threads threads, and the response is a Future. Appends of one connection stay
 in request order: while a connection has a Produce validating off the loop, its later Produce
 requests (however small) wait for it before appending; validation itself runs concurrently.
 """
@@ -51,6 +51,7 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 """Only the broker appends to these (the coordinators go through ReplicaManager directly)."""
 
 INLINE_EXPANSION_FACTOR = 8
+_ATTRIBUTES_LOW = 22  # the low byte of the first batch's attributes: its codec bits
 """A compressed batch validated on the event loop may expand to offload.bytes x this; past it, it
 is validated again on the pool (a 64 KiB bomb must not be inflated on the loop)."""
 
@@ -222,7 +223,7 @@ def handle_produce(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio
                     raise KafkaError(ErrorCode.INVALID_RECORD, "null record set")
                 rules = _rules(part, settings)
                 args = (records, rules, part.compression_type, ctx.version, now_ms)
-                if len(records) >= settings.offload_bytes:
+                if _heavy(records, settings.offload_bytes):
                     item.offload = _offload_call(args)
                     offloaded = True
                     continue
@@ -247,6 +248,18 @@ def handle_produce(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio
     _tasks.add(task)
     task.add_done_callback(_tasks.discard)
     return None if acks == 0 else task
+
+
+def _heavy(records: memoryview, offload_bytes: int) -> bool:
+    """Whether validating `records` may take long: compressed and at least offload.bytes, or
+    uncompressed and at least INLINE_EXPANSION_FACTOR times that (walking uncompressed records
+    costs ~11 ns each in C: a 1 MiB batch of 100-byte records takes ~0.1 ms, fine on the loop)."""
+    n = len(records)
+    if n < offload_bytes:
+        return False
+    if n >= HEADER_SIZE and records[_ATTRIBUTES_LOW] & compression.COMPRESSION_MASK:
+        return True
+    return n >= offload_bytes * INLINE_EXPANSION_FACTOR
 
 
 def _offload_call(args: tuple[Any, ...]) -> Callable[[], tuple[memoryview, list[BatchHeader]]]:
