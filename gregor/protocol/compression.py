@@ -69,7 +69,7 @@ def _scratch_view(size: int) -> memoryview:
     return view
 
 
-def _into(codec: int, fn: object, data: bytes | memoryview, limit: int) -> memoryview:
+def _into(codec: int, fn: object, data: bytes | memoryview, limit: int, copy: bool) -> memoryview:
     view = _scratch_view(limit + 1)
     written = limit + 1  # a failure may have written anywhere up to the end
     try:
@@ -82,6 +82,8 @@ def _into(codec: int, fn: object, data: bytes | memoryview, limit: int) -> memor
         written = n
         if n > limit:
             raise DecompressedTooLargeError(codec, limit)
+        if not copy and n <= _SCRATCH_KEEP_BYTES:
+            return view[:n]  # valid until this thread's next decompress
         return memoryview(bytes(view[:n]))
     finally:
         if written > _SCRATCH_KEEP_BYTES:
@@ -121,8 +123,10 @@ def _snappy(data: bytes | memoryview, limit: int) -> memoryview:
     return memoryview(out)
 
 
-def decompress(codec: int, data: bytes | memoryview, limit: int = DEFAULT_MAX_DECOMPRESSED_BYTES) -> memoryview:
-    """`data` decoded with `codec`, at most `limit` bytes.
+def decompress(codec: int, data: bytes | memoryview, limit: int = DEFAULT_MAX_DECOMPRESSED_BYTES, *,
+               copy: bool = True) -> memoryview:
+    """`data` decoded with `codec`, at most `limit` bytes. With copy=False the result may be a view of
+    this thread's scratch buffer, valid only until the thread's next call (the validator's walk).
 
     Raises CorruptCompressedDataError for undecodable data, DecompressedTooLargeError when the
     output would pass `limit`, ValueError for an unknown codec."""
@@ -131,13 +135,13 @@ def decompress(codec: int, data: bytes | memoryview, limit: int = DEFAULT_MAX_DE
             raise DecompressedTooLargeError(codec, limit)
         return memoryview(data)
     if codec == GZIP:
-        return _into(codec, cramjam.gzip.decompress_into, data, limit)
+        return _into(codec, cramjam.gzip.decompress_into, data, limit, copy)
     if codec == SNAPPY:
         return _snappy(data, limit)
     if codec == LZ4:
-        return _into(codec, cramjam.lz4.decompress_into, data, limit)
+        return _into(codec, cramjam.lz4.decompress_into, data, limit, copy)
     if codec == ZSTD:
-        return _into(codec, cramjam.zstd.decompress_into, data, limit)
+        return _into(codec, cramjam.zstd.decompress_into, data, limit, copy)
     raise ValueError(f"unknown compression codec {codec}")
 
 

@@ -361,14 +361,15 @@ def check_header(buf: memoryview | bytes | bytearray, pos: int, rules: Validatio
 
 
 def batch_body(buf: memoryview | bytes | bytearray, h: BatchHeader, limit: int, limit_doc: str = "",
-               batch_index: int = 0) -> memoryview:
-    """The records section of the batch `h` (at h.position in `buf`), decompressed under `limit`.
-    Raises BatchValidationError: CORRUPT_MESSAGE if it does not decode, MESSAGE_TOO_LARGE past the limit."""
+               batch_index: int = 0, *, copy: bool = True) -> memoryview:
+    """The records section of the batch `h` (at h.position in `buf`), decompressed under `limit`
+    (copy=False: see compression.decompress). Raises BatchValidationError: CORRUPT_MESSAGE if it
+    does not decode, MESSAGE_TOO_LARGE past the limit."""
     payload = memoryview(buf)[h.position + HEADER_SIZE : h.position + h.size]
     if not h.compression:
         return payload
     try:
-        return compression.decompress(h.compression, payload, limit)
+        return compression.decompress(h.compression, payload, limit, copy=copy)
     except compression.DecompressedTooLargeError:
         raise BatchValidationError(
             f"{compression.NAMES[h.compression]} batch of {h.size} bytes expands past the limit of "
@@ -429,13 +430,13 @@ def validate_batches(buf: memoryview, rules: ValidationRules, now_ms: int, *,
         if h.compression and inline_decompress_bytes is not None and inline_decompress_bytes < limit:
             try:
                 body = compression.decompress(h.compression, buf[pos + HEADER_SIZE : pos + h.size],
-                                              inline_decompress_bytes)
+                                              inline_decompress_bytes, copy=keep_bodies)
             except compression.DecompressedTooLargeError:
                 raise InlineBudgetExceeded() from None
             except ValueError as e:
                 raise BatchValidationError(f"batch does not decompress: {e}", batch_index=index) from None
         else:
-            body = batch_body(buf, h, limit, rules.decompression_limit_doc, index)
+            body = batch_body(buf, h, limit, rules.decompression_limit_doc, index, copy=keep_bodies)
         res = check_records(h, body, rules, index)
         if h.records_count > 0 and not rules.log_append_time:
             if check_ts:
