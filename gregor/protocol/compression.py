@@ -62,8 +62,11 @@ def _scratch_view(size: int) -> memoryview:
     view: memoryview | None = getattr(_scratch, "view", None)
     if view is None or len(view) < size:
         if view is not None:
-            view.release()
-            _scratch.mm.close()
+            try:
+                view.release()
+                _scratch.mm.close()
+            except BufferError:  # a caller still holds a view of it (copy=False): it is unmapped when dropped
+                pass
         _scratch.mm = mmap.mmap(-1, max(size, _SCRATCH_KEEP_BYTES))
         view = _scratch.view = memoryview(_scratch.mm)
     return view
