@@ -299,3 +299,14 @@ def test_c_walk_accepts_every_buffer_kind() -> None:
     body = _body([(b"k", b"v", [], 0)] * 3)
     for buf in (body, bytearray(body), memoryview(body), memoryview(bytearray(b"xx" + body))[2:]):
         assert validator.walk_c(buf, 3, True, 2)[0] == validator.OK
+
+
+def test_scratch_buffer_grows_while_an_old_view_is_held() -> None:
+    """copy=False views point into a per-thread scratch mapping; growing it must not fail on them."""
+    small = compression.compress(compression.LZ4, b"a" * 1000)
+    held = compression.decompress(compression.LZ4, small, 1 << 20, copy=False)
+    assert bytes(held) == b"a" * 1000
+    big = compression.compress(compression.ZSTD, b"b" * (9 << 20))
+    assert len(compression.decompress(compression.ZSTD, big, 1 << 30)) == 9 << 20  # grows past 1 GiB + 1 virtual
+    del held
+    assert bytes(compression.decompress(compression.LZ4, small, 1 << 20, copy=False)) == b"a" * 1000
