@@ -11,7 +11,7 @@ setup(
         Extension(
             "gregor.protocol._recordwalk",
             ["gregor/protocol/_recordwalk.c"],
-            extra_compile_args=["-O2"],
+            extra_compile_args=["-O3"],
             optional=True,
         )
     ]

@@ -27,7 +27,11 @@ enum {
 };
 
 /* Unsigned LEB128 of at most max_bytes bytes ending before `end`. Returns a WALK_ status. */
-static inline int read_uvar(const uint8_t *buf, Py_ssize_t *pos, Py_ssize_t end, int max_bytes, uint64_t *out) {
+static inline __attribute__((always_inline)) int read_uvar(const uint8_t *buf, Py_ssize_t *pos, Py_ssize_t end, int max_bytes, uint64_t *out) {
+    if (*pos < end && buf[*pos] < 0x80) { /* the common case: one byte */
+        *out = buf[(*pos)++];
+        return WALK_OK;
+    }
     uint64_t v = 0;
     int shift = 0;
     for (int i = 0; i < max_bytes; i++) {
