@@ -323,3 +323,19 @@ def test_large_batches_validate_off_the_loop_and_append_in_request_order(broker:
     assert other_s < 5
     other.close()
     c.close()
+
+
+def test_acks_0_offloaded_batch_is_appended_before_the_next_request(broker: BrokerProcess) -> None:
+    """acks=0 gets no response, but its off-loop validation still holds the connection's later appends."""
+    c, topic, values = _setup(broker)
+    big_zstd = build_batch([Record(i, NOW_MS, b"k", bytes(50_000)) for i in range(1000)], codec=compression.ZSTD)
+    c.send(0, 9, {"transactional_id": None, "acks": 0, "timeout_ms": 5000,
+                  "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": big_zstd}]}]})
+    r = _produce(c, topic, _good(1, start=9))
+    assert (r.error_code, r.base_offset) == (0, 3 + 1000)
+    bomb = _raw_batch(_bomb(compression.ZSTD, 1 << 30), codec=compression.ZSTD)
+    c.send(0, 9, {"transactional_id": None, "acks": 0, "timeout_ms": 5000,
+                  "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": bomb}]}]})
+    r = _produce(c, topic, _good(1, start=10))  # waits for the bomb's validation: refused, nothing appended
+    assert (r.error_code, r.base_offset) == (0, 3 + 1000 + 1)
+    assert _leo(c, topic) == 3 + 1000 + 2
