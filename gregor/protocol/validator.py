@@ -307,14 +307,9 @@ class InlineBudgetExceeded(Exception):
 
 
 @dataclass(slots=True)
-class ValidatedBatch:
-    header: BatchHeader
-    body: memoryview | None = None
-    """The decompressed records (only kept when asked for)."""
-
-
-@dataclass(slots=True)
 class Validated:
+    """What validate_batches found: the headers, and with keep_bodies the decompressed records."""
+
     headers: list[BatchHeader] = field(default_factory=list)
     bodies: list[memoryview] = field(default_factory=list)
 

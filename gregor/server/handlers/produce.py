@@ -23,6 +23,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from gregor.controller.controller import (
+    INTERNAL_TOPICS,  # only the broker appends to these (coordinators: ReplicaManager)
+)
 from gregor.protocol import compression
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.primitives import DecodeError
@@ -46,9 +49,6 @@ from gregor.server.dispatcher import RequestContext
 from gregor.storage.errors import StorageError
 
 log = logging.getLogger("gregor.produce")
-
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
-"""Only the broker appends to these (the coordinators go through ReplicaManager directly)."""
 
 INLINE_EXPANSION_FACTOR = 8
 _ATTRIBUTES_LOW = 22  # the low byte of the first batch's attributes: its codec bits
