@@ -55,6 +55,9 @@ class DecompressedTooLargeError(ValueError):
 
 _scratch = threading.local()
 _SCRATCH_KEEP_BYTES = 4 << 20  # resident part of each thread's scratch buffer (a multiple of the page size)
+RELEASE_AFTER_BYTES = 64 << 20
+"""After a legitimate batch the scratch pages stay resident up to this (no page faults for the next
+one, no madvise on the way); a bomb's, or more than this, go back to the OS at once."""
 
 
 def _scratch_view(size: int) -> memoryview:
@@ -85,12 +88,24 @@ def _into(codec: int, fn: object, data: bytes | memoryview, limit: int, copy: bo
         written = n
         if n > limit:
             raise DecompressedTooLargeError(codec, limit)
-        if not copy and n <= _SCRATCH_KEEP_BYTES:
-            return view[:n]  # valid until this thread's next decompress
+        if not copy:
+            return view[:n]  # valid until this thread's next decompress or release_scratch()
         return memoryview(bytes(view[:n]))
     finally:
-        if written > _SCRATCH_KEEP_BYTES:
-            _scratch.mm.madvise(mmap.MADV_DONTNEED, _SCRATCH_KEEP_BYTES, len(view) - _SCRATCH_KEEP_BYTES)
+        _scratch.dirty = max(getattr(_scratch, "dirty", 0), written)
+        if written > limit:  # a bomb: its pages go back at once
+            release_scratch()
+
+
+def release_scratch(min_bytes: int = _SCRATCH_KEEP_BYTES) -> None:
+    """Hand the pages of this thread's scratch buffer past its first 4 MiB back to the OS if more
+    than `min_bytes` were written since the last release (views from decompress(copy=False) read
+    zeros there afterwards). Returning a view rather than a copy of a large output matters: the
+    copy would be allocated and filled holding the GIL, tens of ms for a 60 MB batch; madvise
+    holds it too, so legitimate batches release only past RELEASE_AFTER_BYTES."""
+    if getattr(_scratch, "dirty", 0) > max(min_bytes, _SCRATCH_KEEP_BYTES):
+        _scratch.mm.madvise(mmap.MADV_DONTNEED, _SCRATCH_KEEP_BYTES, len(_scratch.mm) - _SCRATCH_KEEP_BYTES)
+    _scratch.dirty = 0
 
 
 def _snappy_raw(data: bytes | memoryview, limit: int) -> bytes:

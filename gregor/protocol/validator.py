@@ -411,6 +411,15 @@ def validate_batches(buf: memoryview, rules: ValidationRules, now_ms: int, *,
     """Validate every batch of a record set (see the module docstring); fix header max timestamps in
     place (the buffer must be writable for that, and is, for Produce). Raises BatchValidationError,
     or InlineBudgetExceeded when a compressed batch expands past `inline_decompress_bytes`."""
+    try:
+        return _validate_batches(buf, rules, now_ms, inline_decompress_bytes, keep_bodies)
+    finally:
+        if not keep_bodies:  # the bodies were views of this thread's scratch buffer
+            compression.release_scratch(compression.RELEASE_AFTER_BYTES)
+
+
+def _validate_batches(buf: memoryview, rules: ValidationRules, now_ms: int, inline_decompress_bytes: int | None,
+                      keep_bodies: bool) -> Validated:
     out = Validated()
     n = len(buf)
     if n == 0:

@@ -339,3 +339,51 @@ def test_acks_0_offloaded_batch_is_appended_before_the_next_request(broker: Brok
     r = _produce(c, topic, _good(1, start=10))  # waits for the bomb's validation: refused, nothing appended
     assert (r.error_code, r.base_offset) == (0, 3 + 1000 + 1)
     assert _leo(c, topic) == 3 + 1000 + 2
+
+
+def _max_latency_while_validating(broker: BrokerProcess, topic: str, batches: list[bytes]) -> float:
+    """The slowest ApiVersions round trip on a second connection while the first sends `batches`."""
+    import threading
+
+    sender = WireClient(broker.bootstrap, timeout_s=60)
+    errors: list[object] = []
+
+    def send_all() -> None:
+        cids = [sender.send(0, 9, {"transactional_id": None, "acks": 1, "timeout_ms": 5000,
+                                   "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": b}]}]})
+                for b in batches]
+        for cid in cids:
+            got, resp = decode_response(sender.recv_frame(), apis.BY_KEY[0], 9)
+            pr = resp.responses[0].partition_responses[0]
+            if got != cid or pr.error_code:
+                errors.append(pr)
+
+    probe = WireClient(broker.bootstrap)
+    t = threading.Thread(target=send_all)
+    t.start()
+    worst = 0.0
+    while t.is_alive():
+        t0 = time.monotonic()
+        assert probe.request(18, 3, {"client_software_name": "t", "client_software_version": "1"}).error_code == 0
+        worst = max(worst, time.monotonic() - t0)
+    t.join()
+    assert not errors, errors
+    probe.close()
+    sender.close()
+    return worst
+
+
+def test_other_clients_are_answered_while_large_batches_validate(start_broker) -> None:  # noqa: ANN001
+    """The same heavy batches (zstd, ~60 MB of records each) stall the event loop when validated on it
+    (gregor.validation.offload.bytes set out of reach) and not when validated on the pool."""
+    heavy = build_batch([Record(i, NOW_MS, b"k%d" % i, bytes(600)) for i in range(100_000)], codec=compression.ZSTD)
+    worst = {}
+    for name, offload in (("inline", str(2**28)), ("pool", "262144")):
+        b = start_broker({"gregor.validation.offload.bytes": offload})
+        c = WireClient(b.bootstrap)
+        _create(c, "heavy")
+        c.close()
+        worst[name] = _max_latency_while_validating(b, "heavy", [heavy] * 6)
+        b.kill()
+    print("worst ApiVersions round trip while validating:", worst)
+    assert worst["pool"] < worst["inline"] / 2, worst
