@@ -182,7 +182,8 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
            "decompression stops at the limit, so a bomb is never allocated. Kafka has no such bound"),
     _p("gregor.batch.decompressed.max.bytes", "int", 134217728, lo=1024,
        doc="broker-wide cap on how far one compressed batch may expand, whatever max.message.bytes says "
-           "(else MESSAGE_TOO_LARGE); peak validation memory is about gregor.validation.threads times this"),
+           "(else MESSAGE_TOO_LARGE); each thread that decompresses (event loop, gregor.validation.threads, "
+           "cleaner threads) holds at most min(this, 64 MiB) of scratch memory"),
     _p("gregor.validation.threads", "int", 2, lo=1,
        doc="threads that decompress and validate large produced batches off the event loop"),
     _p("gregor.validation.offload.bytes", "int", 262144, lo=0,

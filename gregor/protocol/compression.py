@@ -8,9 +8,9 @@ never be allocated whole. `decompress` writes into a scratch buffer of `limit + 
 cramjam's `decompress_into` (which stops when the buffer is full, releasing the GIL while it
 works) and fails as soon as the output would pass `limit`; snappy's length preamble is checked
 before any output is allocated. The scratch buffer is an anonymous mapping per thread, reused
-(its pages stay faulted in, so a 1 MB batch costs one copy, not 256 page faults or a 64 MiB
-memset), and pages past the first 4 MiB are handed back to the OS after each use, so a bomb
-leaves no resident memory behind.
+(its pages stay faulted in, so a 1 MB batch costs no page faults and no 64 MiB memset); pages
+written by a bomb, or past RELEASE_AFTER_BYTES, are handed back to the OS at once. So each thread
+that decompresses holds at most its largest legitimate limit resident.
 """
 
 from __future__ import annotations
