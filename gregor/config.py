@@ -183,7 +183,7 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
     _p("gregor.batch.decompressed.max.bytes", "int", 134217728, lo=1024,
        doc="broker-wide cap on how far one compressed batch may expand, whatever max.message.bytes says "
            "(else MESSAGE_TOO_LARGE); each thread that decompresses (event loop, gregor.validation.threads, "
-           "cleaner threads) holds at most min(this, 64 MiB) of scratch memory"),
+           "cleaner threads) uses at most this much scratch memory while it works and keeps at most 64 MiB of it resident"),
     _p("gregor.validation.threads", "int", 2, lo=1,
        doc="threads that decompress and validate large produced batches off the event loop"),
     _p("gregor.validation.offload.bytes", "int", 262144, lo=0,
