@@ -1,10 +1,12 @@
 """Produce and consume throughput against a real broker process, with the broker's CPU share.
 
-Usage: python benchmarks/bench_throughput.py [--records N] [--partitions 1 8] [--rdkafka-performance PATH]
+Usage: python benchmarks/bench_throughput.py [--records N] [--partitions 1 8] [--value-bytes 100]
+       [--compression none|gzip|snappy|lz4|zstd] [--rdkafka-performance PATH]
 
 Clients: confluent-kafka (librdkafka) in this process, and optionally librdkafka's C
 rdkafka_performance example (built outside this repo) so the Python client is not the
-bottleneck. 100-byte values, acks=1. Prints records/s and MB/s for each run and the
+bottleneck. 100-byte values (--value-bytes; random hex, so about 2:1 compressible), acks=1, producer
+compression --compression. Prints records/s and MB/s for each run and the
 broker's CPU use (user+system seconds / wall seconds) while it ran.
 """
 
@@ -53,21 +55,23 @@ def report(label: str, n: int, m: Measure, value_bytes: int = 100) -> None:
           f"   broker CPU {m.cpu / m.wall * 100:5.1f}% of one core ({m.wall:.2f} s)")
 
 
-def python_produce(bootstrap: str, topic: str, n: int, pid: int) -> None:
+def python_produce(bootstrap: str, topic: str, n: int, pid: int, value: bytes = VALUE,
+                   compression: str = "none") -> None:
     p = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 5, "batch.size": 1_000_000,
-                  "queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 2_000_000})
+                  "queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 2_000_000,
+                  "compression.type": compression})
     with Measure(pid) as m:
         for _ in range(n):
             try:
-                p.produce(topic, VALUE)
+                p.produce(topic, value)
             except BufferError:
                 p.poll(0.01)
-                p.produce(topic, VALUE)
+                p.produce(topic, value)
         p.flush(120)
-    report(f"produce confluent-kafka {topic}", n, m)
+    report(f"produce confluent-kafka {topic} ({compression})", n, m, len(value))
 
 
-def python_consume(bootstrap: str, topic: str, partitions: int, n: int, pid: int) -> None:
+def python_consume(bootstrap: str, topic: str, partitions: int, n: int, pid: int, value_bytes: int = 100) -> None:
     # librdkafka backs off fetching for fetch.queue.backoff.ms (1 s) whenever its local queue is over
     # queued.min.messages; at these rates that idles the consumer most of the time, so keep it short.
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
@@ -80,7 +84,7 @@ def python_consume(bootstrap: str, topic: str, partitions: int, n: int, pid: int
                 if msg.error() is None:
                     got += 1
     c.close()
-    report(f"consume confluent-kafka {topic}", got, m)
+    report(f"consume confluent-kafka {topic}", got, m, value_bytes)
 
 
 def rdkafka_perf(binary: str, bootstrap: str, topic: str, n: int, pid: int, produce: bool, partitions: int) -> None:
@@ -102,6 +106,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=2_000_000)
     ap.add_argument("--partitions", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--value-bytes", type=int, default=len(VALUE))
+    ap.add_argument("--compression", default="none", choices=("none", "gzip", "snappy", "lz4", "zstd"))
     ap.add_argument("--rdkafka-performance", default=os.environ.get("RDKAFKA_PERFORMANCE"))
     ap.add_argument("--bootstrap", help="use a running broker instead of starting one (CPU share not measured)")
     args = ap.parse_args()
@@ -113,14 +119,15 @@ def main() -> None:
             broker = BrokerProcess(Path(d) / "data").start()
             assert broker.proc is not None
             bootstrap, pid = broker.bootstrap, broker.proc.pid
-        print(f"broker {bootstrap}, {args.records:,} records of 100 bytes, {os.cpu_count()} cores")
+        print(f"broker {bootstrap}, {args.records:,} records of {args.value_bytes} bytes, {os.cpu_count()} cores")
+        value = os.urandom(args.value_bytes // 2).hex().encode() + b"x" * (args.value_bytes % 2)  # compressible 2:1
         admin = AdminClient({"bootstrap.servers": bootstrap})
         try:
             for parts in args.partitions:
                 topic = f"bench-py-{parts}"
                 admin.create_topics([NewTopic(topic, parts, 1)])[topic].result(10)
-                python_produce(bootstrap, topic, args.records, pid)
-                python_consume(bootstrap, topic, parts, args.records, pid)
+                python_produce(bootstrap, topic, args.records, pid, value, args.compression)
+                python_consume(bootstrap, topic, parts, args.records, pid, args.value_bytes)
                 if args.rdkafka_performance:
                     topic = f"bench-c-{parts}"
                     admin.create_topics([NewTopic(topic, parts, 1)])[topic].result(10)

@@ -124,6 +124,19 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
            "until they drain"),
     _p("fetch.max.bytes", "int", 57671680, lo=1024,
        doc="the most a Fetch response carries, whatever the request asks (one batch may exceed it, KIP-74)"),
+    # hardening: validator
+    _p("gregor.batch.decompressed.max.ratio", "int", 64, lo=1,
+       doc="a compressed batch may expand to at most its topic's max.message.bytes times this (else MESSAGE_TOO_LARGE); "
+           "decompression stops at the limit, so a bomb is never allocated. Kafka has no such bound"),
+    _p("gregor.batch.decompressed.max.bytes", "int", 134217728, lo=1024,
+       doc="broker-wide cap on how far one compressed batch may expand, whatever max.message.bytes says "
+           "(else MESSAGE_TOO_LARGE); each thread that decompresses (event loop, gregor.validation.threads, "
+           "cleaner threads) uses at most this much scratch memory while it works and keeps at most 64 MiB of it resident"),
+    _p("gregor.validation.threads", "int", 2, lo=1,
+       doc="threads that decompress and validate large produced batches off the event loop"),
+    _p("gregor.validation.offload.bytes", "int", 262144, lo=0,
+       doc="compressed record sets at least this large (uncompressed: 8x this), and compressed batches expanding "
+           "past 8x this, are validated on the gregor.validation.threads pool, so other clients keep being answered"),
 ]}
 
 

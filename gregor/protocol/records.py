@@ -1,9 +1,10 @@
 """Record batches (magic v2): header parsing, validation, offset patching, and record coding.
 
-The broker treats records as opaque bytes: it reads the 61-byte batch header, checks the
-CRC32C over the rest, and rewrites base offset / leader epoch (and, for LogAppendTime,
-the timestamps and CRC) in place. Decoding individual records is only for tools, tests,
-compaction and internal topics.
+The broker treats records as opaque bytes: gregor.protocol.validator checks every produced
+batch completely (header, CRC32C, record framing, timestamps, keys), and this module rewrites
+base offset / leader epoch (and, for LogAppendTime, the timestamps and CRC) in place. Decoding
+individual records is only for tools, tests and internal topics. `validate_record_set` checks
+batch headers only (framing, magic, CRC, counts, size) for trusted callers.
 """
 
 from __future__ import annotations
@@ -133,7 +134,8 @@ def iter_headers(buf: memoryview | bytes | bytearray) -> Iterator[BatchHeader]:
 
 
 def validate_record_set(buf: memoryview, max_batch_bytes: int) -> list[BatchHeader]:
-    """Check every batch of a produced record set: framing, magic, CRC, counts, size.
+    """Check the headers of every batch of a record set: framing, magic, CRC, counts, size. Records
+    are not walked: Produce uses gregor.protocol.validator.validate_batches instead.
 
     Raises InvalidRecordError with the Kafka error name. Returns the parsed headers.
     """
@@ -215,13 +217,18 @@ def _read_varbytes(r: Reader) -> bytes | None:
     return bytes(r.raw(n))
 
 
-def decode_records(buf: memoryview | bytes, header: BatchHeader | None = None) -> list[Record]:
-    """Decode the records of the batch at the start of `buf` (decompressing if needed)."""
+def decode_records(buf: memoryview | bytes, header: BatchHeader | None = None,
+                   limit: int = compression.DEFAULT_MAX_DECOMPRESSED_BYTES) -> list[Record]:
+    """Decode the records of the batch at the start of `buf` (decompressing at most `limit` bytes).
+    Raises DecodeError for anything that does not decode."""
     view = memoryview(buf)
     h = header or read_header(view, 0)
     body = view[h.position + HEADER_SIZE : h.position + h.size]
     if h.compression:
-        body = memoryview(compression.decompress(h.compression, body))
+        try:
+            body = compression.decompress(h.compression, body, limit)
+        except ValueError as e:  # corrupt, or past the default decompression limit
+            raise DecodeError(f"cannot decompress the batch at offset {h.base_offset}: {e}") from None
     r = Reader(body)
     out: list[Record] = []
     log_append = h.log_append_time
@@ -317,10 +324,12 @@ def iter_records(buf: memoryview | bytes) -> Iterator[Record]:
         yield from decode_records(view, h)
 
 
-def recompress_batch(buf: memoryview | bytes, header: BatchHeader, codec: int) -> bytes:
+def recompress_batch(buf: memoryview | bytes, header: BatchHeader, codec: int,
+                     limit: int = compression.DEFAULT_MAX_DECOMPRESSED_BYTES) -> bytes:
     """The batch at `header.position` re-encoded with `codec` (a topic's compression.type):
-    same records, offsets, timestamps, producer id/epoch/sequence and transactional flag."""
-    records = decode_records(buf, header)
+    same records, offsets, timestamps, producer id/epoch/sequence and transactional flag.
+    Raises DecodeError if the batch does not decode."""
+    records = decode_records(buf, header, limit)
     return build_batch(
         records,
         base_offset=header.base_offset,

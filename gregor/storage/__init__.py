@@ -7,7 +7,7 @@
     LogCleaner  log compaction for compacted topics, on background threads
 """
 
-from gregor.storage.cleaner import CleanerStats, LogCleaner, validate_compacted_records
+from gregor.storage.cleaner import CleanerStats, LogCleaner
 from gregor.storage.config import CleanerConfig, LogConfig
 from gregor.storage.errors import (
     CorruptCheckpointError,
@@ -67,5 +67,4 @@ __all__ = [
     "TimestampAndOffset",
     "UnexpectedAppendOffsetError",
     "parse_topic_partition",
-    "validate_compacted_records",
 ]

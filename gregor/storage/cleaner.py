@@ -20,7 +20,11 @@ One clean of one log:
      appear), producer id/epoch/sequence, leader epoch, attributes and codec; a batch that
      loses records is re-encoded and recompressed with its codec; untouched batches are copied
      byte for byte. Records without a key are dropped (Kafka rejects them at produce time:
-     `validate_compacted_records`). Control batches (transaction markers) are kept as they are.
+     gregor.protocol.validator). Control batches (transaction markers) are kept as they are.
+     Records are read with the validator's functions (gregor.protocol.validator.read_records:
+     CRC, framing, decompression under a limit); a stored batch that fails them is left out of
+     the offset map and copied as it is, with a warning naming topic, partition and offset, and
+     the clean goes on.
   3. Swap each group in (`Log.replace_segments`: .cleaned -> .swap -> old segments .deleted ->
      final names), then advance the checkpoint.
 
@@ -78,9 +82,15 @@ from gregor.protocol.records import (
     compute_crc,
     read_header,
 )
+from gregor.protocol.validator import (
+    BatchValidationError,
+    ScannedRecord,
+    ValidationRules,
+    read_records,
+)
 from gregor.storage.checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile, TopicPartition, fsync_dir
 from gregor.storage.config import LONG_MAX, CleanerConfig, LogConfig
-from gregor.storage.errors import CorruptCheckpointError, CorruptRecordError, RecordValidationError, StorageError
+from gregor.storage.errors import CorruptCheckpointError, CorruptRecordError, StorageError
 from gregor.storage.index import INT32_MAX
 from gregor.storage.log import CleanerSnapshot, Log, now_ms
 from gregor.storage.segment import (
@@ -119,29 +129,8 @@ def is_compacted(log: Log) -> bool:
     return log.config.compact or log.topic in INTERNAL_COMPACTED_TOPICS
 
 
-# --- records inside a batch, scanned without building Record objects ---------------------
-
-
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    """A zigzag varint at `pos`: (value, position after it). IndexError if truncated."""
-    b = buf[pos]
-    if b < 0x80:
-        return (b >> 1) ^ -(b & 1), pos + 1
-    result = b & 0x7F
-    shift = 7
-    pos += 1
-    while True:
-        b = buf[pos]
-        result |= (b & 0x7F) << shift
-        pos += 1
-        if b < 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-        if shift > 63:
-            raise DecodeError("varint too long")
-
-
 def _zigzag(value: int) -> bytes:
+    """A zigzag varint (for rewritten timestamp deltas and record lengths)."""
     v = (value << 1) ^ (value >> 63)
     out = bytearray()
     while v >= 0x80:
@@ -151,95 +140,15 @@ def _zigzag(value: int) -> bytes:
     return bytes(out)
 
 
-# One scanned record: (start, end, ts_start, ts_end, ts_delta, offset_delta, key, is_tombstone),
-# positions in the decompressed batch body; start..end spans the record with its length prefix,
-# ts_start..ts_end its timestamp-delta varint.
-_Scanned = tuple[int, int, int, int, int, int, bytes | None, bool]
-
-
-def _scan_records(body: bytes, count: int) -> list[_Scanned]:
-    """The records of a batch body. Raises DecodeError if they do not frame exactly.
-
-    The hot loop of the cleaner: one-byte varints (most lengths and deltas) are decoded inline."""
-    out: list[_Scanned] = []
-    append = out.append
-    pos = 0
-    n = len(body)
-    varint = _varint
+def _read_stored(log: Log, h: BatchHeader, raw: memoryview, rules: ValidationRules,
+                 what: str) -> tuple[memoryview, list[ScannedRecord]] | None:
+    """The batch's body and records, or None (with a warning) if it does not validate."""
     try:
-        for _ in range(count):
-            start = pos
-            b = body[pos]
-            if b < 0x80:
-                length, pos = (b >> 1) ^ -(b & 1), pos + 1
-            else:
-                length, pos = varint(body, pos)
-            end = pos + length
-            if length < 3 or end > n:
-                raise DecodeError(f"record length {length} out of range")
-            ts_start = pos + 1  # after the attributes byte
-            b = body[ts_start]
-            if b < 0x80:
-                ts_delta, ts_end = (b >> 1) ^ -(b & 1), ts_start + 1
-            else:
-                ts_delta, ts_end = varint(body, ts_start)
-            b = body[ts_end]
-            if b < 0x80:
-                offset_delta, p = (b >> 1) ^ -(b & 1), ts_end + 1
-            else:
-                offset_delta, p = varint(body, ts_end)
-            b = body[p]
-            if b < 0x80:
-                key_len, p = (b >> 1) ^ -(b & 1), p + 1
-            else:
-                key_len, p = varint(body, p)
-            if key_len < 0:
-                key = None
-            else:
-                key = body[p : p + key_len]
-                p += key_len
-            b = body[p]
-            if b < 0x80:
-                value_len, p = (b >> 1) ^ -(b & 1), p + 1
-            else:
-                value_len, p = varint(body, p)
-            if p + max(value_len, 0) > end:
-                raise DecodeError("record fields overrun the record")
-            append((start, end, ts_start, ts_end, ts_delta, offset_delta, key, value_len < 0))
-            pos = end
-    except IndexError:
-        raise DecodeError("truncated record") from None
-    if pos != n:
-        raise DecodeError(f"{n - pos} bytes after the last record")
-    return out
-
-
-def _batch_body(batch: bytes | memoryview, h: BatchHeader) -> bytes:
-    """The batch's records section, decompressed. `batch` starts at the batch."""
-    payload = memoryview(batch)[HEADER_SIZE : h.size]
-    if h.compression:
-        return compression.decompress(h.compression, payload)
-    return bytes(payload)
-
-
-def validate_compacted_records(headers: list[BatchHeader], records: bytes | bytearray | memoryview) -> None:
-    """Produce-time check for a compacted topic: every record must have a key (Kafka's rule).
-    `headers` are `validate_record_set(records, ...)`'s. Decodes (and decompresses) the batches.
-
-    Raises RecordValidationError (.error == "INVALID_RECORD", with the offending record's
-    batch and in-batch index for Produce's record_errors)."""
-    view = memoryview(records)
-    for batch_index, h in enumerate(headers):
-        if h.is_control:
-            continue
-        try:
-            scanned = _scan_records(_batch_body(view[h.position : h.position + h.size], h), h.records_count)
-        except (DecodeError, ValueError) as e:
-            raise RecordValidationError(f"cannot decode the records of batch {batch_index}: {e}", batch_index) from e
-        keyless = [i for i, rec in enumerate(scanned) if rec[6] is None]
-        if keyless:
-            raise RecordValidationError("Compacted topic cannot accept message without key",
-                                        batch_index=batch_index, record_index=keyless[0], record_indexes=keyless)
+        return read_records(raw, rules)
+    except BatchValidationError as e:
+        logger.warning("%s-%d: the stored batch at offset %d (offsets %d..%d) does not validate (%s); %s",
+                       log.topic, log.partition, h.base_offset, h.base_offset, h.last_offset, e, what)
+        return None
 
 
 # --- the offset map --------------------------------------------------------------------------
@@ -693,6 +602,7 @@ class LogCleaner:
         dirty = [s for s in ltc.snapshot.segments[:-1] if s.next_base > start and s.base_offset < upper]
         put = offset_map.put
         capacity = offset_map.capacity
+        rules = ValidationRules.for_stored(log.config.max_message_bytes)
         try:
             for info in dirty:
                 for h, raw in self._batches(log, info, throttler):
@@ -705,13 +615,14 @@ class LogCleaner:
                             logger.info("%s-%d: offset map full (%d keys); cleaning up to offset %d this time",
                                         log.topic, log.partition, len(offset_map), h.base_offset)
                             return h.base_offset
-                        _check_crc(h, raw, info)
-                        base = h.base_offset
-                        for rec in _scan_records(_batch_body(raw, h), h.records_count):
-                            key = rec[6]
-                            if key is not None:
-                                put(key, base + rec[5])
-                                stats.map_records += 1
+                        got = _read_stored(log, h, raw, rules, "leaving its keys out of the offset map")
+                        if got is not None:
+                            base = h.base_offset
+                            for rec in got[1]:
+                                key = rec.key
+                                if key is not None:
+                                    put(key, base + rec.offset_delta)
+                                    stats.map_records += 1
                     stats.map_bytes_read += h.size
             return upper
         finally:
@@ -747,6 +658,7 @@ class LogCleaner:
         out = _Output()
         flush_bytes = self.config.io_buffer_size
         delete_retention_ms = config.delete_retention_ms
+        rules = ValidationRules.for_stored(config.max_message_bytes)
         earliest_horizon: int | None = None
         mtime_ns = 0
         try:
@@ -756,9 +668,11 @@ class LogCleaner:
                     stats.batches_read += 1
                     if h.base_offset >= end or h.is_control or h.records_count == 0:
                         _emit(out, h, raw)  # past the map, a transaction marker, or already empty
+                    elif (got := _read_stored(log, h, raw, rules, "keeping it as it is")) is None:
+                        _emit(out, h, raw)
                     else:
-                        _check_crc(h, raw, info)
-                        horizon = _clean_batch(h, raw, offset_map, producers, now, delete_retention_ms, out, stats)
+                        horizon = _clean_batch(h, raw, got[0], got[1], offset_map, producers, now,
+                                               delete_retention_ms, out, stats)
                         if horizon is not None and (earliest_horizon is None or horizon < earliest_horizon):
                             earliest_horizon = horizon
                     if len(out.data) >= flush_bytes:
@@ -880,12 +794,6 @@ def _iter_file_batches(fd: int, size: int, chunk: int, headers_only: bool) -> It
         pos += n
 
 
-def _check_crc(h: BatchHeader, raw: memoryview, info: SegmentInfo) -> None:
-    """Never launder a damaged batch into a fresh CRC."""
-    if compute_crc(raw, 0, h.size) != h.crc:
-        raise CorruptRecordError(f"CRC mismatch in the batch at offset {h.base_offset} of segment {info.base_offset}")
-
-
 def _emit(out: _Output, h: BatchHeader, raw: bytes | memoryview) -> None:
     out.data += raw
     out.headers.append(h)
@@ -930,6 +838,8 @@ def _mtime_ns(log: Log, info: SegmentInfo) -> int:
 def _clean_batch(
     h: BatchHeader,
     raw: memoryview,
+    body: memoryview,
+    records: list[ScannedRecord],
     offset_map: OffsetMap,
     producers: dict[int, int],
     now: int,
@@ -938,23 +848,21 @@ def _clean_batch(
     stats: CleanerStats,
 ) -> int | None:
     """Filter one data batch into `out`. Returns the delete horizon of its kept tombstones, if any."""
-    body = _batch_body(raw, h)
-    records = _scan_records(body, h.records_count)
     stats.records_read += len(records)
     horizon = h.base_timestamp if h.attributes & DELETE_HORIZON_BIT else None
     base = h.base_offset
     get = offset_map.get
-    kept: list[_Scanned] = []
+    kept: list[ScannedRecord] = []
     tombstone_kept = False
     for rec in records:
-        key = rec[6]
+        key = rec.key
         if key is None:
             stats.keyless_removed += 1
             continue
         latest = get(key)
-        if latest is not None and latest > base + rec[5]:
+        if latest is not None and latest > base + rec.offset_delta:
             continue  # superseded
-        if rec[7]:
+        if rec.is_tombstone:
             if horizon is not None and now >= horizon:
                 stats.tombstones_removed += 1
                 continue
@@ -978,7 +886,7 @@ def _clean_batch(
     return horizon if tombstone_kept else None
 
 
-def _rebuild_batch(h: BatchHeader, body: bytes, kept: list[_Scanned], new_horizon: int | None) -> bytes:
+def _rebuild_batch(h: BatchHeader, body: memoryview, kept: list[ScannedRecord], new_horizon: int | None) -> bytes:
     """A batch of the `kept` records of `h`, same offsets range, producer fields, leader epoch,
     attributes and codec. With `new_horizon`, the base timestamp becomes the delete horizon and
     each record's timestamp delta is rewritten against it, so record timestamps do not change."""
@@ -987,14 +895,14 @@ def _rebuild_batch(h: BatchHeader, body: bytes, kept: list[_Scanned], new_horizo
     attributes = h.attributes | (DELETE_HORIZON_BIT if new_horizon is not None else 0)
     parts: list[bytes] = []
     max_ts = -1
-    for start, end, ts_start, ts_end, ts_delta, _, _, _ in kept:
-        ts = old_base_ts + ts_delta
+    for rec in kept:
+        ts = old_base_ts + rec.ts_delta
         if ts > max_ts:
             max_ts = ts
         if new_horizon is None:
-            parts.append(body[start:end])
+            parts.append(body[rec.start : rec.end])
         else:
-            inner = body[ts_start - 1 : ts_start] + _zigzag(ts - base_ts) + body[ts_end:end]
+            inner = bytes(body[rec.ts_start - 1 : rec.ts_start]) + _zigzag(ts - base_ts) + bytes(body[rec.ts_end : rec.end])
             parts.append(_zigzag(len(inner)) + inner)
     if h.log_append_time:
         max_ts = h.max_timestamp

@@ -128,6 +128,12 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {t.name: t for t in [
        doc="The largest record batch (after compression) the partition accepts."),
     _t("message.timestamp.type", "string", CREATE_TIME, "log.message.timestamp.type", choices=TIMESTAMP_TYPES,
        doc="CreateTime keeps the producer's timestamps; LogAppendTime stamps the broker's time."),
+    _t("message.timestamp.after.max.ms", "long", 3600000, "log.message.timestamp.after.max.ms", lo=0,
+       doc="KIP-937: a CreateTime record whose timestamp is more than this after the broker's clock is refused "
+           "with INVALID_TIMESTAMP (Kafka 4.0's default: one hour)."),
+    _t("message.timestamp.before.max.ms", "long", LONG_MAX, "log.message.timestamp.before.max.ms", lo=0,
+       doc="KIP-937: a CreateTime record whose timestamp is more than this before the broker's clock is "
+           "refused with INVALID_TIMESTAMP."),
     _t("min.cleanable.dirty.ratio", "double", 0.5, "log.cleaner.min.cleanable.ratio", lo=0, hi=1,
        doc="The dirty share of a compacted log above which the cleaner cleans it."),
     _t("min.compaction.lag.ms", "long", 0, "log.cleaner.min.compaction.lag.ms", lo=0,
@@ -198,6 +204,8 @@ class LogConfig:
     index_interval_bytes: int = _default("index.interval.bytes")
     max_compaction_lag_ms: int = _default("max.compaction.lag.ms")
     max_message_bytes: int = _default("max.message.bytes")
+    message_timestamp_after_max_ms: int = _default("message.timestamp.after.max.ms")
+    message_timestamp_before_max_ms: int = _default("message.timestamp.before.max.ms")
     message_timestamp_type: str = _default("message.timestamp.type")
     min_cleanable_dirty_ratio: float = _default("min.cleanable.dirty.ratio")
     min_compaction_lag_ms: int = _default("min.compaction.lag.ms")

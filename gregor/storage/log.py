@@ -32,6 +32,7 @@ from typing import NamedTuple
 
 from gregor.protocol.primitives import DecodeError
 from gregor.protocol.records import LOG_OVERHEAD, TIMESTAMP_TYPE_BIT, BatchHeader, patch_batch
+from gregor.protocol.validator import BatchValidationError, ValidationRules, record_timestamps
 from gregor.storage.checkpoint import LEADER_EPOCH_CHECKPOINT, fsync_dir
 from gregor.storage.config import LogConfig
 from gregor.storage.errors import (
@@ -627,10 +628,32 @@ class Log:
                     best = seg
             if best is None:
                 return None
-            r = best.max_timestamp_record()
-            if r is None:
-                return None
-            return TimestampAndOffset(r[0], r[1], r[2] if r[2] >= 0 else None)
+            return self._max_timestamp_in(best)
+
+    def _max_timestamp_in(self, seg: LogSegment) -> TimestampAndOffset | None:
+        """The first record with `seg`'s max timestamp, read with the record validator's checks. A
+        stored batch that does not validate is answered from its header (its last offset), with a
+        warning: a bad record must never fail the request."""
+        ts = seg.max_timestamp
+        if ts < 0:
+            return None
+        h0 = seg.translate_offset(seg.offset_of_max_timestamp)
+        for h in seg.batches(h0.position if h0 is not None else 0):
+            if h.max_timestamp != ts:
+                continue
+            epoch = h.partition_leader_epoch if h.partition_leader_epoch >= 0 else None
+            try:
+                pairs = record_timestamps(seg.read_batch(h), ValidationRules.for_stored(self.config.max_message_bytes))
+            except BatchValidationError as e:
+                logger.warning("%s-%d: the stored batch at offset %d does not validate (%s); ListOffsets "
+                               "answers its last offset for the max timestamp", self.topic, self.partition,
+                               h.base_offset, e)
+                return TimestampAndOffset(h.last_offset, ts, epoch)
+            for offset, record_ts in pairs:
+                if record_ts == ts:
+                    return TimestampAndOffset(offset, ts, epoch)
+            return TimestampAndOffset(h.last_offset, ts, epoch)  # the header disagrees with its records
+        return None
 
     # --- high watermark -------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import os
 import random
+import struct
 import threading
 import time
 
@@ -23,6 +24,7 @@ from gregor.protocol.records import (
     iter_headers,
     validate_record_set,
 )
+from gregor.protocol.validator import BatchValidationError, ValidationRules, validate_batches
 from gregor.storage import (
     CleanerConfig,
     InvalidConfigError,
@@ -30,8 +32,6 @@ from gregor.storage import (
     LogCleaner,
     LogConfig,
     LogManager,
-    RecordValidationError,
-    validate_compacted_records,
 )
 from gregor.storage import cleaner as cleaner_module
 from gregor.storage.checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
@@ -528,15 +528,57 @@ def test_the_log_manager_runs_the_cleaner_and_keeps_its_checkpoint(tmp_path) -> 
 # --- produce-time validation and configuration ------------------------------------------------------------
 
 
-def test_validate_compacted_records_rejects_records_without_key() -> None:
+def test_validator_rejects_records_without_key_on_compacted_topics() -> None:
+    rules = ValidationRules(1 << 20, 1 << 24, compacted=True)
     good = build_batch([Record(0, 1, b"k", b"v"), Record(1, 1, b"k2", None)])
     bad = build_batch([Record(0, 1, b"k", b"v"), Record(1, 1, None, b"v")], codec=compression.LZ4)
-    validate_compacted_records(validate_record_set(memoryview(good), 1 << 20), good)
-    buf = good + bad
-    with pytest.raises(RecordValidationError) as e:
-        validate_compacted_records(validate_record_set(memoryview(buf), 1 << 20), buf)
+    validate_batches(memoryview(bytearray(good)), rules, 0)
+    buf = bytearray(good + bad)
+    with pytest.raises(BatchValidationError) as e:
+        validate_batches(memoryview(buf), rules, 0)
     assert e.value.error == "INVALID_RECORD"
-    assert (e.value.batch_index, e.value.record_index) == (1, 1)
+    assert (e.value.batch_index, [i for i, _ in e.value.record_errors]) == (1, [1])
+
+
+@pytest.mark.parametrize("codec", [compression.NONE, compression.ZSTD])
+def test_a_bad_stored_batch_is_kept_and_cleaning_goes_on(tmp_path, caplog, codec: int) -> None:
+    """Finding 10: one batch whose records do not frame (here: it claims two records and holds one,
+    with a valid CRC) used to stop the cleaning of its partition until a restart."""
+    log = open_compacted(tmp_path)
+    latest: Latest = {}
+    append_kv(log, [(b"a", b"1"), (b"b", b"1")], latest=latest)
+    first = log.log_end_offset
+    bad = bytearray(build_batch([Record(first, 1000, b"a", b"bad")], base_offset=first, codec=codec))
+    struct.pack_into(">i", bad, 23, 1)  # last offset delta
+    struct.pack_into(">i", bad, 57, 2)  # records count
+    struct.pack_into(">I", bad, 17, compute_crc(bad, 0, len(bad)))
+    log.append_as_leader(bad, validate_record_set(memoryview(bad), 1 << 30), 0, 1000)  # header checks pass
+    log.update_high_watermark(log.log_end_offset)
+    for i in range(200):
+        append_kv(log, [(b"k%d" % (i % 10), b"%d" % i)], latest=latest)
+    log.roll(now_ms=0)
+    cleaner = cleaner_for(log)
+    with caplog.at_level("WARNING"):
+        stats = cleaner.clean_now(log)
+    assert not stats.aborted and stats.records_removed >= 190
+    assert (log.topic, log.partition) not in cleaner.uncleanable_partitions
+    assert f"compacted-0: the stored batch at offset {first}" in caplog.text
+    kept = [h for h, _ in read_batches_raw(log) if h.base_offset == first]
+    assert kept and kept[0].records_count == 2  # left as it was, for recovery or an operator to judge
+    assert cleaner.clean_now(log).records_removed == 0  # a second clean goes through it again, quietly kept
+
+
+def read_batches_raw(log: Log) -> list[tuple[BatchHeader, bytes]]:
+    out = []
+    offset = log.log_start_offset
+    while offset < log.log_end_offset:
+        info = log.read(offset, 1 << 20)
+        data = bytes(info.records)
+        if not data:
+            break
+        out += [(h, data[h.position : h.position + h.size]) for h in iter_headers(data)]
+        offset = info.next_offset
+    return out
 
 
 def test_cleaner_config_from_broker_properties() -> None:

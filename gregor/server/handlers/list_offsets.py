@@ -1,12 +1,22 @@
-"""ListOffsets: earliest, latest, max timestamp, or the first offset at or after a timestamp."""
+"""ListOffsets: earliest, latest, max timestamp, or the first offset at or after a timestamp.
+
+A lookup that reads records (max timestamp) goes through the record validator's checks in
+Log.max_timestamp_offset; anything else a damaged log raises here is that partition's error,
+never a closed connection.
+"""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.protocol.primitives import DecodeError
 from gregor.protocol.schema import Struct
 from gregor.server.dispatcher import RequestContext
+from gregor.storage.errors import StorageError
+
+log = logging.getLogger("gregor.list_offsets")
 
 LATEST = -1
 EARLIEST = -2
@@ -52,6 +62,11 @@ def handle_list_offsets(ctx: RequestContext, req: Struct) -> dict[str, Any]:
                 entry.update(_lookup(ctx, t.name, p))
             except KafkaError as e:
                 entry.update({"error_code": e.code, "timestamp": -1, "offset": -1, "leader_epoch": -1})
+            except (StorageError, DecodeError, OSError) as e:
+                log.warning("ListOffsets of %s-%d failed: %s", t.name, p.partition_index, e)
+                code = ErrorCode[e.error] if isinstance(e, StorageError) else (
+                    ErrorCode.CORRUPT_MESSAGE if isinstance(e, DecodeError) else ErrorCode.KAFKA_STORAGE_ERROR)
+                entry.update({"error_code": code, "timestamp": -1, "offset": -1, "leader_epoch": -1})
             parts.append(entry)
         topics.append({"name": t.name, "partitions": parts})
     return {"throttle_time_ms": 0, "topics": topics}
