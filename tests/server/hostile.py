@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gregor.protocol import apis
-from gregor.protocol.frames import encode_request
+from gregor.protocol.frames import decode_response, encode_request
 
 FETCH, METADATA, API_VERSIONS = apis.BY_KEY[1], apis.BY_KEY[3], apis.BY_KEY[18]
 
@@ -244,3 +244,91 @@ def api_versions_ok(bootstrap: str) -> bool:
         return False
     finally:
         s.close()
+
+
+# --- poisoned data: decompression bombs, lying batches, garbage to internal topics -----------------
+
+def _zero_bomb(codec: int, total: int) -> bytes:
+    """`total` zero bytes compressed with `codec`, built a MiB at a time (never held whole)."""
+    import zlib
+
+    import cramjam
+
+    from gregor.protocol import compression
+
+    chunk = bytes(1 << 20)
+    if codec == compression.GZIP:
+        z = zlib.compressobj(9, zlib.DEFLATED, 31)
+        return b"".join(z.compress(chunk) for _ in range(total // len(chunk))) + z.flush()
+    comp = {compression.ZSTD: cramjam.zstd.Compressor(), compression.LZ4: cramjam.lz4.Compressor()}[codec]
+    for _ in range(total // len(chunk)):
+        comp.compress(chunk)
+    return bytes(comp.finish())
+
+
+def _batch_with_body(body: bytes, count: int, codec: int) -> bytes:
+    """A CRC-valid batch header claiming `count` records over `body` (whatever it holds)."""
+    from gregor.protocol.records import HEADER_SIZE, Record, build_batch, compute_crc
+
+    b = bytearray(build_batch([Record(0, int(time.time() * 1000), b"k", b"v")]))[:HEADER_SIZE] + body
+    struct.pack_into(">i", b, 8, len(b) - 12)
+    struct.pack_into(">h", b, 21, codec)
+    struct.pack_into(">i", b, 23, count - 1)
+    struct.pack_into(">i", b, 57, count)
+    struct.pack_into(">I", b, 17, compute_crc(b, 0, len(b)))
+    return bytes(b)
+
+
+def poisoned_batches() -> list[tuple[str, bytes]]:
+    """(name, record set) pairs no broker may store: bombs of each codec (each under 1 MiB
+    compressed, so it passes max.message.bytes and only the decompression limit stops it), batches
+    that lie about their records, and a snappy frame that lies about its length."""
+    from gregor.protocol import compression
+    from gregor.protocol.records import Record, build_batch
+
+    good = build_batch([Record(0, int(time.time() * 1000), b"k", b"v")])
+    sizes = {compression.ZSTD: 2 << 30, compression.GZIP: 512 << 20, compression.LZ4: 200 << 20}
+    out = [(f"{compression.NAMES[c]} bomb of {n >> 20} MiB", _batch_with_body(_zero_bomb(c, n), 1, c))
+           for c, n in sizes.items()]
+    out.append(("snappy length lie", _batch_with_body(b"\xff\xff\xff\xff\x0f" + bytes(64), 1, compression.SNAPPY)))
+    out.append(("2^31 records", _batch_with_body(good[61:], 2**31 - 1, compression.NONE)))
+    out.append(("record past the batch", _batch_with_body(b"\x7e" + good[62:], 1, compression.NONE)))
+    return out
+
+
+def poisoned_produce(bootstrap: str, topics: list[str], batches: list[tuple[str, bytes]]) -> Actor:
+    """One connection sending every poisoned batch to every topic (internal ones included), over
+    and over, until closed. Its stats count answers by error code; every answer must be an error and
+    the connection must stay open ('closed' counts the times it did not)."""
+    actor = Actor(socks=[_connect(bootstrap, timeout_s=60)])
+    actor.stats.update(answers={}, accepted=[], closed=0, rounds=0)
+    produce = apis.BY_KEY[0]
+
+    def run() -> None:
+        cid = 0
+        while not actor.stop.is_set():
+            for topic in topics:
+                for name, records in batches:
+                    if actor.stop.is_set():
+                        return
+                    cid += 1
+                    body = {"transactional_id": None, "acks": 1, "timeout_ms": 5000,
+                            "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": records}]}]}
+                    s = actor.socks[0]
+                    try:
+                        s.sendall(encode_request(produce, 9, cid, "hostile", body))
+                        size = struct.unpack(">i", _recv_exact(s, 4))[0]
+                        resp = _recv_exact(s, size)
+                    except OSError:
+                        actor.stats["closed"] += 1
+                        s.close()
+                        actor.socks[0] = _connect(bootstrap, timeout_s=60)
+                        continue
+                    part = decode_response(resp, produce, 9)[1].responses[0].partition_responses[0]
+                    codes = actor.stats["answers"]
+                    codes[part.error_code] = codes.get(part.error_code, 0) + 1
+                    if part.error_code == 0:
+                        actor.stats["accepted"].append((topic, name))
+            actor.stats["rounds"] += 1
+
+    return _in_thread(actor, run)
