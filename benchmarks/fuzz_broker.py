@@ -3,7 +3,7 @@
     python benchmarks/fuzz_broker.py [--count 1000000] [--seed 1] [--connections 4] [--batch 32]
                                      [--time-limit S] [--safe] [--out DIR]
     python benchmarks/fuzz_broker.py --seed 1 --index 4711      # replay one input on a fresh broker
-    python benchmarks/fuzz_broker.py --replay fuzz-findings/1-4711.hex
+    python benchmarks/fuzz_broker.py --replay /tmp/gregor-fuzz-findings/1-4711.hex
 
 What it does: starts `gregor serve` (gregor.tools.local_broker) on a fresh data dir with overrides
 that keep partitions, segments and waits small; writes a canary topic; then sends the inputs of
@@ -671,7 +671,8 @@ def main() -> int:
     ap.add_argument("--probe-limit", type=float, default=1.0)
     ap.add_argument("--safe", action="store_true",
                     help="leave out the input classes issue 8 lists as known to break the broker")
-    ap.add_argument("--out", type=Path, default=Path("fuzz-findings"), help="where findings' inputs are written")
+    ap.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "gregor-fuzz-findings",
+                    help="where findings' inputs are written as <seed>-<index>.hex")
     ap.add_argument("--index", type=int, default=None, help="replay input INDEX of --seed on a fresh broker")
     ap.add_argument("--replay", default=None, help="replay a .hex file written by a finding")
     ap.add_argument("-q", "--quiet", action="store_true")
