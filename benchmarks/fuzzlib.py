@@ -285,6 +285,36 @@ def valid_batch(rng: random.Random, *, keys: bool = True, codec: int | None = No
     return build_batch(recs, codec=codec)
 
 
+def internal_batch(rng: random.Random) -> bytes:
+    """A batch as a client forging __consumer_offsets records would write it: real offset-commit and
+    group keys (gregor.coordinator.group.records) with values that are valid, cut short, garbage or null."""
+    from gregor.coordinator.group import records as group_records
+
+    recs = []
+    ts = 1_700_000_000_000
+    for i in range(rng.choice([1, 2, 3])):
+        group = rng.choice(GROUPS)
+        if rng.random() < 0.6:
+            key = group_records.offset_key(group, rng.choice(POOL_TOPICS), rng.choice([0, 1, -1]))
+            value: bytes | None = group_records.offset_value(rng.choice([0, 5, -1, (1 << 63) - 1]), -1, "", ts)
+        else:
+            key = group_records.group_key(group)
+            value = rng.randbytes(rng.randrange(0, 40))
+        c = rng.random()
+        if c < 0.25 and value:
+            value = value[: rng.randrange(len(value))]
+        elif c < 0.4:
+            value = rng.randbytes(rng.randrange(0, 40))
+        elif c < 0.5:
+            value = None
+        elif c < 0.6:
+            key = key[: rng.randrange(len(key))]
+        elif c < 0.7:
+            key = struct.pack(">h", rng.choice([0, 1, 2, 3, -1, 32767])) + key[2:]
+        recs.append(Record(i, ts + i, key, value))
+    return build_batch(recs)
+
+
 def mutate_batch(rng: random.Random, batch: bytes, opts: Options) -> tuple[bytes, str]:
     """One structural corruption of a record batch; returns the bytes and a short label."""
     b = bytearray(batch) if len(batch) >= 61 else bytearray(valid_batch(rng))
@@ -438,6 +468,7 @@ class InputMaker:
         self.keys = list(self.versions)
         self.topics = POOL_TOPICS + (INTERNAL_TOPICS if self.opts.internal_topics else [])
         self._grown = False
+        self._last_topic = ""
 
     # --- entry point ------------------------------------------------------------------
     def make(self, index: int) -> FuzzInput:
@@ -451,6 +482,7 @@ class InputMaker:
         body = self._struct(rng, api.request.fields, version, flexible, api.name, slots)
         labels: list[str] = []
         self._grown = False
+        self._last_topic = ""
         roll = rng.random()
         kind = "valid"
         client_id: Any = "fuzz"
@@ -526,9 +558,9 @@ class InputMaker:
         tn = t.name
         api = path.split(".", 1)[0]
         if tn == "records":
-            topic = (siblings or {}).get("name", "")
-            return valid_batch(rng, keys=True, codec=compression.NONE if rng.random() < 0.5 else None) \
-                if topic != "fz-compact" else valid_batch(rng, keys=True)
+            if self._last_topic in INTERNAL_TOPICS:
+                return internal_batch(rng)
+            return valid_batch(rng, keys=True, codec=compression.NONE if rng.random() < 0.5 else None)
         if tn == "uuid":
             return uuid.UUID(int=0) if rng.random() < 0.8 else uuid.UUID(int=rng.getrandbits(128))
         if tn == "bool":
@@ -542,7 +574,8 @@ class InputMaker:
         return self._int(rng, name, tn, api)
 
     def _topic(self, rng: random.Random) -> str:
-        return rng.choice(self.topics)
+        self._last_topic = rng.choice(self.topics)  # a Produce's records are built after their topic's name
+        return self._last_topic
 
     def _string(self, rng: random.Random, name: str, api: str, path: str) -> str | None:
         if name in ("name", "topic", "topic_name", "topic_names", "resource_name", "subscribed_topic_names"):
