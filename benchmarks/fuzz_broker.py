@@ -100,6 +100,7 @@ class Report:
     probes: list[float] = field(default_factory=list)
     restart_ok: bool = False
     janitor_deleted: int = 0
+    max_rss_bytes: int = 0  # the broker's, sampled every second
     signatures: Counter[str] = field(default_factory=Counter)  # log errors by kind, with how often seen
 
     @property
@@ -391,6 +392,7 @@ class Fuzzer:
                 self.stop = True
                 return
             await self._probe()
+            self._sample_rss()
             self._scan_log()
             if not self.canary_broken:
                 problem = await asyncio.get_running_loop().run_in_executor(None, canary_problem, self.broker.port)
@@ -420,8 +422,22 @@ class Fuzzer:
         dt = time.monotonic() - t
         self.report.probes.append(dt)
         if dt > self.probe_limit_s:
-            self.add_finding(Finding("slow_probe", f"a fresh connection's ApiVersions took {dt:.2f}s",
+            around = "\n".join(ln[:300] for ln in self.broker.log_lines[-12:])
+            self.add_finding(Finding("slow_probe", f"a fresh connection's ApiVersions took {dt:.2f}s; "
+                                                   f"broker log before it:\n{around}",
                                      [fi for ts, fi in self.recent if ts > t - 2]))
+
+    def _sample_rss(self) -> None:
+        if self.broker.proc is None:
+            return
+        try:
+            with open(f"/proc/{self.broker.proc.pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        rss = int(line.split()[1]) * 1024
+                        self.report.max_rss_bytes = max(self.report.max_rss_bytes, rss)
+        except OSError:
+            pass  # not Linux, or the process is gone (the monitor reports that)
 
     def _scan_log(self, final: bool = False) -> None:
         lines = self.broker.log_lines
@@ -609,7 +625,8 @@ def print_report(r: Report) -> None:
     print("by API:", dict(r.by_api.most_common()))
     if p:
         print(f"probes: {len(p)}, median {p[len(p) // 2] * 1000:.1f} ms, max {p[-1] * 1000:.1f} ms")
-    print(f"janitor deleted {r.janitor_deleted} stray topics; restart ok: {r.restart_ok}")
+    print(f"broker max RSS {r.max_rss_bytes / 2**20:.0f} MiB; janitor deleted {r.janitor_deleted} stray topics; "
+          f"restart ok: {r.restart_ok}")
     for sig, n in r.signatures.most_common():
         print(f"log error x{n}: {sig}")
     kinds = r.finding_kinds()
