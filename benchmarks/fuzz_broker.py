@@ -95,6 +95,7 @@ class Report:
     elapsed_s: float = 0.0
     outcomes: Counter[str] = field(default_factory=Counter)
     by_api: Counter[str] = field(default_factory=Counter)
+    answered_by_api: Counter[str] = field(default_factory=Counter)  # reached a handler and got an answer
     kinds: Counter[str] = field(default_factory=Counter)
     findings: list[Finding] = field(default_factory=list)
     probes: list[float] = field(default_factory=list)
@@ -234,6 +235,10 @@ def _sentinel(cid: int) -> bytes:
     return encode_request(apis.BY_KEY[18], 0, cid, "fuzz-sentinel", {})
 
 
+def _api_name(key: int) -> str:
+    return apis.BY_KEY[key].name if key in apis.BY_KEY else "unknown"
+
+
 def _cid_of(fi: FuzzInput) -> int | None:
     return struct.unpack_from(">i", fi.data, 8)[0] if len(fi.data) >= 12 else None
 
@@ -296,7 +301,7 @@ class Fuzzer:
             now = time.monotonic()
             for fi in inputs:
                 self.recent.append((now, fi))
-                self.report.by_api[apis.BY_KEY[fi.api_key].name if fi.api_key in apis.BY_KEY else "unknown"] += 1
+                self.report.by_api[_api_name(fi.api_key)] += 1
                 self.report.kinds[fi.kind] += 1
             self.report.inputs_sent += len(inputs)
             for fi in inputs:
@@ -374,6 +379,7 @@ class Fuzzer:
         for i, fi in enumerate(piped):
             if _cid_of(fi) in answered:
                 oc["answered"] += 1
+                self.report.answered_by_api[_api_name(fi.api_key)] += 1
             elif not closed:
                 oc["no_response"] += 1  # acks=0 Produce
             else:
@@ -622,7 +628,7 @@ def print_report(r: Report) -> None:
     print(f"seed {r.seed}: {r.inputs_sent} inputs in {r.elapsed_s:.1f}s = {r.rate:.0f} inputs/s")
     print("outcomes:", dict(r.outcomes.most_common()))
     print("kinds:", dict(r.kinds.most_common()))
-    print("by API:", dict(r.by_api.most_common()))
+    print("by API (sent/answered):", ", ".join(f"{k} {n}/{r.answered_by_api[k]}" for k, n in r.by_api.most_common()))
     if p:
         print(f"probes: {len(p)}, median {p[len(p) // 2] * 1000:.1f} ms, max {p[-1] * 1000:.1f} ms")
     print(f"broker max RSS {r.max_rss_bytes / 2**20:.0f} MiB; janitor deleted {r.janitor_deleted} stray topics; "

@@ -42,10 +42,12 @@ OPEN_FINDINGS = {
 
 def test_short_fuzz_run_no_traceback_no_hang_and_restart_serves_canary(tmp_path: Path) -> None:
     r = run(SEED, COUNT, connections=4, batch=32, opts=Options.safe(), hang_timeout_s=20.0,
-            probe_limit_s=2.0,  # the brief's 1 s is the benchmark's limit; 2 s here on a loaded 2-core CI box
+            probe_limit_s=3.0,  # the benchmark's limit is 1 s; 3 s here, where CI shares 2 cores with other jobs
             data_dir=tmp_path, out_dir=tmp_path / "findings", triage_max=0)
     assert r.inputs_sent == COUNT
-    assert r.outcomes["answered"] > COUNT // 4, r.outcomes  # the broker really served them
+    assert r.outcomes["answered"] > COUNT // 4, r.outcomes  # the broker really served them...
+    # ...of every advertised API (a header mutation may also name an API the broker does not serve: few inputs)
+    assert all(r.answered_by_api[name] > 0 for name, n in r.by_api.items() if n >= 20), r.answered_by_api
     assert r.restart_ok, [f.detail[:2000] for f in r.findings if f.kind == "restart"]
     others = [f"{f.kind}: {f.detail[:2000]}" for f in r.findings if f.kind != "log_error"]
     assert not others, others  # no hang, no slow or failed probe, no death, canary intact
