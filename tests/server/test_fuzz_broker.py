@@ -47,7 +47,8 @@ def test_short_fuzz_run_no_traceback_no_hang_and_restart_serves_canary(tmp_path:
     assert r.inputs_sent == COUNT
     assert r.outcomes["answered"] > COUNT // 4, r.outcomes  # the broker really served them...
     # ...of every advertised API (a header mutation may also name an API the broker does not serve: few inputs)
-    assert all(r.answered_by_api[name] > 0 for name, n in r.by_api.items() if n >= 20), r.answered_by_api
+    assert all(r.answered_by_api[name] > 0 for name, n in r.by_api.items()
+               if n >= 20 and name != "unknown"), r.answered_by_api
     assert r.restart_ok, [f.detail[:2000] for f in r.findings if f.kind == "restart"]
     others = [f"{f.kind}: {f.detail[:2000]}" for f in r.findings if f.kind != "log_error"]
     assert not others, others  # no hang, no slow or failed probe, no death, canary intact
