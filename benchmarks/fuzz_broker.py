@@ -37,8 +37,10 @@ import socket
 import struct
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -350,15 +352,15 @@ class Fuzzer:
         answered: set[int] = set()
         try:
             await asyncio.wait_for(self._read_until(r, sentinel, answered), self.hang_timeout_s)
-        except (asyncio.IncompleteReadError, ConnectionError, OSError):
-            return self._tally(piped, answered, closed=True)
-        except TimeoutError:
+        except TimeoutError:  # first: TimeoutError is an OSError
             if any(fi.may_park for fi in piped):
                 self.report.outcomes["parked_on_purpose"] += len(piped)
             else:
                 self.add_finding(Finding("hang", f"no answer to the batch's sentinel within {self.hang_timeout_s}s "
                                                  f"and the connection is still open", list(piped)))
             return None
+        except (asyncio.IncompleteReadError, OSError):  # closed by the broker (ConnectionError is an OSError)
+            return self._tally(piped, answered, closed=True)
         self._tally(piped, answered, closed=False)
         return []
 
@@ -590,8 +592,11 @@ def check_restart(broker: BrokerProcess, report: Report) -> None:
 def run(seed: int = 1, count: int = 3000, *, connections: int = 4, batch: int = 32, opts: Options | None = None,
         hang_timeout_s: float = 20.0, probe_limit_s: float = 1.0, time_limit_s: float | None = None,
         data_dir: Path | None = None, out_dir: Path | None = None, verbose: bool = False,
-        extra_overrides: dict[str, str] | None = None, triage_max: int = 8) -> Report:
-    """The whole run: start, set up, fuzz, triage, restart check, clean up. Returns the report."""
+        extra_overrides: dict[str, str] | None = None, triage_max: int = 8,
+        during: Callable[[BrokerProcess], None] | None = None) -> Report:
+    """The whole run: start, set up, fuzz, triage, restart check, clean up. Returns the report.
+    `during` runs in a thread alongside the fuzzing (the tests use it to freeze the broker and see
+    that the checks notice)."""
     own_dir = data_dir is None
     d = Path(tempfile.mkdtemp(prefix="gregor-fuzz-")) if data_dir is None else data_dir
     report = Report(seed)
@@ -603,7 +608,12 @@ def run(seed: int = 1, count: int = 3000, *, connections: int = 4, batch: int = 
         fz = Fuzzer(broker, maker, report, count=count, connections=connections, batch=batch,
                     hang_timeout_s=hang_timeout_s, probe_limit_s=probe_limit_s, time_limit_s=time_limit_s,
                     out_dir=out_dir, verbose=verbose)
+        side = threading.Thread(target=during, args=(broker,), daemon=True) if during is not None else None
+        if side is not None:
+            side.start()
         asyncio.run(fz.run())
+        if side is not None:
+            side.join()
         for f in [f for f in report.findings if f.kind == "log_error" and f.inputs][:triage_max]:
             triage(broker, f)
             if f.culprits:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import re
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,6 +56,22 @@ def test_short_fuzz_run_no_traceback_no_hang_and_restart_serves_canary(tmp_path:
     unknown = [f.detail[:3000] for f in r.findings if f.kind == "log_error"
                and not any(p.search(f.detail) for p in OPEN_FINDINGS.values())]
     assert not unknown, unknown
+
+
+def test_the_checks_notice_a_frozen_broker(tmp_path: Path) -> None:
+    """The short run above can fail: a broker stopped (SIGSTOP) for 4 s mid-run is reported as hung and slow."""
+    def freeze(b: BrokerProcess) -> None:
+        time.sleep(1.0)
+        assert b.proc is not None
+        b.proc.send_signal(signal.SIGSTOP)
+        time.sleep(4.0)
+        b.proc.send_signal(signal.SIGCONT)
+
+    r = run(SEED, 1500, connections=2, opts=Options.safe(), hang_timeout_s=2.0, probe_limit_s=1.0,
+            data_dir=tmp_path, triage_max=0, during=freeze)
+    kinds = r.finding_kinds()
+    assert kinds["hang"] >= 1 and kinds["slow_probe"] + kinds["probe_failed"] >= 1, kinds
+    assert r.restart_ok
 
 
 def _versions() -> dict[int, tuple[int, int]]:
