@@ -518,6 +518,14 @@ class InputMaker:
             fi.data = self._frame_lie(rng, data, labels)
             fi.kind = "frame_lie"
             fi.standalone = True
+        if fi.kind != "valid" and self._too_many_partitions(fi):
+            # a bit flip made a partition count big: bounded disk and fds matter more than that input
+            fi.data, fi.kind, fi.standalone = data, kind, False
+            fi.api_key, fi.version = key, version
+            labels.append("partition_guard")
+            if self._too_many_partitions(fi):
+                fi.data = encode_request(api, version, cid, "fuzz", self._struct(rng, api.request.fields, version,
+                                                                                 flexible, api.name, []))
         fi.may_park = self._may_park(fi)
         return fi
 
@@ -798,6 +806,32 @@ class InputMaker:
         struct.pack_into(">i", b, 0, lie)
         labels.append(f"frame_size={lie}")
         return bytes(b)
+
+    # --- bounds -------------------------------------------------------------------------
+    def _decoded(self, fi: FuzzInput) -> Any:
+        """The body as the broker's codec reads it, or None if it cannot (the broker closes then)."""
+        from gregor.protocol.frames import decode_request
+
+        api = apis.BY_KEY.get(fi.api_key)
+        if api is None or len(fi.data) < 12 or not api.min_version <= fi.version <= api.max_version:
+            return None
+        try:
+            return decode_request(memoryview(fi.data[4:]), api)[1]
+        except Exception:
+            return None
+
+    def _too_many_partitions(self, fi: FuzzInput) -> bool:
+        """A CreateTopics / CreatePartitions that would create more than MAX_PARTITIONS per topic."""
+        if fi.api_key not in (19, 37):
+            return False
+        body = self._decoded(fi)
+        if body is None:
+            return False
+        for t in body.get("topics") or []:
+            n = t.get("num_partitions") if fi.api_key == 19 else t.get("count")
+            if (isinstance(n, int) and n > MAX_PARTITIONS + 1) or len(t.get("assignments") or []) > MAX_PARTITIONS + 1:
+                return True
+        return False
 
     # --- does the broker have the right to keep it waiting? ---------------------------
     def _may_park(self, fi: FuzzInput) -> bool:
