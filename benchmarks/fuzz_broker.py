@@ -510,7 +510,9 @@ def replay_one(port: int, fi: FuzzInput, timeout_s: float = 10.0) -> str:
         s.close()
 
 
-def _causes_bad_line(broker: BrokerProcess, fis: list[FuzzInput]) -> bool:
+def _causes_bad_line(broker: BrokerProcess, fis: list[FuzzInput], sig: str) -> bool:
+    """Replaying these inputs logs an error of this signature again (another error does not count:
+    state left by the run, such as a group no response can name, makes innocent requests fail)."""
     pos = len(broker.log_lines)
     for fi in fis:
         try:
@@ -518,7 +520,9 @@ def _causes_bad_line(broker: BrokerProcess, fis: list[FuzzInput]) -> bool:
         except OSError:
             pass
     time.sleep(0.2)  # the log reader thread lags a little
-    return any(_BAD_LINE.search(ln) for ln in broker.log_lines[pos:])
+    lines = broker.log_lines[pos:]
+    starts = [i for i, ln in enumerate(lines) if _BAD_LINE.search(ln) and "Traceback" not in ln]
+    return any(signature(lines[i:i + 60]) == sig for i in starts)
 
 
 def triage(broker: BrokerProcess, finding: Finding, budget_s: float = 20.0) -> None:
@@ -531,13 +535,13 @@ def triage(broker: BrokerProcess, finding: Finding, budget_s: float = 20.0) -> N
         if time.monotonic() > t_end or broker.proc is None or broker.proc.poll() is not None:
             return
         group = cands[i:i + 64]
-        if not _causes_bad_line(broker, group):
+        if not _causes_bad_line(broker, group, finding.signature):
             continue
         while len(group) > 1 and time.monotonic() < t_end:
             half = group[: len(group) // 2]
-            if _causes_bad_line(broker, half):
+            if _causes_bad_line(broker, half, finding.signature):
                 group = half
-            elif _causes_bad_line(broker, group[len(group) // 2:]):
+            elif _causes_bad_line(broker, group[len(group) // 2:], finding.signature):
                 group = group[len(group) // 2:]
             else:
                 break

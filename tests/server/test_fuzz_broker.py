@@ -61,14 +61,15 @@ def test_short_fuzz_run_no_traceback_no_hang_and_restart_serves_canary(tmp_path:
 def test_the_checks_notice_a_frozen_broker(tmp_path: Path) -> None:
     """The short run above can fail: a broker stopped (SIGSTOP) for 4 s mid-run is reported as hung and slow."""
     def freeze(b: BrokerProcess) -> None:
-        time.sleep(1.0)
+        time.sleep(0.5)
         assert b.proc is not None
         b.proc.send_signal(signal.SIGSTOP)
         time.sleep(4.0)
         b.proc.send_signal(signal.SIGCONT)
 
-    r = run(SEED, 1500, connections=2, opts=Options.safe(), hang_timeout_s=2.0, probe_limit_s=1.0,
-            data_dir=tmp_path, triage_max=0, during=freeze)
+    # sending for 4 s whatever the machine's speed, so the freeze (0.5 s to 4.5 s) lands mid-run
+    r = run(SEED, 10**6, connections=2, opts=Options.safe(), hang_timeout_s=2.0, probe_limit_s=1.0,
+            time_limit_s=4.0, data_dir=tmp_path, triage_max=0, during=freeze)
     kinds = r.finding_kinds()
     assert kinds["hang"] >= 1 and kinds["slow_probe"] + kinds["probe_failed"] >= 1, kinds
     assert r.restart_ok
@@ -124,7 +125,8 @@ def test_describe_configs_of_a_32767_byte_name_is_answered(fuzz_broker: BrokerPr
 
 
 @pytest.mark.xfail(strict=True, reason="fuzz finding: a compact (flexible) group id over 32767 bytes is accepted; "
-                                       "its group can then neither be stored nor deleted (struct.error)")
+                                       "then every ListGroups fails, and the group can be neither stored nor "
+                                       "deleted (struct.error)")
 def test_group_id_over_32767_bytes_is_refused(fuzz_broker: BrokerProcess) -> None:
     pos = len(fuzz_broker.log_lines)
     g = "g" * 40000
@@ -133,6 +135,11 @@ def test_group_id_over_32767_bytes_is_refused(fuzz_broker: BrokerProcess) -> Non
         c.request(11, 6, {"group_id": g, "session_timeout_ms": 6000, "rebalance_timeout_ms": 1000, "member_id": "",
                           "group_instance_id": None, "protocol_type": "consumer",
                           "protocols": [{"name": "range", "metadata": b""}]})
+    except ConnectionError:
+        pass
+    c = WireClient(fuzz_broker.bootstrap)
+    assert c.request(16, 0, {}).error_code == 0  # today: closed, as long as the group exists (any client)
+    try:
         c.request(42, 2, {"groups_names": [g]})
     except ConnectionError:
         pass
