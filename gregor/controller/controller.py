@@ -58,7 +58,7 @@ def validate_topic_name(name: str | None) -> None:
             ErrorCode.INVALID_TOPIC_EXCEPTION,
             f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters",
         )
-    if not _LEGAL_TOPIC.match(name):
+    if not _LEGAL_TOPIC.fullmatch(name):  # fullmatch: '$' would let a trailing newline through
         raise KafkaError(
             ErrorCode.INVALID_TOPIC_EXCEPTION,
             f"Topic name \"{name}\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'",

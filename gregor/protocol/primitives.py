@@ -26,6 +26,10 @@ ZERO_UUID = _uuid.UUID(int=0)
 LARGE_CHUNK_BYTES = 4096
 
 
+# Kafka's strings have an int16 length, compact ones included: no string may exceed this.
+MAX_STRING_BYTES = 32767
+
+
 class DecodeError(ValueError):
     """The bytes are not a valid encoding of what was expected (truncated, negative length...)."""
 
@@ -114,6 +118,8 @@ class Reader:
             if nullable:
                 return None
             raise DecodeError("null string in a non-nullable field")
+        if n > MAX_STRING_BYTES:  # a compact length can say more; Kafka refuses it while parsing, as we do
+            raise DecodeError(f"string of {n} bytes is longer than the {MAX_STRING_BYTES} a Kafka string holds")
         p = self._take(n)
         try:
             return str(self.buf[p : p + n], "utf-8")
@@ -228,6 +234,10 @@ class Writer:
                 self.int16(-1)
             return
         data = v.encode("utf-8")
+        if len(data) > MAX_STRING_BYTES:
+            # Only an error message quoting over-long input gets here (names that long are refused when
+            # decoded): cut it at a character boundary rather than fail the whole response.
+            data = data[:MAX_STRING_BYTES].decode("utf-8", "ignore").encode("utf-8")
         if compact:
             self.unsigned_varint(len(data) + 1)
         else:

@@ -295,7 +295,7 @@ class LogManager:
                 raise LogNotLoadedError(f"the log of {topic}-{partition} is still loading")
             if tp in self.offline:
                 raise LogOfflineError(f"the log of {topic}-{partition} is offline: {self.offline[tp]}")
-            if not _LEGAL_TOPIC.match(topic) or topic in (".", "..") or partition < 0:
+            if not _LEGAL_TOPIC.fullmatch(topic) or topic in (".", "..") or partition < 0:
                 raise ValueError(f"illegal topic partition {topic!r} {partition}")
             if config is not None:
                 self._topic_configs[topic] = config
@@ -322,7 +322,9 @@ class LogManager:
             return False
         log.close()
         parent = os.path.dirname(log.dir)
-        doomed = os.path.join(parent, f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+        # As Kafka does, the topic part is cut so the name fits NAME_MAX (255) for a 249-character topic.
+        suffix = f"-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+        doomed = os.path.join(parent, topic[: 255 - len(suffix)] + suffix)
         os.rename(log.dir, doomed)
         fsync_dir(parent)
         shutil.rmtree(doomed, ignore_errors=True)

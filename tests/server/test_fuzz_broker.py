@@ -32,12 +32,9 @@ COUNT = 3000
 # Log errors the fuzzer found on the landed broker that no slice of issue 8 fixes yet, each with the
 # input that reproduces it (see the fuzz slice's report). Remove an entry when its fix lands: the
 # test then fails if the error comes back.
-OPEN_FINDINGS = {
-    # A response echoing a request string longer than 32767 bytes (a 40,000-byte topic or resource
-    # name) cannot be encoded: Writer.string raises struct.error and asyncio logs a fatal transport error.
-    "response string over 32767 bytes": re.compile(r"'h' format requires -32768 <= number <= 32767"),
-    # DeleteTopics of a 249-character topic renames its dir to <name>-<p>.<uuid>-delete, over NAME_MAX.
-    "delete dir name too long": re.compile(r"File name too long"),
+OPEN_FINDINGS: dict[str, re.Pattern[str]] = {
+    # Log errors the short run tolerates while a known finding is open (none now: the four fuzz findings
+    # below were fixed in issue 8; add one here, with its reproducer below, when the fuzzer finds more).
 }
 
 
@@ -97,9 +94,7 @@ def test_fuzz_encoder_matches_the_codec_on_valid_requests() -> None:
         assert encode_request(api, v, 7, "fuzz", body) == codec_encode_request(api, v, 7, "fuzz", body), (api.name, v)
 
 
-# --- findings of the fuzzer on the landed broker, one reproducer each ----------------------------
-# strict xfail: each fails today; when a fix lands it passes, xfail(strict) turns that into a failure,
-# and the marker (and its OPEN_FINDINGS entry above) is removed.
+# --- findings of the fuzzer, one reproducer each (each failed on the broker before its fix) ---------
 
 @pytest.fixture(scope="module")
 def fuzz_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
@@ -113,8 +108,6 @@ def _bad_lines_since(b: BrokerProcess, pos: int) -> list[str]:
     return [ln for ln in b.log_lines[pos:] if re.search(r"Traceback|\bERROR\b", ln)]
 
 
-@pytest.mark.xfail(strict=True, reason="fuzz finding: an error message quoting a 32767-byte name overflows "
-                                       "the response string (struct.error, connection closed)")
 def test_describe_configs_of_a_32767_byte_name_is_answered(fuzz_broker: BrokerProcess) -> None:
     pos = len(fuzz_broker.log_lines)
     c = WireClient(fuzz_broker.bootstrap)
@@ -124,9 +117,6 @@ def test_describe_configs_of_a_32767_byte_name_is_answered(fuzz_broker: BrokerPr
     assert not _bad_lines_since(fuzz_broker, pos)
 
 
-@pytest.mark.xfail(strict=True, reason="fuzz finding: a compact (flexible) group id over 32767 bytes is accepted; "
-                                       "then every ListGroups fails, and the group can be neither stored nor "
-                                       "deleted (struct.error)")
 def test_group_id_over_32767_bytes_is_refused(fuzz_broker: BrokerProcess) -> None:
     pos = len(fuzz_broker.log_lines)
     g = "g" * 40000
@@ -146,9 +136,6 @@ def test_group_id_over_32767_bytes_is_refused(fuzz_broker: BrokerProcess) -> Non
     assert not _bad_lines_since(fuzz_broker, pos)
 
 
-@pytest.mark.xfail(strict=True, reason="fuzz finding: deleting a 249-character topic fails (its -delete dir name "
-                                       "is over NAME_MAX); the topic vanishes but its log stays, and a new topic "
-                                       "of that name serves the deleted records")
 def test_delete_of_a_249_character_topic(fuzz_broker: BrokerProcess) -> None:
     name = "d" * 249
     c = WireClient(fuzz_broker.bootstrap)
@@ -168,9 +155,6 @@ def test_delete_of_a_249_character_topic(fuzz_broker: BrokerProcess) -> None:
     assert end.topics[0].partitions[0].offset == 0  # a new topic, not the deleted one's log
 
 
-@pytest.mark.xfail(strict=True, reason="fuzz finding: a topic name ending in a newline passes the name check "
-                                       "(re '$' matches before a final newline); every checkpoint then fails and "
-                                       "SIGTERM exits 1")
 def test_topic_name_with_trailing_newline_is_refused(fuzz_broker: BrokerProcess) -> None:
     c = WireClient(fuzz_broker.bootstrap)
     assert _create(c, "nl\n") == ErrorCode.INVALID_TOPIC_EXCEPTION
