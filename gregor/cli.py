@@ -22,7 +22,32 @@ def _parse_overrides(items: list[str]) -> dict[str, str]:
     return out
 
 
+# glibc's mallopt parameter for the padding kept at the top of the heap (malloc.h: M_TOP_PAD).
+_M_TOP_PAD = -2
+_TOP_PAD_BYTES = 64 * 1024 * 1024
+
+
+def keep_heap_top_padded() -> None:
+    """Keep 64 MiB of freed memory at the top of the heap instead of handing it back to the OS.
+
+    Every Fetch reads each partition's bytes into a new buffer of up to a MiB and frees it once
+    written; with glibc's default the freed top of the heap is trimmed, so the next buffer page-faults
+    all its pages in again: 53,000 faults per million 100-byte records consumed, which doubled the
+    broker's CPU per consumed record (0.20-0.25 s against 0.09-0.12 s per million). The padding costs at
+    most 64 MiB of resident memory, inside the bound the network layer documents. Not glibc: nothing.
+    Called first thing in `serve`: set after the broker's threads and imports, it measured no effect."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        if not libc.mallopt(_M_TOP_PAD, _TOP_PAD_BYTES):
+            pass  # refused: the default stands
+    except (OSError, AttributeError):
+        pass
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
+    keep_heap_top_padded()
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
         format="[%(asctime)s] %(levelname)s %(name)s: %(message)s",
