@@ -310,3 +310,9 @@ def test_scratch_buffer_grows_while_an_old_view_is_held() -> None:
     assert len(compression.decompress(compression.ZSTD, big, 1 << 30)) == 9 << 20  # grows past 1 GiB + 1 virtual
     del held
     assert bytes(compression.decompress(compression.LZ4, small, 1 << 20, copy=False)) == b"a" * 1000
+
+
+def test_the_c_record_walk_is_built() -> None:
+    """`pip install -e .` builds the extension; a silent fallback to the Python walk would cost the
+    produce path its speed, so an install without it fails here rather than skipping the C tests."""
+    assert validator.walk_c is not None

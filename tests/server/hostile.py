@@ -248,7 +248,7 @@ def api_versions_ok(bootstrap: str) -> bool:
 
 # --- poisoned data: decompression bombs, lying batches, garbage to internal topics -----------------
 
-def _zero_bomb(codec: int, total: int) -> bytes:
+def zero_bomb(codec: int, total: int) -> bytes:
     """`total` zero bytes compressed with `codec`, built a MiB at a time (never held whole)."""
     import zlib
 
@@ -288,7 +288,7 @@ def poisoned_batches() -> list[tuple[str, bytes]]:
 
     good = build_batch([Record(0, int(time.time() * 1000), b"k", b"v")])
     sizes = {compression.ZSTD: 2 << 30, compression.GZIP: 512 << 20, compression.LZ4: 200 << 20}
-    out = [(f"{compression.NAMES[c]} bomb of {n >> 20} MiB", _batch_with_body(_zero_bomb(c, n), 1, c))
+    out = [(f"{compression.NAMES[c]} bomb of {n >> 20} MiB", _batch_with_body(zero_bomb(c, n), 1, c))
            for c, n in sizes.items()]
     out.append(("snappy length lie", _batch_with_body(b"\xff\xff\xff\xff\x0f" + bytes(64), 1, compression.SNAPPY)))
     out.append(("2^31 records", _batch_with_body(good[61:], 2**31 - 1, compression.NONE)))

@@ -10,10 +10,8 @@ from __future__ import annotations
 import struct
 import time
 import uuid
-import zlib
 from collections.abc import Iterator
 
-import cramjam
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
@@ -22,6 +20,7 @@ from gregor.protocol.errors import ErrorCode
 from gregor.protocol.frames import decode_response
 from gregor.protocol.records import _OFF_CRC, HEADER_SIZE, Header, Record, build_batch, compute_crc
 from tests.broker_process import BrokerProcess
+from tests.server.hostile import zero_bomb
 from tests.wire import WireClient
 
 NOW_MS = int(time.time() * 1000)
@@ -131,18 +130,6 @@ def _rss_peak_kib(broker: BrokerProcess) -> int:
     raise AssertionError("no VmHWM")
 
 
-def _bomb(codec: int, total: int) -> bytes:
-    """`total` zero bytes, compressed without ever holding them."""
-    chunk = bytes(1 << 20)
-    if codec == compression.GZIP:
-        z = zlib.compressobj(9, zlib.DEFLATED, 31)
-        return b"".join(z.compress(chunk) for _ in range(total // len(chunk))) + z.flush()
-    comp = {compression.ZSTD: cramjam.zstd.Compressor(), compression.LZ4: cramjam.lz4.Compressor()}[codec]
-    for _ in range(total // len(chunk)):
-        comp.compress(chunk)
-    return bytes(comp.finish())
-
-
 # --- finding 4: lying batches --------------------------------------------------------------------
 
 
@@ -170,7 +157,7 @@ def test_record_length_past_the_batch_is_refused(broker: BrokerProcess) -> None:
 
 
 def test_zstd_bomb_of_2_gib_is_refused_on_plain_and_compacted_topics(broker: BrokerProcess) -> None:
-    bomb = _raw_batch(_bomb(compression.ZSTD, 2 << 30), codec=compression.ZSTD)
+    bomb = _raw_batch(zero_bomb(compression.ZSTD, 2 << 30), codec=compression.ZSTD)
     assert len(bomb) < 200_000
     c, topic, values = _setup(broker)
     cc, ctopic, cvalues = _setup(broker, cleanup_policy="compact")
@@ -187,8 +174,8 @@ def test_zstd_bomb_of_2_gib_is_refused_on_plain_and_compacted_topics(broker: Bro
 
 def test_gzip_lz4_and_snappy_bombs_are_refused(broker: BrokerProcess) -> None:
     c, topic, values = _setup(broker)
-    gzip_bomb = _raw_batch(_bomb(compression.GZIP, 512 << 20), codec=compression.GZIP)
-    lz4_bomb = _raw_batch(_bomb(compression.LZ4, 200 << 20), codec=compression.LZ4)
+    gzip_bomb = _raw_batch(zero_bomb(compression.GZIP, 512 << 20), codec=compression.GZIP)
+    lz4_bomb = _raw_batch(zero_bomb(compression.LZ4, 200 << 20), codec=compression.LZ4)
     snappy_lie = _raw_batch(b"\xff\xff\xff\xff\x07" + bytes(100), codec=compression.SNAPPY)  # preamble: 2 GiB
     for bomb in (gzip_bomb, lz4_bomb, snappy_lie):
         assert len(bomb) < 1_000_000
@@ -333,7 +320,7 @@ def test_acks_0_offloaded_batch_is_appended_before_the_next_request(broker: Brok
                   "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": big_zstd}]}]})
     r = _produce(c, topic, _good(1, start=9))
     assert (r.error_code, r.base_offset) == (0, 3 + 1000)
-    bomb = _raw_batch(_bomb(compression.ZSTD, 1 << 30), codec=compression.ZSTD)
+    bomb = _raw_batch(zero_bomb(compression.ZSTD, 1 << 30), codec=compression.ZSTD)
     c.send(0, 9, {"transactional_id": None, "acks": 0, "timeout_ms": 5000,
                   "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": bomb}]}]})
     r = _produce(c, topic, _good(1, start=10))  # waits for the bomb's validation: refused, nothing appended
