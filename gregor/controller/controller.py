@@ -260,6 +260,12 @@ class Controller:
     def set_topic_configs(self, name: str, configs: dict[str, str], validate_only: bool) -> None:
         if self.store.topic(name) is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist.")
+        if name in INTERNAL_TOPICS:
+            # Kafka lets an admin alter them; here they are the broker's, like their partitions: one
+            # min.insync.replicas=4096 (found by the fuzzer) stopped every group from storing its state.
+            raise KafkaError(ErrorCode.INVALID_CONFIG,
+                             f"The configs of internal topic {name} are the broker's (its offsets.topic.* "
+                             "properties); clients may not alter them.")
         try:
             stored_configs = validate_topic_configs(dict(configs), self.config.log_config)
         except ConfigError as e:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, NewTopic
 
 from gregor.coordinator.group import records as rec
 from gregor.coordinator.group.coordinator import OFFSETS_TOPIC, partition_for
@@ -146,3 +146,22 @@ def test_clients_cannot_create_delete_or_grow_internal_topics(start_broker: Call
         time.sleep(0.05)
     mentions = [line for line in broker.log_lines if OFFSETS_TOPIC in line and "created" in line]
     assert len(mentions) == 1, mentions
+
+
+def test_clients_cannot_alter_internal_topic_configs(start_broker: Callable[..., BrokerProcess]) -> None:
+    """Found by the fuzzer: IncrementalAlterConfigs min.insync.replicas=4096 on __consumer_offsets was
+    accepted, and from then on no group could store its state. Groups keep committing after the refusal."""
+    broker = start_broker()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("data", 1, 1)])["data"].result(10)
+    _produce(broker.bootstrap, "data", 3)
+    _commit(broker.bootstrap, "data", 1)
+    res = ConfigResource(ConfigResource.Type.TOPIC, OFFSETS_TOPIC, incremental_configs=[
+        ConfigEntry("min.insync.replicas", "4096", incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(KafkaException, match="internal topic"):
+        admin.incremental_alter_configs([res])[res].result(10)
+    with pytest.raises(KafkaException, match="internal topic"):
+        admin.incremental_alter_configs([res], validate_only=True)[res].result(10)
+    _commit(broker.bootstrap, "data", 3)
+    assert _committed(broker.bootstrap, "data") == 3
+    assert not [line for line in broker.log_lines if " ERROR " in line]
