@@ -165,3 +165,31 @@ def test_clients_cannot_alter_internal_topic_configs(start_broker: Callable[...,
     _commit(broker.bootstrap, "data", 3)
     assert _committed(broker.bootstrap, "data") == 3
     assert not [line for line in broker.log_lines if " ERROR " in line]
+
+
+def test_an_offset_commit_too_large_for_the_offsets_log_is_answered(
+        start_broker: Callable[..., BrokerProcess]) -> None:
+    """Found by the fuzzer: an OffsetCommit whose records outgrow __consumer_offsets' segment.bytes
+    made the storage error escape the handler (a traceback, the connection closed). Kafka answers
+    INVALID_COMMIT_OFFSET_SIZE; the connection stays open and smaller commits still work."""
+    broker = start_broker({"offsets.topic.segment.bytes": str(1 << 20)})
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("wide", 300, 1)])["wide"].result(10)
+    _produce(broker.bootstrap, "wide", 1)
+    c = WireClient(broker.bootstrap)
+    body = {"group_id": "big", "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
+            "topics": [{"name": "wide", "partitions": [
+                {"partition_index": p, "committed_offset": 0, "committed_leader_epoch": -1,
+                 "committed_metadata": "m" * 4000} for p in range(300)]}]}
+    deadline = time.monotonic() + 20
+    while True:  # the first commit may find the offsets topic's logs still being created
+        resp = c.request(8, 7, body)
+        codes = {p.error_code for p in resp.topics[0].partitions}
+        if codes != {ErrorCode.COORDINATOR_LOAD_IN_PROGRESS} and codes != {ErrorCode.COORDINATOR_NOT_AVAILABLE} \
+                or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert codes == {ErrorCode.INVALID_COMMIT_OFFSET_SIZE}, codes
+    assert c.request(18, 3, {"client_software_name": "t", "client_software_version": "1"}).error_code == 0
+    _commit(broker.bootstrap, "wide", 1)
+    assert "Traceback" not in broker.log_text()

@@ -13,7 +13,7 @@ from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.schema import Struct
 from gregor.server.dispatcher import RequestContext
 from gregor.server.purgatory import DelayedOperation
-from gregor.storage.errors import OffsetOutOfRangeError
+from gregor.storage.errors import OffsetOutOfRangeError, StorageError
 
 READ_COMMITTED = 1
 
@@ -71,6 +71,10 @@ def read_partitions(ctx: RequestContext, req: Struct,
                 parts.append(_partition_error(idx, e.code))
                 errored = True
                 continue
+            except (StorageError, OSError) as e:  # its log could not be opened or created
+                parts.append(_partition_error(idx, ErrorCode[getattr(e, "error", "KAFKA_STORAGE_ERROR")]))
+                errored = True
+                continue
             lg = part.log
             hw = lg.high_watermark
             try:
@@ -81,6 +85,10 @@ def read_partitions(ctx: RequestContext, req: Struct,
                 records = data.records
             except OffsetOutOfRangeError:
                 parts.append(_partition_error(idx, ErrorCode.OFFSET_OUT_OF_RANGE, hw, hw, lg.log_start_offset))
+                errored = True
+                continue
+            except StorageError as e:  # e.g. the log closed under a deletion: that partition's error only
+                parts.append(_partition_error(idx, ErrorCode[e.error]))
                 errored = True
                 continue
             total += len(records)

@@ -19,6 +19,7 @@ from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.schema import Struct
 from gregor.server.dispatcher import RequestContext
 from gregor.server.replica_manager import effective_topic_configs
+from gregor.storage.errors import StorageError
 
 DYNAMIC_TOPIC_CONFIG = 1
 DEFAULT_CONFIG = 5
@@ -152,6 +153,8 @@ def handle_delete_records(ctx: RequestContext, req: Struct) -> dict[str, Any]:
                 entry["low_watermark"] = lg.log_start_offset
             except KafkaError as e:
                 entry["error_code"] = e.code
+            except StorageError as e:  # e.g. the log closed under a deletion: that partition's error only
+                entry["error_code"] = ErrorCode[e.error]
             parts.append(entry)
         topics.append({"name": t.name, "partitions": parts})
     return {"throttle_time_ms": 0, "topics": topics}
