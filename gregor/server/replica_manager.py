@@ -338,14 +338,20 @@ class ReplicaManager:
                 todo = [p for p in ps[i:i + LOG_WORK_SLICE] if self._wants_log(topic, p)]
                 if not todo:
                     continue
+                # The Partitions these logs are for: if the topic is deleted (and perhaps re-created) while
+                # the executor works, the logs belong to the deleted topic, whose deletion (queued after this
+                # work) closes them; a re-created topic's Partition must never be handed one (fuzz finding:
+                # a Fetch then met a closed log).
+                owners = {p: self.partitions.get((topic, p)) for p in todo}
                 logs = await loop.run_in_executor(None, self._create_logs, topic, todo, cfg)
                 for p, lg in logs:
+                    part = self.partitions.get((topic, p))
+                    if part is None or part is not owners[p]:
+                        continue
                     if isinstance(lg, Exception):  # one partition's failure must not stop the others
                         self._set_offline(topic, p, lg)
                         continue
-                    part = self.partitions.get((topic, p))
-                    if part is not None:
-                        part.attach_log(lg)
+                    part.attach_log(lg)
             created = sum(1 for p in ps if self.partitions.get((topic, p)) is not None)  # some on first use
             if created:
                 log.info("created %d log%s of %s in %.0f ms", created, "s" if created > 1 else "", topic,
