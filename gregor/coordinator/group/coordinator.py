@@ -683,7 +683,11 @@ class GroupCoordinator:
             if (topic, partition) in g.offsets:
                 entries.append((rec.offset_key(group_id, topic, partition), None))
         if entries:
-            self._write(group_id, entries)
+            try:
+                self._write(group_id, entries)
+            except KafkaError as e:  # nothing changed in memory: every partition gets the write's error
+                code = e.code if e.code != ErrorCode.NOT_LEADER_OR_FOLLOWER else ErrorCode.NOT_COORDINATOR
+                return {tp: code if c == ErrorCode.NONE else c for tp, c in results.items()}
             for k, _ in entries:
                 key = rec.decode_key(k)
                 assert isinstance(key, rec.OffsetKey)
