@@ -65,7 +65,9 @@ def test_the_checks_notice_a_frozen_broker(tmp_path: Path) -> None:
         b.proc.send_signal(signal.SIGCONT)
 
     # sending for 4 s whatever the machine's speed, so the freeze (0.5 s to 4.5 s) lands mid-run
-    r = run(SEED, 10**6, connections=2, opts=Options.safe(), hang_timeout_s=2.0, probe_limit_s=1.0,
+    # Small batches on several connections: a batch holding a Fetch that may park on purpose is not
+    # counted as a hang, and with 2 connections of 32 inputs every batch in flight sometimes held one.
+    r = run(SEED, 10**6, connections=4, batch=4, opts=Options.safe(), hang_timeout_s=2.0, probe_limit_s=1.0,
             time_limit_s=4.0, data_dir=tmp_path, triage_max=0, during=freeze)
     kinds = r.finding_kinds()
     assert kinds["hang"] >= 1 and kinds["slow_probe"] + kinds["probe_failed"] >= 1, kinds
