@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -145,11 +146,25 @@ def test_kafka_python_group(start_broker: Callable[..., BrokerProcess]) -> None:
     consumers = [KafkaConsumer("kp-group", bootstrap_servers=b.bootstrap, group_id="kp", auto_offset_reset="earliest",
                                session_timeout_ms=6000, heartbeat_interval_ms=500) for _ in range(2)]
     seen: list[int] = []
+    lock = threading.Lock()
     deadline = time.monotonic() + 60
-    while len(seen) < 2000 and time.monotonic() < deadline:
-        for c in consumers:
+
+    def run(c: KafkaConsumer) -> None:
+        # One thread per member, as applications run them: polled in turn from one thread, a member
+        # blocked in a rebalance waits for the other to rejoin, which is not polled until it returns.
+        while time.monotonic() < deadline:
+            with lock:
+                if len(seen) >= 2000 and all(m.assignment() for m in consumers):
+                    return
             for records in c.poll(200).values():
-                seen.extend(int(r.value) for r in records)
+                with lock:
+                    seen.extend(int(r.value) for r in records)
+
+    threads = [threading.Thread(target=run, args=(c,), daemon=True) for c in consumers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(70)
     assignments = [sorted(tp.partition for tp in c.assignment()) for c in consumers]
     for c in consumers:
         c.commit()
