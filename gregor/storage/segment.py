@@ -582,20 +582,6 @@ class LogSegment:
                         return r.offset, r.timestamp, h.partition_leader_epoch
         return None
 
-    def max_timestamp_record(self) -> tuple[int, int, int] | None:
-        """(offset, timestamp, leader epoch) of the first record with the segment's max timestamp."""
-        ts = self.max_timestamp
-        if ts < 0:
-            return None
-        h0 = self.translate_offset(self.offset_of_max_timestamp)
-        for h in self._iter_batches(h0.position if h0 is not None else 0):
-            if h.max_timestamp == ts:
-                for r in decode_records(self.read_batch(h)):
-                    if r.timestamp == ts:
-                        return r.offset, r.timestamp, h.partition_leader_epoch
-                return h.last_offset, ts, h.partition_leader_epoch  # headers disagree with records
-        return None
-
     # --- indexes ------------------------------------------------------------------------
 
     def sanity_check(self, next_offset_bound: int | None = None) -> None:
