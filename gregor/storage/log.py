@@ -9,54 +9,65 @@ layer (a lone broker sets it to the LEO after each append); consumers read below
 `recovery_point` is the offset below which everything has been fsynced: after a crash only
 segments at or after it are re-validated.
 
+Kafka's parts, in our code (dependencies point down the list):
+
+    Log          (this module, Kafka's UnifiedLog) offsets assignment, the high watermark, the log
+                 start offset, the leader epoch cache, follower appends and truncation,
+                 retention and DeleteRecords, timestamp lookups, the log cleaner's hooks
+    LogLoader    (log_loader.py) loading a directory, recovery after a crash, sanity checks
+    LocalLog     (local_log.py) the segment list, appends of offset-assigned batches, reads,
+                 rolls, truncation of files, deletion of segments, flushing, the recovery point
+    retention    (retention.py) which segments retention.ms/bytes and the log start offset delete
+    LogSegment   (segment.py) one `.log` file with its indexes
+
+Each invariant is asserted where it is kept: offsets strictly increasing on append (here, for
+leader and follower batches, and in LogSegment.append), log start <= HW <= LEO (here),
+recovery point <= LEO and segment order (LocalLog), leader epochs and their start offsets
+strictly increasing (LeaderEpochFileCache).
+
 Threads: appends and reads come from the event-loop thread; `flush`/`maybe_flush` and
 `delete_old_segments` may come from a worker thread, and the log cleaner (cleaner.py) from its
-own thread. A per-log lock guards the segment list and offsets (reads hold it for their one
-pread and return a copy of the bytes); fsync runs outside it, so a flush never stalls appends
-for the length of an fsync. The cleaner reads old segments through duplicated descriptors
-without the lock and takes it only to swap cleaned segments in (`replace_segments`).
+own thread. A per-log lock (LocalLog.lock, also `Log._lock`) guards the segment list and offsets
+(reads hold it for their one pread and return a copy of the bytes); fsync runs outside it, so a
+flush never stalls appends for the length of an fsync. The cleaner reads old segments through
+duplicated descriptors without the lock and takes it only to swap cleaned segments in
+(`replace_segments`).
 """
 
 from __future__ import annotations
 
-import bisect
 import logging
 import os
 import shutil
-import struct
-import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from gregor.protocol.primitives import DecodeError
 from gregor.protocol.records import LOG_OVERHEAD, TIMESTAMP_TYPE_BIT, BatchHeader, patch_batch
-from gregor.protocol.validator import BatchValidationError, ValidationRules, record_timestamps
-from gregor.storage.checkpoint import LEADER_EPOCH_CHECKPOINT, fsync_dir
+from gregor.protocol.validator import (
+    DEFAULT_DECOMPRESSION_MAX_BYTES,
+    DEFAULT_DECOMPRESSION_RATIO,
+    BatchValidationError,
+    ValidationRules,
+    record_timestamps,
+    validate_batches,
+)
+from gregor.storage import retention
+from gregor.storage.checkpoint import LEADER_EPOCH_CHECKPOINT
 from gregor.storage.config import LogConfig
 from gregor.storage.errors import (
-    KafkaStorageError,
+    CorruptRecordError,
     OffsetOutOfRangeError,
     RecordListTooLargeError,
     RecordTooLargeError,
-    StorageError,
     UnexpectedAppendOffsetError,
 )
 from gregor.storage.index import NO_TIMESTAMP
 from gregor.storage.leader_epoch import LeaderEpochFileCache
-from gregor.storage.segment import (
-    CLEANED_SUFFIX,
-    DELETED_SUFFIX,
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    SWAP_SUFFIX,
-    TIME_INDEX_SUFFIX,
-    LogSegment,
-    SegmentInfo,
-    file_prefix,
-    parse_base_offset,
-)
+from gregor.storage.local_log import LocalLog
+from gregor.storage.log_loader import LogLoader
+from gregor.storage.segment import LogSegment, SegmentInfo
 
 logger = logging.getLogger(__name__)
 
@@ -124,34 +135,22 @@ class TimestampAndOffset(NamedTuple):
 class Log:
     """One partition's log. Create with `Log.open`."""
 
-    def __init__(self, dir: str, config: LogConfig, now: int) -> None:
-        self.dir = os.path.abspath(dir)
-        self.topic, self.partition = parse_topic_partition(self.dir)
-        self.config = config
-        self._lock = threading.RLock()
-        self._flush_lock = threading.Lock()
-        self._segments: list[LogSegment] = []
-        self._bases: list[int] = []
-        self._log_start_offset = 0
-        self._log_end_offset = 0
-        self._high_watermark = 0
-        self._recovery_point = 0
-        self._last_flush_ms = now
-        self._roll_flush_offset = 0  # a roll asks for the segments below this offset to be flushed
-        self._truncations = 0  # bumped when the LEO goes back, so an in-flight flush does not overshoot
+    def __init__(self, local: LocalLog, log_start_offset: int, leader_epoch_cache: LeaderEpochFileCache) -> None:
+        self._local = local
+        self.dir = local.dir
+        self.topic, self.partition = local.topic, local.partition
+        self._lock = local.lock
+        self._log_start_offset = log_start_offset
+        self._high_watermark = log_start_offset
         self._truncated_to: int | None = None  # lowest LEO after a truncation, until the cleaner looks
-        self._dir_dirty = True  # files were created or renamed since the last directory fsync
-        self._pending_deletes: list[tuple[int, LogSegment]] = []  # (due ms, segment renamed .deleted)
-        self._closed = False
-        self.leader_epoch_cache = LeaderEpochFileCache(os.path.join(self.dir, LEADER_EPOCH_CHECKPOINT))
+        self.leader_epoch_cache = leader_epoch_cache
+        self._check_invariants()
 
     def __repr__(self) -> str:
         return (
             f"Log({self.topic}-{self.partition}, start={self._log_start_offset}, hw={self._high_watermark}, "
-            f"leo={self._log_end_offset}, segments={len(self._segments)})"
+            f"leo={self._local.log_end_offset}, segments={len(self._local.segments)})"
         )
-
-    # --- opening and recovery -------------------------------------------------------------
 
     @classmethod
     def open(
@@ -164,7 +163,7 @@ class Log:
         clean_shutdown: bool = False,
         segment_sizes: Mapping[int, int] | None = None,
     ) -> Log:
-        """Load (or create) the log in `dir`.
+        """Load (or create) the log in `dir` (see log_loader.py).
 
         After an unclean shutdown every segment holding offsets at or after `recovery_point` is
         re-validated batch by batch and a torn or corrupt tail is truncated (with every later
@@ -178,176 +177,20 @@ class Log:
         """
         now = _now() if now_ms is None else now_ms
         os.makedirs(dir, exist_ok=True)
-        log = cls(dir, config, now)
-        try:
-            log._load(recovery_point, log_start_offset, now, clean_shutdown, segment_sizes)
-        except BaseException:
-            for seg in log._segments:
-                seg.close()
-            raise
+        dir = os.path.abspath(dir)
+        topic, partition = parse_topic_partition(dir)
+        cache = LeaderEpochFileCache(os.path.join(dir, LEADER_EPOCH_CHECKPOINT))
+        loaded = LogLoader(dir, topic, partition, config, cache, now).load(
+            recovery_point, log_start_offset, clean_shutdown, segment_sizes)
+        log = cls(loaded.local, loaded.log_start_offset, cache)
+        logger.debug("loaded %r", log)
         return log
 
-    def _load(
-        self, recovery_point: int, log_start_offset: int, now: int, clean_shutdown: bool,
-        segment_sizes: Mapping[int, int] | None = None,
-    ) -> None:
-        config = self.config
-        logs: set[int] = set()
-        swaps: list[int] = []
-        index_files: list[tuple[int, str]] = []
-        for name in sorted(os.listdir(self.dir)):
-            path = os.path.join(self.dir, name)
-            if name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX, ".tmp")):
-                logger.info("removing stray file %s", path)
-                os.unlink(path)
-                continue
-            base = parse_base_offset(name)
-            if base is None:
-                continue
-            if name.endswith(SWAP_SUFFIX):
-                if name == file_prefix(base) + LOG_SUFFIX + SWAP_SUFFIX:
-                    swaps.append(base)
-                else:  # index swap files are rebuilt from the log
-                    os.unlink(path)
-            elif name == file_prefix(base) + LOG_SUFFIX:
-                logs.add(base)
-            elif name in (file_prefix(base) + INDEX_SUFFIX, file_prefix(base) + TIME_INDEX_SUFFIX):
-                index_files.append((base, path))
-        for base, path in index_files:
-            if base not in logs and base not in swaps:
-                logger.info("removing orphan index %s", path)
-                os.unlink(path)
-
-        opened: dict[int, LogSegment] = {}
-        for base in sorted(swaps):  # an interrupted replacement (log cleaner): finish it
-            seg = LogSegment.open(self.dir, base, config, now, suffix=SWAP_SUFFIX)
-            seg.recover()
-            end = seg.next_offset
-            for old in sorted(logs):
-                if base <= old < max(end, base + 1):
-                    logger.info("swap %s replaces segment %d", seg.log_path, old)
-                    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
-                        _unlink(os.path.join(self.dir, file_prefix(old) + suffix))
-                    logs.discard(old)
-                    if old in opened:
-                        opened.pop(old).close()
-            seg.change_suffix("")
-            opened[base] = seg
-            logs.add(base)
-
-        segments = [opened.get(base) or LogSegment.open(self.dir, base, config, now) for base in sorted(logs)]
-        self._segments = segments  # closed on failure by `open`
-        any_recovered = bool(opened)
-        if clean_shutdown and segment_sizes is not None:
-            missing = sorted(set(segment_sizes) - {seg.base_offset for seg in segments})
-            if missing:
-                logger.error("%s-%d: segments %s present at the last clean shutdown are missing from %s",
-                             self.topic, self.partition, missing, self.dir)
-        i = 0
-        first_unflushed = True
-        while i < len(segments):
-            seg = segments[i]
-            if seg.base_offset in opened:
-                i += 1
-                continue
-            last = i == len(segments) - 1
-            next_base = None if last else segments[i + 1].base_offset
-            unflushed = not clean_shutdown and (last or segments[i + 1].base_offset > recovery_point)
-            reason = ""
-            if unflushed:
-                if first_unflushed:  # epochs from here on are rebuilt from the batches
-                    self.leader_epoch_cache.truncate_from_end(seg.base_offset)
-                    first_unflushed = False
-            else:
-                reason = self._sanity_check(seg, next_base, last, clean_shutdown, recovery_point, segment_sizes)
-            if unflushed or reason:
-                if reason:
-                    logger.error("%s-%d: segment %s fails its sanity check after a %s shutdown (%s); recovering it",
-                                 self.topic, self.partition, seg.log_path, "clean" if clean_shutdown else "unclean",
-                                 reason)
-                any_recovered = True
-                self._recover_segment(segments, i, recovery_point, flushed=bool(reason))
-            i += 1
-        for seg in segments[:-1]:  # recovered segments that are not the active one: final index entries
-            if seg.time_index.loaded:
-                seg.on_become_inactive()
-
-        if not segments:
-            segments.append(LogSegment.create(self.dir, log_start_offset, config, now))
-        leo = segments[-1].next_offset
-        if leo < log_start_offset:
-            logger.warning("%s: log end offset %d is below the log start offset %d; starting over there",
-                           self.dir, leo, log_start_offset)
-            for seg in segments:
-                seg.close()
-                seg.delete_files()
-            segments[:] = [LogSegment.create(self.dir, log_start_offset, config, now)]
-            leo = log_start_offset
-            any_recovered = True
-        self._segments = segments
-        self._bases = [s.base_offset for s in segments]
-        self._log_end_offset = leo
-        self._log_start_offset = max(log_start_offset, segments[0].base_offset)
-        self._high_watermark = self._log_start_offset
-        self._recovery_point = leo if clean_shutdown and not any_recovered else min(recovery_point, leo)
-        self.leader_epoch_cache.truncate_from_end(leo)
-        self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
-        segments[-1].load_indexes()
-        self._check_invariants()
-        logger.debug("loaded %r", self)
-
-    def _sanity_check(
-        self, seg: LogSegment, next_base: int | None, last: bool, clean_shutdown: bool, recovery_point: int,
-        segment_sizes: Mapping[int, int] | None,
-    ) -> str:
-        """Why a segment that is not re-validated (below the recovery point, or after a clean
-        shutdown) cannot be trusted as it is, or "" if it passes the cheap checks."""
-        try:
-            if clean_shutdown and segment_sizes is not None:
-                expected = segment_sizes.get(seg.base_offset)
-                if expected is None:
-                    return "it did not exist at the last clean shutdown"
-                if expected != seg.size:
-                    return f"its size is {seg.size} bytes, {expected} at the last clean shutdown"
-            seg.sanity_check(next_base)
-            if clean_shutdown:
-                nxt = seg.check_tail(next_base)
-                if last and nxt != recovery_point and recovery_point > 0:
-                    return f"it ends at offset {nxt}, the log ended at {recovery_point} at the last clean shutdown"
-            return ""
-        except (StorageError, OSError, ValueError, DecodeError, struct.error) as e:
-            return str(e) or type(e).__name__
-
-    def _recover_segment(self, segments: list[LogSegment], i: int, recovery_point: int, flushed: bool) -> None:
-        """Re-validate segment `i` batch by batch; if it had to be truncated, delete every later
-        segment too (the log must stay contiguous), logging what was dropped."""
-        seg = segments[i]
-        try:
-            old_size = seg.file_size()
-        except StorageError:
-            old_size = seg.size
-        truncated = seg.recover(self.leader_epoch_cache)
-        later = segments[i + 1 :] if truncated else []
-        if not truncated and (not flushed or i < len(segments) - 1 or seg.next_offset >= recovery_point):
-            return
-        later_bytes = sum(s.size for s in later)
-        dropped_to = max([recovery_point] + [s.base_offset for s in later])
-        level = logging.ERROR if flushed or seg.next_offset < recovery_point else logging.WARNING
-        logger.log(
-            level,
-            "%s-%d: recovered segment %s: %d of its %d bytes dropped at position %d, and %d later segments "
-            "(%d bytes) deleted: the log now ends at offset %d%s",
-            self.topic, self.partition, seg.log_path, truncated, old_size, seg.size, len(later), later_bytes,
-            seg.next_offset,
-            f"; offsets {seg.next_offset} to at least {dropped_to - 1} were lost" if dropped_to > seg.next_offset else "",
-        )
-        for s in later:
-            s.close()
-            s.delete_files()
-        if later:
-            del segments[i + 1 :]
-
     # --- accessors ------------------------------------------------------------------------
+
+    @property
+    def config(self) -> LogConfig:
+        return self._local.config
 
     @property
     def log_start_offset(self) -> int:
@@ -355,7 +198,7 @@ class Log:
 
     @property
     def log_end_offset(self) -> int:
-        return self._log_end_offset
+        return self._local.log_end_offset
 
     @property
     def high_watermark(self) -> int:
@@ -363,42 +206,42 @@ class Log:
 
     @property
     def recovery_point(self) -> int:
-        return self._recovery_point
+        return self._local.recovery_point
 
     @property
     def last_flush_ms(self) -> int:
-        return self._last_flush_ms
+        return self._local.last_flush_ms
 
     @property
     def unflushed_messages(self) -> int:
-        return self._log_end_offset - self._recovery_point
+        return self._local.log_end_offset - self._local.recovery_point
 
     @property
     def size_bytes(self) -> int:
         with self._lock:
-            return sum(s.size for s in self._segments)
+            return sum(s.size for s in self._local.segments)
 
     @property
     def segments(self) -> list[LogSegment]:
         with self._lock:
-            return list(self._segments)
+            return list(self._local.segments)
 
     @property
     def active_segment(self) -> LogSegment:
-        return self._segments[-1]
+        return self._local.segments[-1]
 
     @property
     def num_segments(self) -> int:
-        return len(self._segments)
+        return len(self._local.segments)
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._local.closed
 
     @property
     def generation(self) -> int:
         """Bumped by every truncation (see `replace_segments`)."""
-        return self._truncations
+        return self._local.truncations
 
     # --- appends ----------------------------------------------------------------------------
 
@@ -413,13 +256,14 @@ class Log:
         if not headers:
             raise ValueError("nothing to append")
         n = len(records)
+        local = self._local
         with self._lock:
-            self._check_open()
-            config = self.config
+            local.check_open()
+            config = local.config
             if n > config.segment_bytes:
                 raise RecordListTooLargeError(f"record set of {n} bytes exceeds segment.bytes {config.segment_bytes}")
             log_append_time = now_ms if config.log_append_time else None
-            first = offset = self._log_end_offset
+            first = offset = local.log_end_offset
             max_ts, offset_of_max = NO_TIMESTAMP, -1
             position = count = 0
             max_batch = config.max_message_bytes
@@ -429,6 +273,8 @@ class Log:
                     raise ValueError(f"batch header at {h.position} where {position} was expected")
                 if size > max_batch:
                     raise RecordTooLargeError(f"batch of {size} bytes exceeds max.message.bytes {max_batch}")
+                if h.last_offset_delta < 0:
+                    raise ValueError(f"batch at {position} has a negative last offset delta {h.last_offset_delta}")
                 patch_batch(records, position, offset, leader_epoch, log_append_time)
                 h.base_offset = offset
                 h.partition_leader_epoch = leader_epoch
@@ -444,8 +290,8 @@ class Log:
                 raise ValueError(f"headers cover {position} of {n} bytes")
             if log_append_time is not None:
                 offset_of_max = first
-            self._append(records, headers, max_ts, now_ms)
-            assert self._log_end_offset == offset > first
+            local.append(records, headers, max_ts, now_ms)
+            assert local.log_end_offset == offset > first, (local.log_end_offset, offset, first)
             if leader_epoch >= 0:
                 latest = self.leader_epoch_cache.latest_epoch
                 if latest is None or leader_epoch > latest:
@@ -458,20 +304,31 @@ class Log:
         return info
 
     def append_as_follower(
-        self, records: bytes | bytearray | memoryview, headers: list[BatchHeader], now_ms: int | None = None
+        self, records: bytes | bytearray | memoryview, headers: list[BatchHeader] | None = None,
+        now_ms: int | None = None,
     ) -> AppendInfo:
         """Append batches whose offsets the leader assigned: they must start at or after the LEO and
-        increase (gaps are allowed: compaction leaves them). The caller has validated the CRCs."""
+        strictly increase (gaps are allowed: compaction leaves them), else UnexpectedAppendOffsetError.
+
+        Without `headers` the batches are validated first with the follower rules
+        (`ValidationRules.for_follower`: framing, CRC, size, records; not timestamps or keys,
+        since the leader judged those), raising CorruptRecordError or RecordTooLargeError
+        whose `error` is the validator's Kafka error name; a caller that has
+        validated them already passes their headers. Each batch's leader epoch newer than the
+        cache's latest is recorded at the batch's base offset."""
+        now = _now() if now_ms is None else now_ms
+        local = self._local
+        if headers is None:
+            headers = self._validate_follower_batches(records, now)
         if not headers:
             raise ValueError("nothing to append")
-        now = _now() if now_ms is None else now_ms
         n = len(records)
         with self._lock:
-            self._check_open()
-            if n > self.config.segment_bytes:
+            local.check_open()
+            if n > local.config.segment_bytes:
                 raise RecordListTooLargeError(f"record set of {n} bytes exceeds segment.bytes")
             first = headers[0].base_offset
-            expected = self._log_end_offset
+            expected = local.log_end_offset
             max_ts, offset_of_max = NO_TIMESTAMP, -1
             position = count = 0
             for h in headers:
@@ -480,7 +337,7 @@ class Log:
                 if h.base_offset < expected or h.last_offset_delta < 0:
                     raise UnexpectedAppendOffsetError(
                         f"batch at offset {h.base_offset} does not follow offset {expected - 1}",
-                        first, self._log_end_offset,
+                        first, local.log_end_offset,
                     )
                 if h.max_timestamp > max_ts:
                     max_ts, offset_of_max = h.max_timestamp, h.last_offset
@@ -489,7 +346,7 @@ class Log:
                 count += h.records_count
             if position != n:
                 raise ValueError(f"headers cover {position} of {n} bytes")
-            self._append(records, headers, max_ts, now)
+            local.append(records, headers, max_ts, now)
             cache = self.leader_epoch_cache
             for h in headers:
                 latest = cache.latest_epoch
@@ -499,54 +356,31 @@ class Log:
         self._flush_if_messages_due(now)
         return info
 
+    def _validate_follower_batches(self, records: bytes | bytearray | memoryview, now: int) -> list[BatchHeader]:
+        rules = ValidationRules.for_follower(
+            max_message_bytes=self.config.max_message_bytes, decompression_ratio=DEFAULT_DECOMPRESSION_RATIO,
+            decompression_max_bytes=DEFAULT_DECOMPRESSION_MAX_BYTES)
+        try:
+            return validate_batches(memoryview(records), rules, now).headers
+        except BatchValidationError as e:
+            err = (RecordTooLargeError if e.error == "MESSAGE_TOO_LARGE" else CorruptRecordError)(
+                f"{self.topic}-{self.partition}: follower batch {e.batch_index} refused: {e}")
+            err.error = e.error  # the validator's Kafka error name (CORRUPT_MESSAGE, INVALID_RECORD, ...)
+            raise err from e
+
     def _flush_if_messages_due(self, now: int) -> None:
         """flush.messages, as Kafka applies it: once an append leaves that many messages (offsets)
         unflushed, the log is fsynced in the append path, before the append returns and so
         before the Produce is acknowledged. With flush.messages=1 every append pays an fsync
         (about 1-10 ms on a disk, on the caller's thread, the event loop for a Produce)."""
-        if self._log_end_offset - self._recovery_point >= self.config.flush_messages:
+        if self._local.log_end_offset - self._local.recovery_point >= self.config.flush_messages:
             self.flush(now_ms=now)
-
-    def _append(
-        self, records: bytes | bytearray | memoryview, headers: list[BatchHeader], max_ts: int, now: int
-    ) -> None:
-        first, last = headers[0].base_offset, headers[-1].last_offset
-        assert first >= self._log_end_offset and last >= first, (first, last, self._log_end_offset)
-        seg = self._segments[-1]
-        reason = seg.should_roll(self.config, len(records), max_ts, last, now)
-        if reason is not None:
-            seg = self._roll(first, now, reason)
-        seg.append(records, headers)
-        self._log_end_offset = last + 1
 
     def roll(self, now_ms: int | None = None) -> LogSegment:
         """Start a new active segment at the LEO (a no-op if the active segment is empty)."""
         with self._lock:
-            self._check_open()
-            return self._roll(self._log_end_offset, _now() if now_ms is None else now_ms, "requested")
-
-    def _roll(self, new_base: int, now: int, reason: str) -> LogSegment:
-        active = self._segments[-1]
-        new_base = max(new_base, self._log_end_offset)
-        if active.size == 0:
-            if active.base_offset == new_base:
-                return active
-            self._segments.pop()  # an empty active segment below a follower's gap: replace it
-            self._bases.pop()
-            self._schedule_delete(active, now)
-        else:
-            active.on_become_inactive()
-            self._roll_flush_offset = max(self._roll_flush_offset, new_base)
-        assert not self._bases or new_base > self._bases[-1]
-        try:
-            seg = LogSegment.create(self.dir, new_base, self.config, now)
-        except OSError as e:
-            raise KafkaStorageError(f"cannot create a segment in {self.dir}: {e}") from e
-        self._segments.append(seg)
-        self._bases.append(new_base)
-        self._dir_dirty = True
-        logger.debug("%s-%d: rolled a new segment at %d (%s)", self.topic, self.partition, new_base, reason)
-        return seg
+            self._local.check_open()
+            return self._local.roll(self._local.log_end_offset, _now() if now_ms is None else now_ms, "requested")
 
     # --- reads ------------------------------------------------------------------------------
 
@@ -560,24 +394,18 @@ class Log:
         Raises OffsetOutOfRangeError if `fetch_offset` is outside [log_start_offset, LEO].
         """
         max_bytes = max(max_bytes, 0)
+        local = self._local
         with self._lock:
-            self._check_open()
-            leo, lso, hw = self._log_end_offset, self._log_start_offset, self._high_watermark
-            if fetch_offset < lso or fetch_offset > leo:
-                raise OffsetOutOfRangeError(f"fetch offset {fetch_offset} is out of range", lso, leo)
+            local.check_open()
+            leo, start, hw = local.log_end_offset, self._log_start_offset, self._high_watermark
+            if fetch_offset < start or fetch_offset > leo:
+                raise OffsetOutOfRangeError(f"fetch offset {fetch_offset} is out of range", start, leo)
             limit = leo if max_offset is None else min(max_offset, leo)
             if fetch_offset < limit:
-                segments = self._segments
-                i = max(bisect.bisect_right(self._bases, fetch_offset) - 1, 0)
-                try:
-                    while i < len(segments) and segments[i].base_offset < limit:
-                        r = segments[i].read(fetch_offset, max_bytes, limit, min_one_batch)
-                        if r is not None:
-                            return FetchDataInfo(r.records, fetch_offset, r.next_offset, hw, lso, leo)
-                        i += 1
-                except OSError as e:
-                    raise KafkaStorageError(f"read from {self.dir} failed: {e}") from e
-            return FetchDataInfo(_EMPTY, fetch_offset, fetch_offset, hw, lso, leo)
+                r = local.read(fetch_offset, max_bytes, limit, min_one_batch)
+                if r is not None:
+                    return FetchDataInfo(r.records, fetch_offset, r.next_offset, hw, start, leo)
+            return FetchDataInfo(_EMPTY, fetch_offset, fetch_offset, hw, start, leo)
 
     # --- offsets by timestamp ---------------------------------------------------------------------
 
@@ -587,10 +415,10 @@ class Log:
         with self._lock:
             cache = self.leader_epoch_cache
             if timestamp == LATEST_TIMESTAMP:
-                return TimestampAndOffset(self._log_end_offset, NO_TIMESTAMP, cache.latest_epoch)
+                return TimestampAndOffset(self._local.log_end_offset, NO_TIMESTAMP, cache.latest_epoch)
             if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
-                lso = self._log_start_offset
-                return TimestampAndOffset(lso, NO_TIMESTAMP, cache.epoch_for_offset(lso))
+                start = self._log_start_offset
+                return TimestampAndOffset(start, NO_TIMESTAMP, cache.epoch_for_offset(start))
             if timestamp == MAX_TIMESTAMP:
                 return self.max_timestamp_offset()
             if timestamp < 0:
@@ -598,7 +426,7 @@ class Log:
             return self.offset_for_timestamp(timestamp)
 
     def latest_offset(self) -> int:
-        return self._log_end_offset
+        return self._local.log_end_offset
 
     def earliest_offset(self) -> int:
         return self._log_start_offset
@@ -607,11 +435,11 @@ class Log:
         """The first record at or after the log start offset whose timestamp is >= `timestamp`
         (the time index narrows the search, then one batch is decoded); None if there is none."""
         with self._lock:
-            lso = self._log_start_offset
-            for seg in self._segments:
-                if seg.next_offset <= lso or seg.max_timestamp < timestamp:
+            start = self._log_start_offset
+            for seg in self._local.segments:
+                if seg.next_offset <= start or seg.max_timestamp < timestamp:
                     continue
-                r = seg.find_offset_by_timestamp(timestamp, lso)
+                r = seg.find_offset_by_timestamp(timestamp, start)
                 if r is not None:
                     return TimestampAndOffset(r[0], r[1], r[2] if r[2] >= 0 else None)
             return None
@@ -619,10 +447,10 @@ class Log:
     def max_timestamp_offset(self) -> TimestampAndOffset | None:
         """ListOffsets -3: the offset and timestamp of the (first) record with the largest timestamp."""
         with self._lock:
-            lso = self._log_start_offset
+            start = self._log_start_offset
             best: LogSegment | None = None
-            for seg in self._segments:
-                if seg.next_offset <= lso:
+            for seg in self._local.segments:
+                if seg.next_offset <= start:
                     continue
                 if seg.max_timestamp >= 0 and (best is None or seg.max_timestamp > best.max_timestamp):
                     best = seg
@@ -660,18 +488,21 @@ class Log:
     def update_high_watermark(self, high_watermark: int) -> int:
         """Set the HW, clamped to [log_start_offset, LEO]. Returns the value set."""
         with self._lock:
-            hw = min(max(high_watermark, self._log_start_offset), self._log_end_offset)
+            hw = min(max(high_watermark, self._log_start_offset), self._local.log_end_offset)
             self._high_watermark = hw
+            self._check_offsets()
             return hw
 
     def maybe_increment_high_watermark(self, high_watermark: int) -> bool:
         """Raise the HW if `high_watermark` is above it (never beyond the LEO). Returns whether it moved."""
         with self._lock:
-            if high_watermark > self._log_end_offset:
-                raise ValueError(f"high watermark {high_watermark} above the log end offset {self._log_end_offset}")
+            if high_watermark > self._local.log_end_offset:
+                raise ValueError(
+                    f"high watermark {high_watermark} above the log end offset {self._local.log_end_offset}")
             if high_watermark <= self._high_watermark:
                 return False
             self._high_watermark = high_watermark
+            self._check_offsets()
             return True
 
     # --- deletion: DeleteRecords and retention -------------------------------------------------
@@ -681,17 +512,17 @@ class Log:
         segments wholly below it. Returns the new log start offset (the low watermark)."""
         now = _now() if now_ms is None else now_ms
         with self._lock:
-            self._check_open()
+            self._local.check_open()
             if offset < 0:
                 raise ValueError(f"negative offset {offset}")
             if offset > self._high_watermark:
                 raise OffsetOutOfRangeError(
                     f"cannot delete records up to {offset}, beyond the high watermark {self._high_watermark}",
-                    self._log_start_offset, self._log_end_offset,
+                    self._log_start_offset, self._local.log_end_offset,
                 )
             if offset > self._log_start_offset:
                 self._increment_log_start_offset(offset)
-            self._delete_log_start_offset_breached_segments(now)
+            self._delete_segments(retention.below_log_start(self._log_start_offset), now, "log start offset")
             return self._log_start_offset
 
     def delete_old_segments(self, now_ms: int) -> int:
@@ -701,103 +532,38 @@ class Log:
         included, is due, a new empty active segment is rolled first (Kafka's behaviour).
         Returns the number of segments deleted."""
         with self._lock:
-            if self._closed:
+            local = self._local
+            if local.closed:
                 return 0
-            deleted = self._delete_log_start_offset_breached_segments(now_ms)
-            if self.config.delete:
-                deleted += self._delete_retention_size_breached_segments(now_ms)
-                deleted += self._delete_retention_ms_breached_segments(now_ms)
-            self._delete_expired_files(now_ms)
+            config = local.config
+            deleted = self._delete_segments(retention.below_log_start(self._log_start_offset), now_ms,
+                                            "log start offset")
+            if config.delete:
+                over = retention.over_size(local.segments, config.retention_bytes)
+                if over is not None:
+                    deleted += self._delete_segments(over, now_ms, "retention.bytes")
+                if config.retention_ms >= 0:
+                    deleted += self._delete_segments(retention.older_than(config.retention_ms, now_ms), now_ms,
+                                                     "retention.ms")
+            local.delete_expired_files(now_ms)
             return deleted
 
-    def _delete_log_start_offset_breached_segments(self, now: int) -> int:
-        lso = self._log_start_offset
-        return self._delete_segments(
-            self._deletable_segments(lambda seg, nxt: nxt is not None and nxt.base_offset <= lso), now, "log start offset"
-        )
-
-    def _delete_retention_ms_breached_segments(self, now: int) -> int:
-        retention_ms = self.config.retention_ms
-        if retention_ms < 0:
-            return 0
-        return self._delete_segments(
-            self._deletable_segments(lambda seg, nxt: now - seg.largest_timestamp > retention_ms), now, "retention.ms"
-        )
-
-    def _delete_retention_size_breached_segments(self, now: int) -> int:
-        retention_bytes = self.config.retention_bytes
-        size = sum(s.size for s in self._segments)
-        if retention_bytes < 0 or size < retention_bytes:
-            return 0
-        excess = size - retention_bytes
-
-        def over(seg: LogSegment, nxt: LogSegment | None) -> bool:
-            nonlocal excess
-            if excess - seg.size >= 0:
-                excess -= seg.size
-                return True
-            return False
-
-        return self._delete_segments(self._deletable_segments(over), now, "retention.bytes")
-
-    def _deletable_segments(self, predicate: Callable[[LogSegment, LogSegment | None], bool]) -> list[LogSegment]:
-        """The oldest segments, in order, for which `predicate` holds and that lie below the HW."""
-        out: list[LogSegment] = []
-        segments = self._segments
-        for i, seg in enumerate(segments):
-            nxt = segments[i + 1] if i + 1 < len(segments) else None
-            upper = nxt.base_offset if nxt is not None else self._log_end_offset
-            if nxt is None and seg.size == 0:
-                break
-            if not (self._high_watermark >= upper and predicate(seg, nxt)):
-                break
-            out.append(seg)
-        return out
-
-    def _delete_segments(self, doomed: list[LogSegment], now: int, reason: str) -> int:
+    def _delete_segments(self, predicate: retention.Predicate, now: int, reason: str) -> int:
+        local = self._local
+        doomed = retention.deletable_segments(local.segments, self._high_watermark, local.log_end_offset, predicate)
         if not doomed:
             return 0
-        assert doomed == self._segments[: len(doomed)]
-        if len(doomed) == len(self._segments):
-            self._roll(self._log_end_offset, now, f"retention deletes every segment ({reason})")
-        k = len(doomed)
-        del self._segments[:k]
-        del self._bases[:k]
-        for seg in doomed:
-            self._schedule_delete(seg, now)
-        logger.info(
-            "%s-%d: deleted %d segments (%s), up to offset %d",
-            self.topic, self.partition, k, reason, self._segments[0].base_offset,
-        )
-        if self._segments[0].base_offset > self._log_start_offset:
-            self._increment_log_start_offset(self._segments[0].base_offset)
-        return k
+        local.delete_oldest(doomed, now, reason)
+        if local.bases[0] > self._log_start_offset:
+            self._increment_log_start_offset(local.bases[0])
+        return len(doomed)
 
     def _increment_log_start_offset(self, offset: int) -> None:
-        assert offset > self._log_start_offset and offset <= self._high_watermark <= self._log_end_offset
+        assert offset > self._log_start_offset and offset <= self._high_watermark, (offset, self)
         self._log_start_offset = offset
-        self._recovery_point = max(self._recovery_point, offset)
+        self._local.recovery_point = max(self._local.recovery_point, offset)
         self.leader_epoch_cache.truncate_from_start(offset)
         self._check_invariants()
-
-    def _schedule_delete(self, seg: LogSegment, now: int) -> None:
-        """Rename the segment's files to `.deleted` now; unlink them after file.delete.delay.ms."""
-        seg.close(write_indexes=False)  # first: a flush fsyncing it on another thread then ignores errors
-        try:
-            seg.change_suffix(DELETED_SUFFIX)
-        except OSError as e:
-            raise KafkaStorageError(f"cannot rename {seg.log_path}: {e}") from e
-        self._dir_dirty = True
-        self._pending_deletes.append((now + self.config.file_delete_delay_ms, seg))
-
-    def _delete_expired_files(self, now: int, force: bool = False) -> None:
-        keep = []
-        for due, seg in self._pending_deletes:
-            if force or due <= now:
-                seg.delete_files()
-            else:
-                keep.append((due, seg))
-        self._pending_deletes = keep
 
     # --- log cleaner support -----------------------------------------------------------------
 
@@ -807,16 +573,12 @@ class Log:
         stat). Also hands over (and resets) the lowest LEO a truncation left since the last call,
         so the cleaner can pull its checkpoint back below truncated-and-rewritten offsets."""
         with self._lock:
-            self._check_open()
-            segs = self._segments
-            infos = [
-                seg.info(segs[i + 1].base_offset if i + 1 < len(segs) else self._log_end_offset)
-                for i, seg in enumerate(segs)
-            ]
+            local = self._local
+            local.check_open()
             truncated_to, self._truncated_to = self._truncated_to, None
             return CleanerSnapshot(
-                self._truncations, self._log_start_offset, self._log_end_offset, self._high_watermark,
-                infos, truncated_to,
+                local.truncations, self._log_start_offset, local.log_end_offset, self._high_watermark,
+                local.segment_infos(), truncated_to,
             )
 
     def segment_timestamps(self, seg: LogSegment) -> tuple[int, int | None] | None:
@@ -824,7 +586,7 @@ class Log:
         if it is no longer part of the log. Under the lock: the values are loaded lazily from the
         files, which must not race with the event loop doing the same."""
         with self._lock:
-            if self._closed or seg.closed:
+            if self._local.closed or seg.closed:
                 return None
             return seg.largest_timestamp, seg.rolling_base_timestamp
 
@@ -834,17 +596,7 @@ class Log:
         deleted meanwhile, so the cleaner reads without holding the lock and never hits a
         descriptor number that was closed and reused."""
         with self._lock:
-            if self._closed or any(seg.closed for seg in segments):
-                return None
-            fds: list[int] = []
-            try:
-                for seg in segments:
-                    fds.append(seg.dup_fd())
-            except OSError:
-                for fd in fds:
-                    os.close(fd)
-                raise
-            return fds
+            return self._local.open_segment_readers(segments)
 
     def replace_segments(self, new: LogSegment, old: list[LogSegment], generation: int, now_ms: int) -> bool:
         """Swap the cleaned segment `new` (files suffixed `.cleaned`, complete and fsynced) in for
@@ -855,36 +607,13 @@ class Log:
         Crash safety comes from the order of renames, all under the lock (a few renames and one
         directory fsync, no data copying):
           1. `new` .cleaned -> .swap, then fsync the directory: from here a restart completes the
-             replacement (Log._load replaces the segments in [swap base, swap next offset)).
+             replacement (LogLoader replaces the segments in [swap base, swap next offset)).
           2. each old segment -> .deleted (unlinked after file.delete.delay.ms; a restart removes it).
           3. `new` .swap -> final names (the first old segment's name, freed in step 2).
         A crash before 1 leaves `.cleaned` files, removed on load: the old segments stand.
         """
         with self._lock:
-            if self._closed or generation != self._truncations or not old:
-                return False
-            try:
-                i = next(j for j, seg in enumerate(self._segments) if seg is old[0])
-            except StopIteration:
-                return False
-            k = len(old)
-            if i + k >= len(self._segments) or any(a is not b for a, b in zip(self._segments[i : i + k], old, strict=True)):
-                return False  # not all still there, or the last one is (now) the active segment
-            assert new.base_offset == old[0].base_offset, (new, old[0])
-            assert new.next_offset <= self._bases[i + k], (new, self._bases[i + k])
-            try:
-                new.change_suffix(SWAP_SUFFIX)
-                fsync_dir(self.dir)
-                for seg in old:
-                    self._schedule_delete(seg, now_ms)
-                new.change_suffix("")
-            except OSError as e:
-                raise KafkaStorageError(f"swapping cleaned segment {new.log_path} in failed: {e}") from e
-            self._segments[i : i + k] = [new]
-            self._bases[i : i + k] = [new.base_offset]
-            self._dir_dirty = True
-            self._check_invariants()
-            return True
+            return self._local.replace_segments(new, old, generation, now_ms)
 
     def _note_truncation(self, leo: int) -> None:
         if self._truncated_to is None or leo < self._truncated_to:
@@ -893,39 +622,25 @@ class Log:
     # --- truncation (replication) -----------------------------------------------------------
 
     def truncate_to(self, offset: int, now_ms: int | None = None) -> bool:
-        """Remove everything at and after `offset` (a follower diverged from its leader).
+        """Remove everything at and after `offset` (a follower diverged from its leader): the
+        batch holding `offset` goes whole, the HW and log start offset are clamped to the new
+        LEO and the leader epoch cache forgets epochs starting at or after it.
         Returns False if the LEO is already at or below `offset`."""
         now = _now() if now_ms is None else now_ms
         with self._lock:
-            self._check_open()
+            local = self._local
+            local.check_open()
             if offset < 0:
                 raise ValueError(f"negative offset {offset}")
-            if offset >= self._log_end_offset:
+            if offset >= local.log_end_offset:
                 return False
-            if offset < self._segments[0].base_offset:
+            if offset < local.bases[0]:
                 self._truncate_fully_and_start_at(offset, now)
                 return True
-            k = bisect.bisect_right(self._bases, offset)
-            doomed = self._segments[k:]
-            del self._segments[k:]
-            del self._bases[k:]
-            for seg in doomed:
-                self._schedule_delete(seg, now)
-            active = self._segments[-1]
-            try:
-                active.truncate_to(offset, now)
-                active.load_indexes()
-            except OSError as e:
-                raise KafkaStorageError(f"cannot truncate {active.log_path}: {e}") from e
-            leo = active.next_offset
-            assert leo <= offset
-            self._truncations += 1
+            leo = local.truncate_to(offset, now)
             self._note_truncation(leo)
-            self._log_end_offset = leo
             self._log_start_offset = min(self._log_start_offset, leo)
             self._high_watermark = min(self._high_watermark, leo)
-            self._recovery_point = min(self._recovery_point, leo)
-            self._roll_flush_offset = min(self._roll_flush_offset, leo)
             self.leader_epoch_cache.truncate_from_end(leo)
             self._check_invariants()
             logger.info("%s-%d: truncated to offset %d", self.topic, self.partition, leo)
@@ -934,53 +649,32 @@ class Log:
     def truncate_fully_and_start_at(self, offset: int, now_ms: int | None = None) -> None:
         """Delete every segment and start empty at `offset` (log start = HW = LEO = offset)."""
         with self._lock:
-            self._check_open()
+            self._local.check_open()
             self._truncate_fully_and_start_at(offset, _now() if now_ms is None else now_ms)
 
     def _truncate_fully_and_start_at(self, offset: int, now: int) -> None:
         if offset < 0:
             raise ValueError(f"negative offset {offset}")
-        doomed = self._segments
-        self._segments, self._bases = [], []
-        for seg in doomed:
-            self._schedule_delete(seg, now)
-        try:
-            seg = LogSegment.create(self.dir, offset, self.config, now)
-        except OSError as e:
-            raise KafkaStorageError(f"cannot create a segment in {self.dir}: {e}") from e
-        self._segments, self._bases = [seg], [offset]
-        self._truncations += 1
+        self._local.truncate_fully_and_start_at(offset, now)
         self._note_truncation(offset)
-        self._log_end_offset = self._log_start_offset = self._high_watermark = self._recovery_point = offset
-        self._roll_flush_offset = 0
-        self._dir_dirty = True
+        self._log_start_offset = self._high_watermark = offset
         self.leader_epoch_cache.clear()
+        self._check_invariants()
         logger.info("%s-%d: truncated fully, starting at offset %d", self.topic, self.partition, offset)
 
     # --- flushing ------------------------------------------------------------------------------
 
     def flush_due(self, now_ms: int) -> bool:
         """Whether `maybe_flush(now_ms)` would fsync (flush.messages, flush.ms, or a rolled segment)."""
-        return self._flush_target(now_ms) is not None
-
-    def _flush_target(self, now: int) -> int | None:
-        rp, leo = self._recovery_point, self._log_end_offset
-        if leo <= rp:
-            return None
-        if leo - rp >= self.config.flush_messages or now - self._last_flush_ms >= self.config.flush_ms:
-            # flush.messages is met in the append path; here only if an fsync there failed
-            return leo
-        if self._roll_flush_offset > rp:
-            return self._roll_flush_offset
-        return None
+        return self._local.flush_target(now_ms) is not None
 
     def maybe_flush(self, now_ms: int) -> bool:
         """Flush if flush.messages or flush.ms says so, or up to the last roll (Kafka flushes a
         segment once it is rolled). fsyncs: call it off the event loop. Returns whether it flushed."""
         with self._lock:
-            if self._closed:
+            if self._local.closed:
                 return False
-            target = self._flush_target(now_ms)
+            target = self._local.flush_target(now_ms)
         if target is None:
             return False
         self.flush(target, now_ms)
@@ -989,88 +683,37 @@ class Log:
     def flush(self, offset: int | None = None, now_ms: int | None = None) -> None:
         """fsync every segment holding offsets below `offset` (default: the LEO) and the leader
         epoch checkpoint, then advance the recovery point. Appends are not blocked meanwhile."""
-        now = _now() if now_ms is None else now_ms
-        with self._flush_lock:
-            with self._lock:
-                if self._closed:
-                    return
-                target = self._log_end_offset if offset is None else min(offset, self._log_end_offset)
-                rp = self._recovery_point
-                lo = max(bisect.bisect_right(self._bases, rp) - 1, 0)
-                hi = bisect.bisect_left(self._bases, target) if target > rp else lo
-                to_sync = self._segments[lo:hi]
-                try:
-                    for seg in to_sync:
-                        seg.write_indexes()
-                except OSError as e:
-                    raise KafkaStorageError(f"cannot write indexes in {self.dir}: {e}") from e
-                truncations = self._truncations
-                dir_dirty, self._dir_dirty = self._dir_dirty, False
-            try:
-                for seg in to_sync:
-                    seg.fsync()
-                if dir_dirty:
-                    fsync_dir(self.dir)
-                self.leader_epoch_cache.flush()
-            except OSError as e:
-                self._dir_dirty = self._dir_dirty or dir_dirty
-                raise KafkaStorageError(f"flush of {self.dir} failed: {e}") from e
-            with self._lock:
-                if truncations == self._truncations and target > self._recovery_point:
-                    self._recovery_point = target
-                self._last_flush_ms = now
-                if self._roll_flush_offset <= self._recovery_point:
-                    self._roll_flush_offset = 0
-                self._check_invariants()
+        self._local.flush(offset, _now() if now_ms is None else now_ms, self._flush_checkpoints)
+
+    def _flush_checkpoints(self) -> None:
+        """The per-log checkpoint files, written by every flush and by close."""
+        self.leader_epoch_cache.flush()
 
     # --- configuration and lifecycle ---------------------------------------------------------------
 
     def update_config(self, config: LogConfig) -> None:
         """New settings apply from now on (index sizes from the next segment)."""
         with self._lock:
-            self.config = config
-            for seg in self._segments:
-                seg.index_interval_bytes = config.index_interval_bytes
+            self._local.update_config(config)
 
     def close(self) -> None:
         """Write pending index entries and the leader epoch checkpoint, close the files. No fsync
         of the log: call `flush()` first for a clean shutdown."""
-        with self._flush_lock, self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            try:
-                for seg in self._segments:
-                    seg.close()
-                self.leader_epoch_cache.flush()
-                self._delete_expired_files(0, force=True)
-            except OSError as e:
-                raise KafkaStorageError(f"closing {self.dir} failed: {e}") from e
+        self._local.close(self._flush_checkpoints)
 
     def delete(self) -> None:
         """Close the log and remove its directory."""
         self.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise KafkaStorageError(f"log {self.dir} is closed")
+    def _check_offsets(self) -> None:
+        assert self._log_start_offset <= self._high_watermark <= self._local.log_end_offset, self
 
     def _check_invariants(self) -> None:
-        assert self._log_start_offset <= self._high_watermark <= self._log_end_offset, self
-        assert self._recovery_point <= self._log_end_offset, (self._recovery_point, self)
-        assert self._segments and self._bases == [s.base_offset for s in self._segments]
-        assert all(a < b for a, b in zip(self._bases, self._bases[1:], strict=False)), self._bases
-        assert self._segments[-1].base_offset <= self._log_end_offset, self
+        """log start <= HW <= LEO here, the rest in LocalLog (recovery point, segment order)."""
+        self._check_offsets()
+        self._local.check_invariants()
 
 
 def _now() -> int:
     return now_ms()
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-

@@ -344,7 +344,7 @@ def build_for_crash(tmp_path) -> tuple[Log, Latest]:
 
 def abandon(log: Log) -> None:
     """Drop a log as a crash would: close its descriptors without writing anything."""
-    for seg in log._segments:  # noqa: SLF001 - a crash does not run close()
+    for seg in log.segments:  # a crash does not run close()
         if not seg.closed:
             seg.closed = True
             os.close(seg._fd)  # noqa: SLF001
