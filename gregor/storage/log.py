@@ -436,10 +436,11 @@ class Log:
         (the time index narrows the search, then one batch is decoded); None if there is none."""
         with self._lock:
             start = self._log_start_offset
+            rules = ValidationRules.for_stored(self.config.max_message_bytes)
             for seg in self._local.segments:
                 if seg.next_offset <= start or seg.max_timestamp < timestamp:
                     continue
-                r = seg.find_offset_by_timestamp(timestamp, start)
+                r = seg.find_offset_by_timestamp(timestamp, start, rules)
                 if r is not None:
                     return TimestampAndOffset(r[0], r[1], r[2] if r[2] >= 0 else None)
             return None

@@ -12,6 +12,10 @@ capacity. So a broker with 20,000 partitions needs no more descriptors than the 
 (a restart with one descriptor per segment died with EMFILE), and a descriptor is never closed
 while a call (an fsync on a flush thread, a pread on the loop) is using it, so its number can
 never be reused under a running call.
+
+Parts: the descriptor cache is segment_files.py; the walks over a segment's file (the fetch
+read, header iteration, the clean-shutdown tail check, crash recovery) are segment_scan.py,
+which reads and returns what it found; this class keeps the segment's state and applies it.
 """
 
 from __future__ import annotations
@@ -19,25 +23,31 @@ from __future__ import annotations
 import logging
 import os
 import random
-import struct
-import threading
-from collections import OrderedDict
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from gregor.protocol.records import (
-    HEADER_SIZE,
-    LOG_OVERHEAD,
-    MAGIC,
-    BatchHeader,
-    compute_crc,
-    decode_records,
-    read_header,
-)
+from gregor.protocol.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, read_header
+from gregor.protocol.validator import BatchValidationError, ValidationRules, record_timestamps
 from gregor.storage.config import LogConfig
-from gregor.storage.errors import CorruptIndexError, CorruptRecordError, KafkaStorageError
+from gregor.storage.errors import CorruptIndexError, KafkaStorageError
 from gregor.storage.index import INT32_MAX, NO_TIMESTAMP, OffsetIndex, TimeIndex
 from gregor.storage.leader_epoch import LeaderEpochFileCache
+from gregor.storage.segment_files import (  # noqa: F401 - OPEN_FILES and its helpers are imported from here
+    DEFAULT_OPEN_FILES,
+    OPEN_FILES,
+    SegmentFileCache,
+    default_open_files_capacity,
+    pread_exact,
+    pwrite_all,
+)
+from gregor.storage.segment_scan import (  # noqa: F401 - SegmentRead is imported from here
+    MIN_BATCH_SIZE,
+    SegmentRead,
+    check_tail,
+    iter_batches,
+    read_batches,
+    scan_for_recovery,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -48,112 +58,6 @@ DELETED_SUFFIX = ".deleted"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
-
-MIN_BATCH_SIZE = HEADER_SIZE  # a v2 batch is at least its header
-_LENGTH_AT = 8
-_LAST_OFFSET_DELTA_AT = 23
-_I32 = struct.Struct(">i")
-_BASE_AND_LENGTH = struct.Struct(">qi")
-_SCAN_CHUNK_BYTES = 64 * 1024
-_RECOVERY_CHUNK_BYTES = 8 * 1024 * 1024
-
-
-DEFAULT_OPEN_FILES = 1024
-
-
-def default_open_files_capacity() -> int:
-    """Half the soft RLIMIT_NOFILE (the rest is for sockets, indexes and checkpoints), at least 16."""
-    try:
-        import resource
-
-        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    except (ImportError, OSError, ValueError):
-        return DEFAULT_OPEN_FILES
-    if soft == resource.RLIM_INFINITY or soft <= 0:
-        return DEFAULT_OPEN_FILES * 64
-    return max(16, soft // 2)
-
-
-class SegmentFileCache:
-    """A bounded LRU of open segment `.log` descriptors, shared by every segment of the process.
-
-    `acquire` returns a descriptor pinned until `release`; pinned descriptors are never closed
-    (eviction skips them and `close_segment` defers to the last release). Evicting costs the
-    segment nothing but one `open` at its next use.
-    """
-
-    def __init__(self, capacity: int) -> None:
-        self._lock = threading.Lock()
-        self._open: OrderedDict[LogSegment, None] = OrderedDict()
-        self.capacity = max(1, capacity)
-        self.opened = 0  # files opened since start (a measure of churn)
-
-    def __len__(self) -> int:
-        return len(self._open)
-
-    def set_capacity(self, capacity: int) -> None:
-        with self._lock:
-            self.capacity = max(1, capacity)
-            self._evict()
-
-    def register(self, seg: LogSegment, fd: int) -> None:
-        """A descriptor the segment opened itself (creating its file) joins the cache."""
-        with self._lock:
-            seg._fd = fd
-            self._open[seg] = None
-            self.opened += 1
-            self._evict()
-
-    def acquire(self, seg: LogSegment) -> int:
-        with self._lock:
-            fd = seg._fd
-            if fd < 0:
-                if seg.closed:
-                    raise KafkaStorageError(f"segment {seg.log_path} is closed")
-                try:
-                    fd = os.open(seg.log_path, os.O_RDWR)
-                except OSError as e:
-                    raise KafkaStorageError(f"cannot open {seg.log_path}: {e}") from e
-                seg._fd = fd
-                self._open[seg] = None
-                self.opened += 1
-                seg._pins += 1
-                self._evict()
-                return fd
-            self._open.move_to_end(seg)
-            seg._pins += 1
-            return fd
-
-    def release(self, seg: LogSegment) -> None:
-        with self._lock:
-            seg._pins -= 1
-            if seg._pins == 0 and (seg.closed or len(self._open) > self.capacity):
-                self._close(seg)
-
-    def close_segment(self, seg: LogSegment) -> None:
-        """Mark the segment closed; its descriptor closes now, or at its last release if pinned."""
-        with self._lock:
-            seg.closed = True
-            if seg._pins == 0:
-                self._close(seg)
-
-    def _close(self, seg: LogSegment) -> None:
-        fd, seg._fd = seg._fd, -1
-        self._open.pop(seg, None)
-        if fd >= 0:
-            os.close(fd)
-
-    def _evict(self) -> None:
-        if len(self._open) <= self.capacity:
-            return
-        for seg in list(self._open):
-            if seg._pins == 0:
-                self._close(seg)
-                if len(self._open) <= self.capacity:
-                    return
-
-
-OPEN_FILES = SegmentFileCache(default_open_files_capacity())
 
 
 def file_prefix(base_offset: int) -> str:
@@ -178,27 +82,6 @@ class SegmentInfo(NamedTuple):
     next_base: int  # the next segment's base offset (the LEO for the active segment)
     index_entries: int
     time_index_entries: int
-
-
-class SegmentRead(NamedTuple):
-    records: memoryview  # whole batches; empty when max_offset or max_bytes allowed none
-    position: int  # file position of the first batch
-    next_offset: int  # offset to fetch next: after the last batch returned (or of the first not returned)
-
-
-def _pread(fd: int, size: int, position: int) -> bytes:
-    data = os.pread(fd, size, position)
-    if len(data) < size:  # only at end of file: a concurrent truncation or a damaged file
-        raise CorruptRecordError(f"short read: {len(data)} of {size} bytes at position {position}")
-    return data
-
-
-def _pwrite_all(fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.pwrite(fd, view, position)
-        view = view[n:]
-        position += n
 
 
 class LogSegment:
@@ -293,15 +176,16 @@ class LogSegment:
 
     # --- file access (through OPEN_FILES) ------------------------------------------------
 
-    def _pread(self, size: int, position: int) -> bytes:
+    def pread(self, size: int, position: int) -> bytes:
         """Exactly `size` bytes at `position` (CorruptRecordError if the file is shorter)."""
         fd = OPEN_FILES.acquire(self)
         try:
-            return _pread(fd, size, position)
+            return pread_exact(fd, size, position)
         finally:
             OPEN_FILES.release(self)
 
-    def _pread_some(self, size: int, position: int) -> bytes:
+    def pread_some(self, size: int, position: int) -> bytes:
+        """Up to `size` bytes at `position` (fewer at the end of the file)."""
         fd = OPEN_FILES.acquire(self)
         try:
             return os.pread(fd, size, position)
@@ -381,7 +265,7 @@ class LogSegment:
     @property
     def rolling_base_timestamp(self) -> int | None:
         if self._rolling_base_timestamp is None and self.size >= HEADER_SIZE:
-            self._rolling_base_timestamp = read_header(self._pread(HEADER_SIZE, 0)).max_timestamp
+            self._rolling_base_timestamp = read_header(self.pread(HEADER_SIZE, 0)).max_timestamp
         return self._rolling_base_timestamp
 
     def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
@@ -419,7 +303,7 @@ class LogSegment:
         position = self.size
         fd = OPEN_FILES.acquire(self)
         try:
-            _pwrite_all(fd, records, position)
+            pwrite_all(fd, records, position)
         except OSError as e:
             try:
                 os.ftruncate(fd, position)
@@ -458,106 +342,21 @@ class LogSegment:
 
         With `min_one_batch` the first batch is returned even if larger than `max_bytes`.
         A batch holding `max_offset` (or later offsets) is never returned. Returns None if the
-        segment has no batch ending at or after `start_offset`.
+        segment has no batch ending at or after `start_offset`. One pread (segment_scan.read_batches).
         """
-        size = self.size
         self._ensure_offset_index()
-        if size == 0 or start_offset >= self.next_offset:
-            return None
-        _, pos = self.offset_index.lookup(start_offset)
-        window = max_bytes + max(self.index_interval_bytes, 4096) + 4096
-        buf = self._pread(min(window, size - pos), pos)
-        # 1. Find the first batch ending at or after start_offset.
-        i = 0
-        while True:
-            if pos + i >= size:
-                return None
-            if len(buf) - i < HEADER_SIZE:
-                pos += i
-                i = 0
-                buf = self._pread(min(window, size - pos), pos)
-                if len(buf) < HEADER_SIZE:
-                    raise CorruptRecordError(f"{self.log_path}: partial batch header at {pos}")
-            base, length = _BASE_AND_LENGTH.unpack_from(buf, i)
-            if length < MIN_BATCH_SIZE - LOG_OVERHEAD:
-                raise CorruptRecordError(f"{self.log_path}: bad batch length {length} at {pos + i}")
-            last = base + _I32.unpack_from(buf, i + _LAST_OFFSET_DELTA_AT)[0]
-            if last >= start_offset:
-                break
-            i += length + LOG_OVERHEAD
-        start = pos + i
-        first_size = length + LOG_OVERHEAD
-        if start + first_size > size:
-            raise CorruptRecordError(f"{self.log_path}: batch at {start} runs past the segment end {size}")
-        if last >= max_offset or (first_size > max_bytes and not min_one_batch):
-            return SegmentRead(memoryview(b""), start, start_offset)
-        limit = min(size, start + max(max_bytes, first_size))
-        if pos + len(buf) < limit:  # a first batch larger than the window, or a long scan
-            buf = self._pread(limit - start, start)
-            pos = start
-        # 2. Walk batch headers up to the byte and offset limits, jumping ahead with the index.
-        check_offsets = max_offset < self.next_offset
-        end = start + first_size
-        last_start = start
-        # An indexed batch starting at or before limit - HEADER_SIZE (so its header is in `buf`)
-        # and ending below max_offset: every batch before it is whole and returnable.
-        hint = self.offset_index.floor_position(limit - HEADER_SIZE, max_offset if check_offsets else self.next_offset)
-        if hint > end:
-            end = hint
-            sz = _I32.unpack_from(buf, hint - pos + _LENGTH_AT)[0] + LOG_OVERHEAD
-            if hint + sz <= limit:
-                last_start = hint
-                end = hint + sz
-            else:
-                last_start = -1  # the batch at `hint` is not returned: the next fetch starts there
-        unpack_i32 = _I32.unpack_from
-        off, lim = end - pos, limit - pos
-        while off + LOG_OVERHEAD <= lim:
-            sz = unpack_i32(buf, off + _LENGTH_AT)[0] + LOG_OVERHEAD
-            if sz < MIN_BATCH_SIZE:
-                raise CorruptRecordError(f"{self.log_path}: bad batch length {sz} at {pos + off}")
-            if off + sz > lim:
-                break
-            if check_offsets:
-                b, _ = _BASE_AND_LENGTH.unpack_from(buf, off)
-                if b + unpack_i32(buf, off + _LAST_OFFSET_DELTA_AT)[0] >= max_offset:
-                    break
-            last_start = pos + off
-            off += sz
-        end = pos + off
-        if last_start < 0:
-            next_offset = _BASE_AND_LENGTH.unpack_from(buf, end - pos)[0]
-        else:
-            j = last_start - pos
-            next_offset = _BASE_AND_LENGTH.unpack_from(buf, j)[0] + unpack_i32(buf, j + _LAST_OFFSET_DELTA_AT)[0] + 1
-        return SegmentRead(memoryview(buf)[start - pos : end - pos], start, next_offset)
+        return read_batches(self, start_offset, max_bytes, max_offset, min_one_batch)
 
     def _iter_batches(self, start_position: int = 0, end_position: int | None = None) -> Iterator[BatchHeader]:
         """Batch headers (with absolute positions) from `start_position`, reading in chunks."""
-        end = self.size if end_position is None else end_position
-        pos = start_position
-        buf = b""
-        buf_pos = pos
-        while pos < end:
-            off = pos - buf_pos
-            if off + HEADER_SIZE > len(buf):
-                buf = self._pread_some(min(_SCAN_CHUNK_BYTES, end - pos), pos)
-                buf_pos, off = pos, 0
-                if len(buf) < HEADER_SIZE:
-                    raise CorruptRecordError(f"{self.log_path}: partial batch header at {pos}")
-            h = read_header(buf, off)
-            if h.batch_length < MIN_BATCH_SIZE - LOG_OVERHEAD or pos + h.size > end:
-                raise CorruptRecordError(f"{self.log_path}: bad batch length {h.batch_length} at {pos}")
-            h.position = pos
-            yield h
-            pos += h.size
+        return iter_batches(self, start_position, end_position)
 
     def batches(self, start_position: int = 0) -> Iterator[BatchHeader]:
         return self._iter_batches(start_position)
 
     def read_batch(self, header: BatchHeader) -> bytes:
         """The bytes of one batch found by `batches`/`translate_offset`."""
-        return self._pread(header.size, header.position)
+        return self.pread(header.size, header.position)
 
     def translate_offset(self, offset: int) -> BatchHeader | None:
         """The first batch whose last offset is >= `offset`, or None."""
@@ -568,18 +367,28 @@ class LogSegment:
                 return h
         return None
 
-    def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> tuple[int, int, int] | None:
+    def find_offset_by_timestamp(self, timestamp: int, starting_offset: int,
+                                 rules: ValidationRules | None = None) -> tuple[int, int, int] | None:
         """(offset, timestamp, leader epoch) of the first record at or after `starting_offset`
-        with a timestamp >= `timestamp`, or None. Decodes the one batch that holds it."""
+        with a timestamp >= `timestamp`, or None. Reads the one batch that holds it through the
+        record validator (`rules`, default `ValidationRules.for_stored` with no size bound); a
+        stored batch that does not validate is answered from its header, with a warning: a bad
+        record must never fail a ListOffsets."""
         self._ensure_offset_index()
         self._ensure_time_index()
         _, ts_offset = self.time_index.lookup(timestamp)
         _, pos = self.offset_index.lookup(max(ts_offset, starting_offset))
         for h in self._iter_batches(pos):
             if h.max_timestamp >= timestamp and h.last_offset >= starting_offset:
-                for r in decode_records(self.read_batch(h)):
-                    if r.timestamp >= timestamp and r.offset >= starting_offset:
-                        return r.offset, r.timestamp, h.partition_leader_epoch
+                try:
+                    pairs = record_timestamps(self.read_batch(h), rules or ValidationRules.for_stored(INT32_MAX))
+                except BatchValidationError as e:
+                    logger.warning("%s: the stored batch at offset %d does not validate (%s); answering the "
+                                   "timestamp lookup from its header", self.log_path, h.base_offset, e)
+                    return max(h.base_offset, starting_offset), h.max_timestamp, h.partition_leader_epoch
+                for offset, ts in pairs:
+                    if ts >= timestamp and offset >= starting_offset:
+                        return offset, ts, h.partition_leader_epoch
         return None
 
     # --- indexes ------------------------------------------------------------------------
@@ -602,54 +411,10 @@ class LogSegment:
         magic 2, a matching CRC and increasing offsets below `next_offset_bound` (the next
         segment's base offset). Reads at most about index.interval.bytes plus the last batch.
         Returns the segment's next offset; raises CorruptRecordError on any mismatch."""
-        file_size = self.file_size()
-        if file_size != self.size:
-            raise CorruptRecordError(f"{self.log_path}: file size {file_size} is not the loaded size {self.size}")
-        if self.size == 0:
-            return self.base_offset
-        try:
-            last_offset, pos = self.offset_index.last_entry()
-        except CorruptIndexError:
-            pos = 0
-        if not 0 <= pos < self.size:
-            pos = 0
-        nxt = self.base_offset
-        indexed_last = last_offset if pos > 0 else None  # the batch at `pos` must end there
-        buf = self._pread(self.size - pos, pos) if self.size - pos <= _RECOVERY_CHUNK_BYTES else b""
-        if not buf:  # a huge tail (no index entries): walk headers, CRC only the last batch
-            last: BatchHeader | None = None
-            for h in self._iter_batches(pos):
-                if h.base_offset < nxt or (h.position == pos and indexed_last not in (None, h.last_offset)):
-                    raise CorruptRecordError(f"{self.log_path}: offset {h.base_offset} after {nxt - 1} at {h.position}")
-                nxt, last = h.next_offset, h
-            assert last is not None
-            data = self.read_batch(last)
-            if data[16] != MAGIC or compute_crc(data, 0, last.size) != last.crc:
-                raise CorruptRecordError(f"{self.log_path}: last batch at {last.position} fails its CRC")
-        else:
-            off = 0
-            while off < len(buf):
-                if len(buf) - off < HEADER_SIZE:
-                    raise CorruptRecordError(f"{self.log_path}: partial batch header at {pos + off}")
-                h = read_header(buf, off)
-                if h.batch_length < MIN_BATCH_SIZE - LOG_OVERHEAD or off + h.size > len(buf):
-                    raise CorruptRecordError(f"{self.log_path}: bad batch length {h.batch_length} at {pos + off}")
-                if h.magic != MAGIC or compute_crc(buf, off, h.size) != h.crc:
-                    raise CorruptRecordError(f"{self.log_path}: batch at {pos + off} fails its magic/CRC check")
-                if h.base_offset < nxt or h.last_offset_delta < 0:
-                    raise CorruptRecordError(f"{self.log_path}: offset {h.base_offset} after {nxt - 1} at {pos + off}")
-                if off == 0 and indexed_last is not None and h.last_offset != indexed_last:
-                    raise CorruptRecordError(
-                        f"{self.log_path}: the index says the batch at {pos} ends at {indexed_last}, it ends at {h.last_offset}")
-                nxt = h.next_offset
-                off += h.size
-        if next_offset_bound is not None and nxt > next_offset_bound:
-            raise CorruptRecordError(
-                f"{self.log_path}: ends at offset {nxt - 1}, past the next segment's base offset {next_offset_bound}")
-        if nxt - 1 - self.base_offset > INT32_MAX:
-            raise CorruptRecordError(f"{self.log_path}: offset {nxt - 1} does not fit the segment")
+        nxt = check_tail(self, next_offset_bound)
         self._next_offset = nxt
         return nxt
+
 
     def load_indexes(self) -> None:
         """Load both indexes into memory (the active segment appends to them)."""
@@ -714,70 +479,21 @@ class LogSegment:
         self.offset_index.reset()
         self.time_index.reset()
         file_size = os.fstat(fd).st_size
-        pos = 0
-        buf = b""
-        buf_pos = 0
-        expected_next = self.base_offset
-        max_ts, offset_of_max, since = NO_TIMESTAMP, -1, 0
-        rolling: int | None = None
-        interval = self.index_interval_bytes
-        reason = ""
-        while pos < file_size:
-            off = pos - buf_pos
-            if off + HEADER_SIZE > len(buf):
-                if file_size - pos < HEADER_SIZE:
-                    reason = "partial batch header"
-                    break
-                buf = os.pread(fd, min(_RECOVERY_CHUNK_BYTES, file_size - pos), pos)
-                buf_pos, off = pos, 0
-            h = read_header(buf, off)
-            size = h.size
-            if h.batch_length < MIN_BATCH_SIZE - LOG_OVERHEAD or pos + size > file_size:
-                reason = f"batch length {h.batch_length}"
-                break
-            if off + size > len(buf):
-                buf = os.pread(fd, min(max(_RECOVERY_CHUNK_BYTES, size), file_size - pos), pos)
-                buf_pos, off = pos, 0
-            if h.magic != MAGIC:
-                reason = f"magic {h.magic}"
-                break
-            if compute_crc(buf, off, size) != h.crc:
-                reason = "CRC mismatch"
-                break
-            if h.base_offset < expected_next or h.last_offset_delta < 0 or h.last_offset - self.base_offset > INT32_MAX:
-                reason = f"offset {h.base_offset} after {expected_next - 1}"
-                break
-            if h.max_timestamp > max_ts:
-                max_ts, offset_of_max = h.max_timestamp, h.last_offset
-            if since > interval:
-                self.offset_index.append(h.last_offset, pos)
-                self.time_index.maybe_append(max_ts, offset_of_max)
-                since = 0
-            since += size
-            if rolling is None:
-                rolling = h.max_timestamp
-            epoch = h.partition_leader_epoch
-            if leader_epoch_cache is not None and epoch >= 0:
-                latest = leader_epoch_cache.latest_epoch
-                if latest is None or epoch > latest:
-                    leader_epoch_cache.assign(epoch, h.base_offset)
-            expected_next = h.next_offset
-            pos += size
-        truncated = file_size - pos
+        scan = scan_for_recovery(fd, self.log_path, self.base_offset, file_size, self.index_interval_bytes,
+                                 self.offset_index, self.time_index, leader_epoch_cache)
+        truncated = file_size - scan.valid_bytes
         if truncated:
-            logger.warning(
-                "%s: truncating %d bytes at position %d (%s)", self.log_path, truncated, pos, reason or "end of data"
-            )
-            os.ftruncate(fd, pos)
-        self.size = pos
-        self._next_offset = expected_next
-        self._bytes_since_last_index_entry = since
-        self._max_timestamp, self._offset_of_max_timestamp = max_ts, offset_of_max
-        self._rolling_base_timestamp = rolling
+            os.ftruncate(fd, scan.valid_bytes)
+        self.size = scan.valid_bytes
+        self._next_offset = scan.next_offset
+        self._bytes_since_last_index_entry = scan.bytes_since_last_index_entry
+        self._max_timestamp, self._offset_of_max_timestamp = scan.max_timestamp, scan.offset_of_max_timestamp
+        self._rolling_base_timestamp = scan.rolling_base_timestamp
         self._preallocated = False
         self.offset_index.write_pending()
         self.time_index.write_pending()
         return truncated
+
 
     def truncate_to(self, offset: int, now_ms: int) -> int:
         """Remove the batch holding `offset` and everything after it. Returns bytes removed."""

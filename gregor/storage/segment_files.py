@@ -1,0 +1,132 @@
+"""The process-wide cache of open segment `.log` descriptors (see segment.py's docstring).
+
+A segment does not hold its `.log` file open: every use takes the descriptor from `OPEN_FILES`
+(opening the file if needed) and pins it for the length of the call; the cache closes the least
+recently used unpinned descriptors beyond its capacity (LogManager sets it from
+`gregor.log.open.files.max`). Pinned descriptors are never closed, so a descriptor number can
+never be reused under a running call.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+from gregor.storage.errors import CorruptRecordError, KafkaStorageError
+
+if TYPE_CHECKING:
+    from gregor.storage.segment import LogSegment
+
+DEFAULT_OPEN_FILES = 1024
+
+
+def default_open_files_capacity() -> int:
+    """Half the soft RLIMIT_NOFILE (the rest is for sockets, indexes and checkpoints), at least 16."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return DEFAULT_OPEN_FILES
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return DEFAULT_OPEN_FILES * 64
+    return max(16, soft // 2)
+
+
+class SegmentFileCache:
+    """A bounded LRU of open segment `.log` descriptors, shared by every segment of the process.
+
+    `acquire` returns a descriptor pinned until `release`; pinned descriptors are never closed
+    (eviction skips them and `close_segment` defers to the last release). Evicting costs the
+    segment nothing but one `open` at its next use.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self._lock = threading.Lock()
+        self._open: OrderedDict[LogSegment, None] = OrderedDict()
+        self.capacity = max(1, capacity)
+        self.opened = 0  # files opened since start (a measure of churn)
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def set_capacity(self, capacity: int) -> None:
+        with self._lock:
+            self.capacity = max(1, capacity)
+            self._evict()
+
+    def register(self, seg: LogSegment, fd: int) -> None:
+        """A descriptor the segment opened itself (creating its file) joins the cache."""
+        with self._lock:
+            seg._fd = fd
+            self._open[seg] = None
+            self.opened += 1
+            self._evict()
+
+    def acquire(self, seg: LogSegment) -> int:
+        with self._lock:
+            fd = seg._fd
+            if fd < 0:
+                if seg.closed:
+                    raise KafkaStorageError(f"segment {seg.log_path} is closed")
+                try:
+                    fd = os.open(seg.log_path, os.O_RDWR)
+                except OSError as e:
+                    raise KafkaStorageError(f"cannot open {seg.log_path}: {e}") from e
+                seg._fd = fd
+                self._open[seg] = None
+                self.opened += 1
+                seg._pins += 1
+                self._evict()
+                return fd
+            self._open.move_to_end(seg)
+            seg._pins += 1
+            return fd
+
+    def release(self, seg: LogSegment) -> None:
+        with self._lock:
+            seg._pins -= 1
+            if seg._pins == 0 and (seg.closed or len(self._open) > self.capacity):
+                self._close(seg)
+
+    def close_segment(self, seg: LogSegment) -> None:
+        """Mark the segment closed; its descriptor closes now, or at its last release if pinned."""
+        with self._lock:
+            seg.closed = True
+            if seg._pins == 0:
+                self._close(seg)
+
+    def _close(self, seg: LogSegment) -> None:
+        fd, seg._fd = seg._fd, -1
+        self._open.pop(seg, None)
+        if fd >= 0:
+            os.close(fd)
+
+    def _evict(self) -> None:
+        if len(self._open) <= self.capacity:
+            return
+        for seg in list(self._open):
+            if seg._pins == 0:
+                self._close(seg)
+                if len(self._open) <= self.capacity:
+                    return
+
+
+OPEN_FILES = SegmentFileCache(default_open_files_capacity())
+
+
+def pread_exact(fd: int, size: int, position: int) -> bytes:
+    data = os.pread(fd, size, position)
+    if len(data) < size:  # only at end of file: a concurrent truncation or a damaged file
+        raise CorruptRecordError(f"short read: {len(data)} of {size} bytes at position {position}")
+    return data
+
+
+def pwrite_all(fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, position)
+        view = view[n:]
+        position += n
