@@ -230,7 +230,19 @@ class LocalLog:
         return fds
 
     def replace_segments(self, new: LogSegment, old: list[LogSegment], generation: int, now: int) -> bool:
-        """See Log.replace_segments (the order of renames there is what makes it crash safe)."""
+        """Swap the cleaned segment `new` (files suffixed `.cleaned`, complete and fsynced) in for
+        the consecutive, non-active segments `old`. Returns False, changing nothing, if the log
+        moved on since the clean was planned: closed, truncated (`generation`), or one of `old`
+        deleted by retention. The caller then deletes `new`.
+
+        Crash safety comes from the order of renames, all under the lock (a few renames and one
+        directory fsync, no data copying):
+          1. `new` .cleaned -> .swap, then fsync the directory: from here a restart completes the
+             replacement (LogLoader replaces the segments in [swap base, swap next offset)).
+          2. each old segment -> .deleted (unlinked after file.delete.delay.ms; a restart removes it).
+          3. `new` .swap -> final names (the first old segment's name, freed in step 2).
+        A crash before 1 leaves `.cleaned` files, removed on load: the old segments stand.
+        """
         if self.closed or generation != self.truncations or not old:
             return False
         try:

@@ -44,28 +44,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from gregor.protocol.records import LOG_OVERHEAD, TIMESTAMP_TYPE_BIT, BatchHeader, patch_batch
-from gregor.protocol.validator import (
-    DEFAULT_DECOMPRESSION_MAX_BYTES,
-    DEFAULT_DECOMPRESSION_RATIO,
-    BatchValidationError,
-    ValidationRules,
-    record_timestamps,
-    validate_batches,
-)
-from gregor.storage import retention
+from gregor.protocol.records import BatchHeader
+from gregor.protocol.validator import ValidationRules
+from gregor.storage import log_timestamps, retention
 from gregor.storage.checkpoint import LEADER_EPOCH_CHECKPOINT
 from gregor.storage.config import LogConfig
 from gregor.storage.errors import (
-    CorruptRecordError,
     OffsetOutOfRangeError,
     RecordListTooLargeError,
-    RecordTooLargeError,
-    UnexpectedAppendOffsetError,
 )
 from gregor.storage.index import NO_TIMESTAMP
 from gregor.storage.leader_epoch import LeaderEpochFileCache
 from gregor.storage.local_log import LocalLog
+from gregor.storage.log_append import assign_offsets, check_follower_offsets, validate_follower_batches
 from gregor.storage.log_loader import LogLoader
 from gregor.storage.segment import LogSegment, SegmentInfo
 
@@ -163,18 +154,9 @@ class Log:
         clean_shutdown: bool = False,
         segment_sizes: Mapping[int, int] | None = None,
     ) -> Log:
-        """Load (or create) the log in `dir` (see log_loader.py).
-
-        After an unclean shutdown every segment holding offsets at or after `recovery_point` is
-        re-validated batch by batch and a torn or corrupt tail is truncated (with every later
-        segment). After a clean shutdown the segments are not re-read, but each gets cheap sanity
-        checks: its size against `segment_sizes` (base offset -> size recorded at shutdown, if
-        known), its index files, and the framing and CRC of its batches after the last index
-        entry (`LogSegment.check_tail`); the last segment must end at `recovery_point` (the LEO
-        at shutdown). A segment failing any of them is recovered as after a crash. Whatever is
-        truncated is logged as an error naming the partition, segment, offsets and bytes.
-        Stray `.deleted`/`.cleaned` files are removed and interrupted `.swap` replacements completed.
-        """
+        """Load (or create) the log in `dir`: after an unclean shutdown the segments from
+        `recovery_point` on are re-validated, after a clean one (`clean_shutdown`, with the
+        segment sizes recorded then) every segment gets cheap sanity checks. See log_loader.py."""
         now = _now() if now_ms is None else now_ms
         os.makedirs(dir, exist_ok=True)
         dir = os.path.abspath(dir)
@@ -263,42 +245,17 @@ class Log:
             if n > config.segment_bytes:
                 raise RecordListTooLargeError(f"record set of {n} bytes exceeds segment.bytes {config.segment_bytes}")
             log_append_time = now_ms if config.log_append_time else None
-            first = offset = local.log_end_offset
-            max_ts, offset_of_max = NO_TIMESTAMP, -1
-            position = count = 0
-            max_batch = config.max_message_bytes
-            for h in headers:
-                size = h.batch_length + LOG_OVERHEAD
-                if h.position != position:
-                    raise ValueError(f"batch header at {h.position} where {position} was expected")
-                if size > max_batch:
-                    raise RecordTooLargeError(f"batch of {size} bytes exceeds max.message.bytes {max_batch}")
-                if h.last_offset_delta < 0:
-                    raise ValueError(f"batch at {position} has a negative last offset delta {h.last_offset_delta}")
-                patch_batch(records, position, offset, leader_epoch, log_append_time)
-                h.base_offset = offset
-                h.partition_leader_epoch = leader_epoch
-                if log_append_time is not None:
-                    h.max_timestamp = log_append_time
-                    h.attributes |= TIMESTAMP_TYPE_BIT
-                if h.max_timestamp > max_ts:
-                    max_ts, offset_of_max = h.max_timestamp, offset + h.last_offset_delta
-                offset += h.last_offset_delta + 1
-                position += size
-                count += h.records_count
-            if position != n:
-                raise ValueError(f"headers cover {position} of {n} bytes")
-            if log_append_time is not None:
-                offset_of_max = first
-            local.append(records, headers, max_ts, now_ms)
-            assert local.log_end_offset == offset > first, (local.log_end_offset, offset, first)
+            s = assign_offsets(records, headers, local.log_end_offset, leader_epoch, log_append_time,
+                               config.max_message_bytes)
+            local.append(records, headers, s.max_timestamp, now_ms)
+            assert local.log_end_offset == s.next_offset > s.first_offset, (local.log_end_offset, s)
             if leader_epoch >= 0:
                 latest = self.leader_epoch_cache.latest_epoch
                 if latest is None or leader_epoch > latest:
-                    self.leader_epoch_cache.assign(leader_epoch, first)
+                    self.leader_epoch_cache.assign(leader_epoch, s.first_offset)
             info = AppendInfo(
-                first, offset - 1, log_append_time if log_append_time is not None else -1,
-                self._log_start_offset, max_ts, offset_of_max, count, n,
+                s.first_offset, s.next_offset - 1, log_append_time if log_append_time is not None else -1,
+                self._log_start_offset, s.max_timestamp, s.offset_of_max_timestamp, s.records_count, n,
             )
         self._flush_if_messages_due(now_ms)
         return info
@@ -311,15 +268,14 @@ class Log:
         strictly increase (gaps are allowed: compaction leaves them), else UnexpectedAppendOffsetError.
 
         Without `headers` the batches are validated first with the follower rules
-        (`ValidationRules.for_follower`: framing, CRC, size, records; not timestamps or keys,
-        since the leader judged those), raising CorruptRecordError or RecordTooLargeError
-        whose `error` is the validator's Kafka error name; a caller that has
-        validated them already passes their headers. Each batch's leader epoch newer than the
-        cache's latest is recorded at the batch's base offset."""
+        (`log_append.validate_follower_batches`: CorruptRecordError or RecordTooLargeError); a
+        caller that has validated them already passes their headers. Each batch's leader epoch
+        newer than the cache's latest is recorded at the batch's base offset."""
         now = _now() if now_ms is None else now_ms
         local = self._local
         if headers is None:
-            headers = self._validate_follower_batches(records, now)
+            headers = validate_follower_batches(records, self.config.max_message_bytes, now,
+                                                f"{self.topic}-{self.partition}")
         if not headers:
             raise ValueError("nothing to append")
         n = len(records)
@@ -327,46 +283,17 @@ class Log:
             local.check_open()
             if n > local.config.segment_bytes:
                 raise RecordListTooLargeError(f"record set of {n} bytes exceeds segment.bytes")
-            first = headers[0].base_offset
-            expected = local.log_end_offset
-            max_ts, offset_of_max = NO_TIMESTAMP, -1
-            position = count = 0
-            for h in headers:
-                if h.position != position:
-                    raise ValueError(f"batch header at {h.position} where {position} was expected")
-                if h.base_offset < expected or h.last_offset_delta < 0:
-                    raise UnexpectedAppendOffsetError(
-                        f"batch at offset {h.base_offset} does not follow offset {expected - 1}",
-                        first, local.log_end_offset,
-                    )
-                if h.max_timestamp > max_ts:
-                    max_ts, offset_of_max = h.max_timestamp, h.last_offset
-                expected = h.next_offset
-                position += h.batch_length + LOG_OVERHEAD
-                count += h.records_count
-            if position != n:
-                raise ValueError(f"headers cover {position} of {n} bytes")
-            local.append(records, headers, max_ts, now)
+            s = check_follower_offsets(headers, n, local.log_end_offset)
+            local.append(records, headers, s.max_timestamp, now)
             cache = self.leader_epoch_cache
             for h in headers:
                 latest = cache.latest_epoch
                 if h.partition_leader_epoch >= 0 and (latest is None or h.partition_leader_epoch > latest):
                     cache.assign(h.partition_leader_epoch, h.base_offset)
-            info = AppendInfo(first, expected - 1, -1, self._log_start_offset, max_ts, offset_of_max, count, n)
+            info = AppendInfo(s.first_offset, s.next_offset - 1, -1, self._log_start_offset, s.max_timestamp,
+                              s.offset_of_max_timestamp, s.records_count, n)
         self._flush_if_messages_due(now)
         return info
-
-    def _validate_follower_batches(self, records: bytes | bytearray | memoryview, now: int) -> list[BatchHeader]:
-        rules = ValidationRules.for_follower(
-            max_message_bytes=self.config.max_message_bytes, decompression_ratio=DEFAULT_DECOMPRESSION_RATIO,
-            decompression_max_bytes=DEFAULT_DECOMPRESSION_MAX_BYTES)
-        try:
-            return validate_batches(memoryview(records), rules, now).headers
-        except BatchValidationError as e:
-            err = (RecordTooLargeError if e.error == "MESSAGE_TOO_LARGE" else CorruptRecordError)(
-                f"{self.topic}-{self.partition}: follower batch {e.batch_index} refused: {e}")
-            err.error = e.error  # the validator's Kafka error name (CORRUPT_MESSAGE, INVALID_RECORD, ...)
-            raise err from e
 
     def _flush_if_messages_due(self, now: int) -> None:
         """flush.messages, as Kafka applies it: once an append leaves that many messages (offsets)
@@ -433,56 +360,20 @@ class Log:
 
     def offset_for_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
         """The first record at or after the log start offset whose timestamp is >= `timestamp`
-        (the time index narrows the search, then one batch is decoded); None if there is none."""
+        (log_timestamps.py); None if there is none."""
         with self._lock:
-            start = self._log_start_offset
-            rules = ValidationRules.for_stored(self.config.max_message_bytes)
-            for seg in self._local.segments:
-                if seg.next_offset <= start or seg.max_timestamp < timestamp:
-                    continue
-                r = seg.find_offset_by_timestamp(timestamp, start, rules)
-                if r is not None:
-                    return TimestampAndOffset(r[0], r[1], r[2] if r[2] >= 0 else None)
-            return None
+            r = log_timestamps.offset_for_timestamp(
+                self._local.segments, self._log_start_offset, timestamp,
+                ValidationRules.for_stored(self.config.max_message_bytes))
+            return TimestampAndOffset(*r) if r is not None else None
 
     def max_timestamp_offset(self) -> TimestampAndOffset | None:
         """ListOffsets -3: the offset and timestamp of the (first) record with the largest timestamp."""
         with self._lock:
-            start = self._log_start_offset
-            best: LogSegment | None = None
-            for seg in self._local.segments:
-                if seg.next_offset <= start:
-                    continue
-                if seg.max_timestamp >= 0 and (best is None or seg.max_timestamp > best.max_timestamp):
-                    best = seg
-            if best is None:
-                return None
-            return self._max_timestamp_in(best)
-
-    def _max_timestamp_in(self, seg: LogSegment) -> TimestampAndOffset | None:
-        """The first record with `seg`'s max timestamp, read with the record validator's checks. A
-        stored batch that does not validate is answered from its header (its last offset), with a
-        warning: a bad record must never fail the request."""
-        ts = seg.max_timestamp
-        if ts < 0:
-            return None
-        h0 = seg.translate_offset(seg.offset_of_max_timestamp)
-        for h in seg.batches(h0.position if h0 is not None else 0):
-            if h.max_timestamp != ts:
-                continue
-            epoch = h.partition_leader_epoch if h.partition_leader_epoch >= 0 else None
-            try:
-                pairs = record_timestamps(seg.read_batch(h), ValidationRules.for_stored(self.config.max_message_bytes))
-            except BatchValidationError as e:
-                logger.warning("%s-%d: the stored batch at offset %d does not validate (%s); ListOffsets "
-                               "answers its last offset for the max timestamp", self.topic, self.partition,
-                               h.base_offset, e)
-                return TimestampAndOffset(h.last_offset, ts, epoch)
-            for offset, record_ts in pairs:
-                if record_ts == ts:
-                    return TimestampAndOffset(offset, ts, epoch)
-            return TimestampAndOffset(h.last_offset, ts, epoch)  # the header disagrees with its records
-        return None
+            r = log_timestamps.max_timestamp_offset(
+                self._local.segments, self._log_start_offset,
+                ValidationRules.for_stored(self.config.max_message_bytes), f"{self.topic}-{self.partition}")
+            return TimestampAndOffset(*r) if r is not None else None
 
     # --- high watermark -------------------------------------------------------------------------
 
@@ -600,19 +491,10 @@ class Log:
             return self._local.open_segment_readers(segments)
 
     def replace_segments(self, new: LogSegment, old: list[LogSegment], generation: int, now_ms: int) -> bool:
-        """Swap the cleaned segment `new` (files suffixed `.cleaned`, complete and fsynced) in for
-        the consecutive, non-active segments `old`. Returns False, changing nothing, if the log
-        moved on since the clean was planned: closed, truncated (`generation`), or one of `old`
-        deleted by retention. The caller then deletes `new`.
-
-        Crash safety comes from the order of renames, all under the lock (a few renames and one
-        directory fsync, no data copying):
-          1. `new` .cleaned -> .swap, then fsync the directory: from here a restart completes the
-             replacement (LogLoader replaces the segments in [swap base, swap next offset)).
-          2. each old segment -> .deleted (unlinked after file.delete.delay.ms; a restart removes it).
-          3. `new` .swap -> final names (the first old segment's name, freed in step 2).
-        A crash before 1 leaves `.cleaned` files, removed on load: the old segments stand.
-        """
+        """Swap the cleaned segment `new` (files `.cleaned`, complete and fsynced) in for the
+        consecutive, non-active segments `old`; False, changing nothing, if the log moved on since
+        the clean was planned (see LocalLog.replace_segments, whose order of renames makes it
+        crash safe). The caller then deletes `new`."""
         with self._lock:
             return self._local.replace_segments(new, old, generation, now_ms)
 
