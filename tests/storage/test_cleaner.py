@@ -33,7 +33,7 @@ from gregor.storage import (
     LogConfig,
     LogManager,
 )
-from gregor.storage import cleaner as cleaner_module
+from gregor.storage import compaction as compaction_module
 from gregor.storage.checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from gregor.storage.cleaner import MAP_ENTRY_BYTES
 
@@ -418,17 +418,17 @@ def test_a_truncation_during_a_clean_abandons_it(tmp_path, monkeypatch) -> None:
     log.roll(now_ms=0)
     for i in range(5):
         append_kv(log, [(b"k0", b"active%d" % i)])
-    real_flush = cleaner_module._flush_output
+    real_flush = compaction_module._flush_output
 
     def truncating_flush(*args: object) -> None:
         log.truncate_to(32)  # a follower diverged: the log's generation changes under the cleaner
         real_flush(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(cleaner_module, "_flush_output", truncating_flush)
+    monkeypatch.setattr(compaction_module, "_flush_output", truncating_flush)
     cleaner = cleaner_for(log)
     stats = cleaner.clean_now(log, now_ms=10**6)
     assert stats.aborted
-    monkeypatch.setattr(cleaner_module, "_flush_output", real_flush)
+    monkeypatch.setattr(compaction_module, "_flush_output", real_flush)
     assert [r.offset for r in read_records(log)] == list(range(32))
     assert not [n for n in os.listdir(log.dir) if n.endswith((".cleaned", ".swap"))]
     assert cleaner.checkpoints() == {}
