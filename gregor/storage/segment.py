@@ -27,23 +27,27 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 from gregor.protocol.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, read_header
-from gregor.protocol.validator import BatchValidationError, ValidationRules, record_timestamps
+from gregor.protocol.validator import ValidationRules
 from gregor.storage.config import LogConfig
 from gregor.storage.errors import CorruptIndexError, KafkaStorageError
 from gregor.storage.index import INT32_MAX, NO_TIMESTAMP, OffsetIndex, TimeIndex
 from gregor.storage.leader_epoch import LeaderEpochFileCache
 from gregor.storage.segment_files import (  # noqa: F401 - OPEN_FILES and its helpers are imported from here
     DEFAULT_OPEN_FILES,
+    LOG_SUFFIX,
     OPEN_FILES,
+    SegmentFile,
     SegmentFileCache,
     default_open_files_capacity,
-    pread_exact,
-    pwrite_all,
+    file_prefix,
 )
 from gregor.storage.segment_scan import (  # noqa: F401 - SegmentRead is imported from here
     MIN_BATCH_SIZE,
     SegmentRead,
+    check_indexes,
     check_tail,
+    find_offset_by_timestamp,
+    index_batches,
     iter_batches,
     read_batches,
     scan_for_recovery,
@@ -51,18 +55,12 @@ from gregor.storage.segment_scan import (  # noqa: F401 - SegmentRead is importe
 
 logger = logging.getLogger(__name__)
 
-LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 DELETED_SUFFIX = ".deleted"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
-
-
-def file_prefix(base_offset: int) -> str:
-    """Kafka's file name stem: the base offset as 20 digits."""
-    return f"{base_offset:020d}"
 
 
 def parse_base_offset(file_name: str) -> int | None:
@@ -84,7 +82,7 @@ class SegmentInfo(NamedTuple):
     time_index_entries: int
 
 
-class LogSegment:
+class LogSegment(SegmentFile):
     """A segment file and its indexes. `size` counts only whole, valid batches."""
 
     def __init__(
@@ -101,18 +99,13 @@ class LogSegment:
         created_ms: int,
         preallocated: bool,
     ) -> None:
-        self.dir = dir
-        self.base_offset = base_offset
-        self.suffix = suffix
-        self._fd = -1  # owned by OPEN_FILES: use OPEN_FILES.acquire/release
-        self._pins = 0
+        super().__init__(dir, base_offset, suffix)
         self.size = size
         self.offset_index = offset_index
         self.time_index = time_index
         self.index_interval_bytes = index_interval_bytes
         self.roll_jitter_ms = roll_jitter_ms
         self.created_ms = created_ms
-        self.closed = False
         self._preallocated = preallocated
         self._bytes_since_last_index_entry = 0
         # Largest batch max timestamp and the last offset of that batch ("shallow" offset);
@@ -167,45 +160,8 @@ class LogSegment:
             preallocated=False,
         )
 
-    @property
-    def log_path(self) -> str:
-        return os.path.join(self.dir, file_prefix(self.base_offset) + LOG_SUFFIX + self.suffix)
-
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size}, dir={self.dir!r})"
-
-    # --- file access (through OPEN_FILES) ------------------------------------------------
-
-    def pread(self, size: int, position: int) -> bytes:
-        """Exactly `size` bytes at `position` (CorruptRecordError if the file is shorter)."""
-        fd = OPEN_FILES.acquire(self)
-        try:
-            return pread_exact(fd, size, position)
-        finally:
-            OPEN_FILES.release(self)
-
-    def pread_some(self, size: int, position: int) -> bytes:
-        """Up to `size` bytes at `position` (fewer at the end of the file)."""
-        fd = OPEN_FILES.acquire(self)
-        try:
-            return os.pread(fd, size, position)
-        finally:
-            OPEN_FILES.release(self)
-
-    def _ftruncate(self, size: int) -> None:
-        fd = OPEN_FILES.acquire(self)
-        try:
-            os.ftruncate(fd, size)
-        finally:
-            OPEN_FILES.release(self)
-
-    def file_size(self) -> int:
-        """The `.log` file's size on disk (may exceed `size` when preallocated or torn)."""
-        fd = OPEN_FILES.acquire(self)
-        try:
-            return os.fstat(fd).st_size
-        finally:
-            OPEN_FILES.release(self)
 
     # --- derived state --------------------------------------------------------------------
 
@@ -256,11 +212,7 @@ class LogSegment:
         ts = self.max_timestamp
         if ts >= 0:
             return ts
-        fd = OPEN_FILES.acquire(self)
-        try:
-            return int(os.fstat(fd).st_mtime * 1000)
-        finally:
-            OPEN_FILES.release(self)
+        return self.file_mtime_ms()
 
     @property
     def rolling_base_timestamp(self) -> int | None:
@@ -301,17 +253,7 @@ class LogSegment:
         if self._max_timestamp is None:
             self._load_max_timestamp()
         position = self.size
-        fd = OPEN_FILES.acquire(self)
-        try:
-            pwrite_all(fd, records, position)
-        except OSError as e:
-            try:
-                os.ftruncate(fd, position)
-            except OSError:
-                pass
-            raise KafkaStorageError(f"append to {self.log_path} failed: {e}") from e
-        finally:
-            OPEN_FILES.release(self)
+        self.pwrite(records, position)
         max_ts = self._max_timestamp
         assert max_ts is not None
         offset_of_max = self._offset_of_max_timestamp
@@ -370,40 +312,16 @@ class LogSegment:
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int,
                                  rules: ValidationRules | None = None) -> tuple[int, int, int] | None:
         """(offset, timestamp, leader epoch) of the first record at or after `starting_offset`
-        with a timestamp >= `timestamp`, or None. Reads the one batch that holds it through the
-        record validator (`rules`, default `ValidationRules.for_stored` with no size bound); a
-        stored batch that does not validate is answered from its header, with a warning: a bad
-        record must never fail a ListOffsets."""
+        with a timestamp >= `timestamp`, or None (segment_scan.find_offset_by_timestamp)."""
         self._ensure_offset_index()
         self._ensure_time_index()
-        _, ts_offset = self.time_index.lookup(timestamp)
-        _, pos = self.offset_index.lookup(max(ts_offset, starting_offset))
-        for h in self._iter_batches(pos):
-            if h.max_timestamp >= timestamp and h.last_offset >= starting_offset:
-                try:
-                    pairs = record_timestamps(self.read_batch(h), rules or ValidationRules.for_stored(INT32_MAX))
-                except BatchValidationError as e:
-                    logger.warning("%s: the stored batch at offset %d does not validate (%s); answering the "
-                                   "timestamp lookup from its header", self.log_path, h.base_offset, e)
-                    return max(h.base_offset, starting_offset), h.max_timestamp, h.partition_leader_epoch
-                for offset, ts in pairs:
-                    if ts >= timestamp and offset >= starting_offset:
-                        return offset, ts, h.partition_leader_epoch
-        return None
+        return find_offset_by_timestamp(self, timestamp, starting_offset, rules)
 
     # --- indexes ------------------------------------------------------------------------
 
     def sanity_check(self, next_offset_bound: int | None = None) -> None:
-        """Cheap checks that the index files exist and agree with the log: whole entries, last
-        entries inside the segment (offsets below `next_offset_bound`, the next segment's base
-        offset, or this segment's next offset). Raises CorruptIndexError."""
-        if not self.offset_index.exists() or not self.time_index.exists():
-            raise CorruptIndexError(f"missing index file for {self.log_path}")
-        self.offset_index.sanity_check(self.size)
-        bound = self.next_offset if next_offset_bound is None else next_offset_bound
-        if self.offset_index.entries and self.offset_index.last_entry()[0] >= bound:
-            raise CorruptIndexError(f"{self.offset_index.path}: last offset is past the segment's end {bound}")
-        self.time_index.sanity_check(bound)
+        """Cheap checks that the index files exist and agree with the log (segment_scan.check_indexes)."""
+        check_indexes(self, next_offset_bound)
 
     def check_tail(self, next_offset_bound: int | None = None) -> int:
         """The cheap check of a segment trusted after a clean shutdown: the batches from the last
@@ -445,15 +363,8 @@ class LogSegment:
         """Rebuild both indexes from the batch headers (framing only, no CRC check)."""
         self.offset_index.reset()
         self.time_index.reset()
-        max_ts, offset_of_max, since = NO_TIMESTAMP, -1, 0
-        for h in self._iter_batches(0):
-            if h.max_timestamp > max_ts:
-                max_ts, offset_of_max = h.max_timestamp, h.last_offset
-            if since > self.index_interval_bytes:
-                self.offset_index.append(h.last_offset, h.position)
-                self.time_index.maybe_append(max_ts, offset_of_max)
-                since = 0
-            since += h.size
+        max_ts, offset_of_max, since = index_batches(self._iter_batches(0), self.index_interval_bytes,
+                                                     self.offset_index, self.time_index)
         if max_ts >= 0:
             self.time_index.maybe_append(max_ts, offset_of_max)
         self._bytes_since_last_index_entry = since
@@ -571,15 +482,6 @@ class LogSegment:
         return SegmentInfo(
             self, self.base_offset, self.size, next_base, self.offset_index.entries, self.time_index.entries
         )
-
-    def dup_fd(self) -> int:
-        """A new descriptor for the .log file, owned by the caller (see Log.open_segment_readers)."""
-        assert not self.closed
-        fd = OPEN_FILES.acquire(self)
-        try:
-            return os.dup(fd)
-        finally:
-            OPEN_FILES.release(self)
 
     def change_suffix(self, new_suffix: str) -> None:
         """Rename the three files, e.g. to `.deleted` before an asynchronous delete."""

@@ -1,4 +1,5 @@
-"""The process-wide cache of open segment `.log` descriptors (see segment.py's docstring).
+"""A segment's `.log` file (SegmentFile, the base of LogSegment) and the process-wide cache of
+open segment descriptors, OPEN_FILES (see segment.py's docstring).
 
 A segment does not hold its `.log` file open: every use takes the descriptor from `OPEN_FILES`
 (opening the file if needed) and pins it for the length of the call; the cache closes the least
@@ -12,12 +13,15 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from typing import TYPE_CHECKING
 
 from gregor.storage.errors import CorruptRecordError, KafkaStorageError
 
-if TYPE_CHECKING:
-    from gregor.storage.segment import LogSegment
+LOG_SUFFIX = ".log"
+
+
+def file_prefix(base_offset: int) -> str:
+    """Kafka's file name stem: the base offset as 20 digits."""
+    return f"{base_offset:020d}"
 
 DEFAULT_OPEN_FILES = 1024
 
@@ -45,7 +49,7 @@ class SegmentFileCache:
 
     def __init__(self, capacity: int) -> None:
         self._lock = threading.Lock()
-        self._open: OrderedDict[LogSegment, None] = OrderedDict()
+        self._open: OrderedDict[SegmentFile, None] = OrderedDict()
         self.capacity = max(1, capacity)
         self.opened = 0  # files opened since start (a measure of churn)
 
@@ -57,7 +61,7 @@ class SegmentFileCache:
             self.capacity = max(1, capacity)
             self._evict()
 
-    def register(self, seg: LogSegment, fd: int) -> None:
+    def register(self, seg: SegmentFile, fd: int) -> None:
         """A descriptor the segment opened itself (creating its file) joins the cache."""
         with self._lock:
             seg._fd = fd
@@ -65,7 +69,7 @@ class SegmentFileCache:
             self.opened += 1
             self._evict()
 
-    def acquire(self, seg: LogSegment) -> int:
+    def acquire(self, seg: SegmentFile) -> int:
         with self._lock:
             fd = seg._fd
             if fd < 0:
@@ -85,20 +89,20 @@ class SegmentFileCache:
             seg._pins += 1
             return fd
 
-    def release(self, seg: LogSegment) -> None:
+    def release(self, seg: SegmentFile) -> None:
         with self._lock:
             seg._pins -= 1
             if seg._pins == 0 and (seg.closed or len(self._open) > self.capacity):
                 self._close(seg)
 
-    def close_segment(self, seg: LogSegment) -> None:
+    def close_segment(self, seg: SegmentFile) -> None:
         """Mark the segment closed; its descriptor closes now, or at its last release if pinned."""
         with self._lock:
             seg.closed = True
             if seg._pins == 0:
                 self._close(seg)
 
-    def _close(self, seg: LogSegment) -> None:
+    def _close(self, seg: SegmentFile) -> None:
         fd, seg._fd = seg._fd, -1
         self._open.pop(seg, None)
         if fd >= 0:
@@ -130,3 +134,83 @@ def pwrite_all(fd: int, data: bytes | bytearray | memoryview, position: int) -> 
         n = os.pwrite(fd, view, position)
         view = view[n:]
         position += n
+
+
+class SegmentFile:
+    """The `.log` file of one segment, named `<base offset><.log><suffix>` in `dir`. It holds no
+    descriptor of its own: each call pins one from OPEN_FILES for its length (opening the file
+    if the cache closed it). `closed` is set by OPEN_FILES.close_segment."""
+
+    def __init__(self, dir: str, base_offset: int, suffix: str) -> None:
+        self.dir = dir
+        self.base_offset = base_offset
+        self.suffix = suffix
+        self._fd = -1  # owned by OPEN_FILES: use OPEN_FILES.acquire/release
+        self._pins = 0
+        self.closed = False
+
+    @property
+    def log_path(self) -> str:
+        return os.path.join(self.dir, file_prefix(self.base_offset) + LOG_SUFFIX + self.suffix)
+
+    def pread(self, size: int, position: int) -> bytes:
+        """Exactly `size` bytes at `position` (CorruptRecordError if the file is shorter)."""
+        fd = OPEN_FILES.acquire(self)
+        try:
+            return pread_exact(fd, size, position)
+        finally:
+            OPEN_FILES.release(self)
+
+    def pread_some(self, size: int, position: int) -> bytes:
+        """Up to `size` bytes at `position` (fewer at the end of the file)."""
+        fd = OPEN_FILES.acquire(self)
+        try:
+            return os.pread(fd, size, position)
+        finally:
+            OPEN_FILES.release(self)
+
+    def pwrite(self, data: bytes | bytearray | memoryview, position: int) -> None:
+        """Write all of `data` at `position`; on failure cut the file back to `position` (so no
+        partial batch stays behind) and raise KafkaStorageError."""
+        fd = OPEN_FILES.acquire(self)
+        try:
+            pwrite_all(fd, data, position)
+        except OSError as e:
+            try:
+                os.ftruncate(fd, position)
+            except OSError:
+                pass
+            raise KafkaStorageError(f"append to {self.log_path} failed: {e}") from e
+        finally:
+            OPEN_FILES.release(self)
+
+    def _ftruncate(self, size: int) -> None:
+        fd = OPEN_FILES.acquire(self)
+        try:
+            os.ftruncate(fd, size)
+        finally:
+            OPEN_FILES.release(self)
+
+    def file_size(self) -> int:
+        """The `.log` file's size on disk (may exceed the segment's size when preallocated or torn)."""
+        fd = OPEN_FILES.acquire(self)
+        try:
+            return os.fstat(fd).st_size
+        finally:
+            OPEN_FILES.release(self)
+
+    def file_mtime_ms(self) -> int:
+        fd = OPEN_FILES.acquire(self)
+        try:
+            return int(os.fstat(fd).st_mtime * 1000)
+        finally:
+            OPEN_FILES.release(self)
+
+    def dup_fd(self) -> int:
+        """A new descriptor for the .log file, owned by the caller (see Log.open_segment_readers)."""
+        assert not self.closed
+        fd = OPEN_FILES.acquire(self)
+        try:
+            return os.dup(fd)
+        finally:
+            OPEN_FILES.release(self)

@@ -2,11 +2,14 @@
 
     iter_batches         batch headers from a position, framing checked, in 64 KiB reads
     read_batches         the fetch path: whole batches from an offset, one pread, headers only
+    check_indexes        the cheap index checks of a segment that is not re-validated
     check_tail           the cheap check after a clean shutdown: CRCs after the last index entry
+    index_batches        index entries for batch headers (an index rebuild)
+    find_offset_by_timestamp  ListOffsets by timestamp within one segment
     scan_for_recovery    re-validate every batch after a crash (CRC, magic, framing, offsets)
 
-Only batch headers are parsed here; records are never decoded (that is the record validator's
-job, gregor.protocol.validator). Each function reads through the segment's `pread`/`pread_some`
+Only batch headers are parsed here; records are read only through the record validator
+(gregor.protocol.validator), by find_offset_by_timestamp. Each function reads through the segment's `pread`/`pread_some`
 (the open-files cache), or a descriptor its caller pinned, and changes no segment state: the
 LogSegment method that calls it applies what it returns.
 """
@@ -20,6 +23,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
 from gregor.protocol.records import HEADER_SIZE, LOG_OVERHEAD, MAGIC, BatchHeader, compute_crc, read_header
+from gregor.protocol.validator import BatchValidationError, ValidationRules, record_timestamps
 from gregor.storage.errors import CorruptIndexError, CorruptRecordError
 from gregor.storage.index import INT32_MAX, NO_TIMESTAMP, OffsetIndex, TimeIndex
 from gregor.storage.leader_epoch import LeaderEpochFileCache
@@ -139,6 +143,58 @@ def read_batches(seg: LogSegment, start_offset: int, max_bytes: int, max_offset:
         j = last_start - pos
         next_offset = _BASE_AND_LENGTH.unpack_from(buf, j)[0] + unpack_i32(buf, j + _LAST_OFFSET_DELTA_AT)[0] + 1
     return SegmentRead(memoryview(buf)[start - pos : end - pos], start, next_offset)
+
+
+def check_indexes(seg: LogSegment, next_offset_bound: int | None) -> None:
+    """The index files exist and agree with the log: whole entries, last entries inside the
+    segment (offsets below `next_offset_bound`, the next segment's base offset, or the segment's
+    next offset). Raises CorruptIndexError."""
+    if not seg.offset_index.exists() or not seg.time_index.exists():
+        raise CorruptIndexError(f"missing index file for {seg.log_path}")
+    seg.offset_index.sanity_check(seg.size)
+    bound = seg.next_offset if next_offset_bound is None else next_offset_bound
+    if seg.offset_index.entries and seg.offset_index.last_entry()[0] >= bound:
+        raise CorruptIndexError(f"{seg.offset_index.path}: last offset is past the segment's end {bound}")
+    seg.time_index.sanity_check(bound)
+
+
+def index_batches(headers: Iterator[BatchHeader], interval: int, offset_index: OffsetIndex,
+                  time_index: TimeIndex) -> tuple[int, int, int]:
+    """Append an entry to both (reset) indexes every `interval` bytes of batches. Returns (max
+    timestamp, last offset of the batch holding it, bytes since the last index entry)."""
+    max_ts, offset_of_max, since = NO_TIMESTAMP, -1, 0
+    for h in headers:
+        if h.max_timestamp > max_ts:
+            max_ts, offset_of_max = h.max_timestamp, h.last_offset
+        if since > interval:
+            offset_index.append(h.last_offset, h.position)
+            time_index.maybe_append(max_ts, offset_of_max)
+            since = 0
+        since += h.size
+    return max_ts, offset_of_max, since
+
+
+def find_offset_by_timestamp(seg: LogSegment, timestamp: int, starting_offset: int,
+                             rules: ValidationRules | None) -> tuple[int, int, int] | None:
+    """(offset, timestamp, leader epoch) of the first record at or after `starting_offset` with a
+    timestamp >= `timestamp`, or None; the segment's indexes must be loaded. Reads the one batch
+    that holds it through the record validator (`rules`, default `ValidationRules.for_stored`
+    with no size bound); a stored batch that does not validate is answered from its header, with
+    a warning: a bad record must never fail a ListOffsets."""
+    _, ts_offset = seg.time_index.lookup(timestamp)
+    _, pos = seg.offset_index.lookup(max(ts_offset, starting_offset))
+    for h in iter_batches(seg, pos):
+        if h.max_timestamp >= timestamp and h.last_offset >= starting_offset:
+            try:
+                pairs = record_timestamps(seg.read_batch(h), rules or ValidationRules.for_stored(INT32_MAX))
+            except BatchValidationError as e:
+                logger.warning("%s: the stored batch at offset %d does not validate (%s); answering the "
+                               "timestamp lookup from its header", seg.log_path, h.base_offset, e)
+                return max(h.base_offset, starting_offset), h.max_timestamp, h.partition_leader_epoch
+            for offset, ts in pairs:
+                if ts >= timestamp and offset >= starting_offset:
+                    return offset, ts, h.partition_leader_epoch
+    return None
 
 
 def check_tail(seg: LogSegment, next_offset_bound: int | None) -> int:
