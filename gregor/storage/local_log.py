@@ -216,7 +216,10 @@ class LocalLog:
     # --- log cleaner support -------------------------------------------------------------------
 
     def open_segment_readers(self, segments: list[LogSegment]) -> list[int] | None:
-        """See Log.open_segment_readers."""
+        """Duplicated read descriptors for `segments` (the caller closes them), or None if one of
+        them has left the log. A duplicate stays valid when the segment is closed, renamed or
+        deleted meanwhile, so the cleaner reads without holding the lock and never hits a
+        descriptor number that was closed and reused."""
         if self.closed or any(seg.closed for seg in segments):
             return None
         fds: list[int] = []
@@ -228,6 +231,15 @@ class LocalLog:
                 os.close(fd)
             raise
         return fds
+
+    def segment_timestamps(self, seg: LogSegment) -> tuple[int, int | None] | None:
+        """(largest timestamp, first batch timestamp) of a segment for the compaction lags, or None
+        if it is no longer part of the log. Under the lock: the values are loaded lazily from the
+        files, which must not race with the event loop doing the same."""
+        with self.lock:
+            if self.closed or seg.closed:
+                return None
+            return seg.largest_timestamp, seg.rolling_base_timestamp
 
     def replace_segments(self, new: LogSegment, old: list[LogSegment], generation: int, now: int) -> bool:
         """Swap the cleaned segment `new` (files suffixed `.cleaned`, complete and fsynced) in for
@@ -281,6 +293,17 @@ class LocalLog:
         if self.roll_flush_offset > rp:
             return self.roll_flush_offset
         return None
+
+    def maybe_flush(self, now: int, also: Callable[[], None]) -> bool:
+        """Flush up to `flush_target(now)`, if any (see `flush`). Returns whether it flushed."""
+        with self.lock:
+            if self.closed:
+                return False
+            target = self.flush_target(now)
+        if target is None:
+            return False
+        self.flush(target, now, also)
+        return True
 
     def flush(self, offset: int | None, now: int, also: Callable[[], None]) -> None:
         """fsync every segment holding offsets below `offset` (default: the LEO) and the directory

@@ -144,16 +144,9 @@ class Log:
         )
 
     @classmethod
-    def open(
-        cls,
-        dir: str,
-        config: LogConfig,
-        recovery_point: int = 0,
-        log_start_offset: int = 0,
-        now_ms: int | None = None,
-        clean_shutdown: bool = False,
-        segment_sizes: Mapping[int, int] | None = None,
-    ) -> Log:
+    def open(cls, dir: str, config: LogConfig, recovery_point: int = 0, log_start_offset: int = 0,
+             now_ms: int | None = None, clean_shutdown: bool = False,
+             segment_sizes: Mapping[int, int] | None = None) -> Log:
         """Load (or create) the log in `dir`: after an unclean shutdown the segments from
         `recovery_point` on are re-validated, after a clean one (`clean_shutdown`, with the
         segment sizes recorded then) every segment gets cheap sanity checks. See log_loader.py."""
@@ -382,7 +375,7 @@ class Log:
         with self._lock:
             hw = min(max(high_watermark, self._log_start_offset), self._local.log_end_offset)
             self._high_watermark = hw
-            self._check_offsets()
+            self._check_invariants(offsets_only=True)
             return hw
 
     def maybe_increment_high_watermark(self, high_watermark: int) -> bool:
@@ -394,7 +387,7 @@ class Log:
             if high_watermark <= self._high_watermark:
                 return False
             self._high_watermark = high_watermark
-            self._check_offsets()
+            self._check_invariants(offsets_only=True)
             return True
 
     # --- deletion: DeleteRecords and retention -------------------------------------------------
@@ -474,19 +467,11 @@ class Log:
             )
 
     def segment_timestamps(self, seg: LogSegment) -> tuple[int, int | None] | None:
-        """(largest timestamp, first batch timestamp) of a segment for the compaction lags, or None
-        if it is no longer part of the log. Under the lock: the values are loaded lazily from the
-        files, which must not race with the event loop doing the same."""
-        with self._lock:
-            if self._local.closed or seg.closed:
-                return None
-            return seg.largest_timestamp, seg.rolling_base_timestamp
+        """(largest timestamp, first batch timestamp) of a segment, or None (LocalLog's)."""
+        return self._local.segment_timestamps(seg)
 
     def open_segment_readers(self, segments: list[LogSegment]) -> list[int] | None:
-        """Duplicated read descriptors for `segments` (the caller closes them), or None if one of
-        them has left the log. A duplicate stays valid when the segment is closed, renamed or
-        deleted meanwhile, so the cleaner reads without holding the lock and never hits a
-        descriptor number that was closed and reused."""
+        """Read descriptors for the cleaner, or None if a segment left the log (LocalLog's)."""
         with self._lock:
             return self._local.open_segment_readers(segments)
 
@@ -554,14 +539,7 @@ class Log:
     def maybe_flush(self, now_ms: int) -> bool:
         """Flush if flush.messages or flush.ms says so, or up to the last roll (Kafka flushes a
         segment once it is rolled). fsyncs: call it off the event loop. Returns whether it flushed."""
-        with self._lock:
-            if self._local.closed:
-                return False
-            target = self._local.flush_target(now_ms)
-        if target is None:
-            return False
-        self.flush(target, now_ms)
-        return True
+        return self._local.maybe_flush(now_ms, self._flush_checkpoints)
 
     def flush(self, offset: int | None = None, now_ms: int | None = None) -> None:
         """fsync every segment holding offsets below `offset` (default: the LEO) and the leader
@@ -589,13 +567,11 @@ class Log:
         self.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def _check_offsets(self) -> None:
+    def _check_invariants(self, offsets_only: bool = False) -> None:
+        """log start <= HW <= LEO here; the recovery point and the segment order in LocalLog."""
         assert self._log_start_offset <= self._high_watermark <= self._local.log_end_offset, self
-
-    def _check_invariants(self) -> None:
-        """log start <= HW <= LEO here, the rest in LocalLog (recovery point, segment order)."""
-        self._check_offsets()
-        self._local.check_invariants()
+        if not offsets_only:
+            self._local.check_invariants()
 
 
 def _now() -> int:
