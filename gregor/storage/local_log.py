@@ -45,6 +45,7 @@ class LocalLog:
         self.topic = topic
         self.partition = partition
         self.config = config
+        self._max_segment_ms = config.max_segment_ms  # LogConfig is frozen; the property is not free
         self.lock = threading.RLock()
         self.flush_lock = threading.Lock()
         self.segments = segments
@@ -80,7 +81,7 @@ class LocalLog:
         first, last = headers[0].base_offset, headers[-1].last_offset
         assert first >= self.log_end_offset and last >= first, (first, last, self.log_end_offset)
         seg = self.segments[-1]
-        reason = seg.should_roll(self.config, len(records), max_ts, last, now)
+        reason = seg.should_roll(self.config, len(records), max_ts, last, now, self._max_segment_ms)
         if reason is not None:
             seg = self.roll(first, now, reason)
         seg.append(records, headers)
@@ -346,6 +347,7 @@ class LocalLog:
 
     def update_config(self, config: LogConfig) -> None:
         self.config = config
+        self._max_segment_ms = config.max_segment_ms
         for seg in self.segments:
             seg.index_interval_bytes = config.index_interval_bytes
 

@@ -238,17 +238,17 @@ class Log:
             if n > config.segment_bytes:
                 raise RecordListTooLargeError(f"record set of {n} bytes exceeds segment.bytes {config.segment_bytes}")
             log_append_time = now_ms if config.log_append_time else None
-            s = assign_offsets(records, headers, local.log_end_offset, leader_epoch, log_append_time,
-                               config.max_message_bytes)
-            local.append(records, headers, s.max_timestamp, now_ms)
-            assert local.log_end_offset == s.next_offset > s.first_offset, (local.log_end_offset, s)
+            first, nxt, max_ts, offset_of_max, count = assign_offsets(
+                records, headers, local.log_end_offset, leader_epoch, log_append_time, config.max_message_bytes)
+            local.append(records, headers, max_ts, now_ms)
+            assert local.log_end_offset == nxt > first, (local.log_end_offset, nxt, first)
             if leader_epoch >= 0:
                 latest = self.leader_epoch_cache.latest_epoch
                 if latest is None or leader_epoch > latest:
-                    self.leader_epoch_cache.assign(leader_epoch, s.first_offset)
+                    self.leader_epoch_cache.assign(leader_epoch, first)
             info = AppendInfo(
-                s.first_offset, s.next_offset - 1, log_append_time if log_append_time is not None else -1,
-                self._log_start_offset, s.max_timestamp, s.offset_of_max_timestamp, s.records_count, n,
+                first, nxt - 1, log_append_time if log_append_time is not None else -1,
+                self._log_start_offset, max_ts, offset_of_max, count, n,
             )
         self._flush_if_messages_due(now_ms)
         return info
@@ -276,15 +276,14 @@ class Log:
             local.check_open()
             if n > local.config.segment_bytes:
                 raise RecordListTooLargeError(f"record set of {n} bytes exceeds segment.bytes")
-            s = check_follower_offsets(headers, n, local.log_end_offset)
-            local.append(records, headers, s.max_timestamp, now)
+            first, nxt, max_ts, offset_of_max, count = check_follower_offsets(headers, n, local.log_end_offset)
+            local.append(records, headers, max_ts, now)
             cache = self.leader_epoch_cache
             for h in headers:
                 latest = cache.latest_epoch
                 if h.partition_leader_epoch >= 0 and (latest is None or h.partition_leader_epoch > latest):
                     cache.assign(h.partition_leader_epoch, h.base_offset)
-            info = AppendInfo(s.first_offset, s.next_offset - 1, -1, self._log_start_offset, s.max_timestamp,
-                              s.offset_of_max_timestamp, s.records_count, n)
+            info = AppendInfo(first, nxt - 1, -1, self._log_start_offset, max_ts, offset_of_max, count, n)
         self._flush_if_messages_due(now)
         return info
 
@@ -293,7 +292,8 @@ class Log:
         unflushed, the log is fsynced in the append path, before the append returns and so
         before the Produce is acknowledged. With flush.messages=1 every append pays an fsync
         (about 1-10 ms on a disk, on the caller's thread, the event loop for a Produce)."""
-        if self._local.log_end_offset - self._local.recovery_point >= self.config.flush_messages:
+        local = self._local
+        if local.log_end_offset - local.recovery_point >= local.config.flush_messages:
             self.flush(now_ms=now)
 
     def roll(self, now_ms: int | None = None) -> LogSegment:

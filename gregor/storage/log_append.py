@@ -15,8 +15,6 @@ cannot write a batch the headers do not describe.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from gregor.protocol.records import LOG_OVERHEAD, TIMESTAMP_TYPE_BIT, BatchHeader, patch_batch
 from gregor.protocol.validator import (
     DEFAULT_DECOMPRESSION_MAX_BYTES,
@@ -28,13 +26,9 @@ from gregor.protocol.validator import (
 from gregor.storage.errors import CorruptRecordError, RecordTooLargeError, UnexpectedAppendOffsetError
 from gregor.storage.index import NO_TIMESTAMP
 
-
-class AppendSummary(NamedTuple):
-    first_offset: int
-    next_offset: int  # the LEO after the append
-    max_timestamp: int
-    offset_of_max_timestamp: int
-    records_count: int
+AppendSummary = tuple[int, int, int, int, int]
+"""(first offset, next offset = the LEO after the append, max timestamp, offset of the max
+timestamp, records count): a plain tuple, as this is on every Produce's path."""
 
 
 def assign_offsets(records: bytearray | memoryview, headers: list[BatchHeader], first_offset: int,
@@ -68,7 +62,7 @@ def assign_offsets(records: bytearray | memoryview, headers: list[BatchHeader], 
         raise ValueError(f"headers cover {position} of {len(records)} bytes")
     if log_append_time is not None:
         offset_of_max = first_offset
-    return AppendSummary(first_offset, offset, max_ts, offset_of_max, count)
+    return first_offset, offset, max_ts, offset_of_max, count
 
 
 def check_follower_offsets(headers: list[BatchHeader], size: int, log_end_offset: int) -> AppendSummary:
@@ -91,7 +85,7 @@ def check_follower_offsets(headers: list[BatchHeader], size: int, log_end_offset
         count += h.records_count
     if position != size:
         raise ValueError(f"headers cover {position} of {size} bytes")
-    return AppendSummary(first, expected, max_ts, offset_of_max, count)
+    return first, expected, max_ts, offset_of_max, count
 
 
 def validate_follower_batches(records: bytes | bytearray | memoryview, max_message_bytes: int, now: int,

@@ -169,21 +169,6 @@ class SegmentFile:
         finally:
             OPEN_FILES.release(self)
 
-    def pwrite(self, data: bytes | bytearray | memoryview, position: int) -> None:
-        """Write all of `data` at `position`; on failure cut the file back to `position` (so no
-        partial batch stays behind) and raise KafkaStorageError."""
-        fd = OPEN_FILES.acquire(self)
-        try:
-            pwrite_all(fd, data, position)
-        except OSError as e:
-            try:
-                os.ftruncate(fd, position)
-            except OSError:
-                pass
-            raise KafkaStorageError(f"append to {self.log_path} failed: {e}") from e
-        finally:
-            OPEN_FILES.release(self)
-
     def _ftruncate(self, size: int) -> None:
         fd = OPEN_FILES.acquire(self)
         try:
