@@ -283,3 +283,32 @@ def test_leader_append_after_follower_appends_continues_at_the_leo(tmp_path) -> 
     info = append(log, 3, epoch=2)
     assert (info.first_offset, info.last_offset) == (6, 8)
     assert log.leader_epoch_cache.entries() == [(1, 0), (2, 6)]
+
+
+# --- timestamp lookups read records through the validator ------------------------------------------
+
+
+def test_timestamp_lookups_answer_from_the_header_of_a_stored_batch_that_does_not_validate(tmp_path, caplog) -> None:
+    log = open_log(tmp_path, index_interval_bytes=1)
+    for i in range(6):
+        buf = batch(3, timestamps=[1000 + 10 * i, 1005 + 10 * i, 1002 + 10 * i], base_offset=0)
+        log.append_as_leader(buf, headers_of(buf), 0, 0)
+    assert log.offset_for_timestamp(1023).offset == 7  # the record at 1025, the second of batch 2
+    assert log.fetch_offset_by_timestamp(-3) == (16, 1055, 0)
+    h = batch_headers(log)[2]
+    path = log.active_segment.log_path
+    log.flush()
+    leo = log.log_end_offset
+    log.close()
+    with open(path, "r+b") as f:  # a bit flipped on disk in a record of batch 2 (offsets 6..8)
+        f.seek(h.position + h.size - 2)
+        byte = f.read(1)
+        f.seek(h.position + h.size - 2)
+        f.write(bytes([byte[0] ^ 0x01]))
+    log = reopen(log, leo, clean=True)  # batch 2 is not the tail: a clean start does not re-read it
+    assert log.log_end_offset == leo
+    with caplog.at_level("WARNING"):
+        assert log.offset_for_timestamp(1023) == (6, 1025, 0)  # from the header: its first offset
+    assert "does not validate" in caplog.text
+    assert log.offset_for_timestamp(1033).offset == 10  # the next batch validates
+    assert log.offset_for_timestamp(10**6) is None
