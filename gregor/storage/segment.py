@@ -121,25 +121,16 @@ class LogSegment(SegmentFile):
     @classmethod
     def create(cls, dir: str, base_offset: int, config: LogConfig, now_ms: int, suffix: str = "") -> LogSegment:
         """A new empty segment; stale files of the same name are replaced."""
-        prefix = os.path.join(dir, file_prefix(base_offset))
-        fd = os.open(prefix + LOG_SUFFIX + suffix, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        path = os.path.join(dir, file_prefix(base_offset) + LOG_SUFFIX + suffix)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         preallocated = False
         if config.preallocate:
             try:
                 os.posix_fallocate(fd, 0, config.segment_bytes)
                 preallocated = True
             except OSError as e:  # e.g. a file system without fallocate: carry on without
-                logger.warning("cannot preallocate %s: %s", prefix + LOG_SUFFIX, e)
-        seg = cls(
-            dir, base_offset, 0,
-            OffsetIndex(prefix + INDEX_SUFFIX + suffix, base_offset, config.max_index_entries, new=True),
-            TimeIndex(prefix + TIME_INDEX_SUFFIX + suffix, base_offset, config.max_time_index_entries, new=True),
-            suffix=suffix,
-            index_interval_bytes=config.index_interval_bytes,
-            roll_jitter_ms=_jitter(config),
-            created_ms=now_ms,
-            preallocated=preallocated,
-        )
+                logger.warning("cannot preallocate %s: %s", path, e)
+        seg = cls._new(dir, base_offset, 0, config, now_ms, suffix, new=True, preallocated=preallocated)
         seg._max_timestamp = NO_TIMESTAMP
         seg._next_offset = base_offset
         OPEN_FILES.register(seg, fd)
@@ -148,17 +139,19 @@ class LogSegment(SegmentFile):
     @classmethod
     def open(cls, dir: str, base_offset: int, config: LogConfig, now_ms: int, suffix: str = "") -> LogSegment:
         """An existing segment. Its indexes are checked lazily; call `sanity_check` to check now."""
+        size = os.stat(os.path.join(dir, file_prefix(base_offset) + LOG_SUFFIX + suffix)).st_size  # no descriptor yet
+        return cls._new(dir, base_offset, size, config, now_ms, suffix, new=False, preallocated=False)
+
+    @classmethod
+    def _new(cls, dir: str, base_offset: int, size: int, config: LogConfig, now_ms: int, suffix: str, *,
+             new: bool, preallocated: bool) -> LogSegment:
         prefix = os.path.join(dir, file_prefix(base_offset))
-        size = os.stat(prefix + LOG_SUFFIX + suffix).st_size  # no descriptor until first used
         return cls(
             dir, base_offset, size,
-            OffsetIndex(prefix + INDEX_SUFFIX + suffix, base_offset, config.max_index_entries, new=False),
-            TimeIndex(prefix + TIME_INDEX_SUFFIX + suffix, base_offset, config.max_time_index_entries, new=False),
-            suffix=suffix,
-            index_interval_bytes=config.index_interval_bytes,
-            roll_jitter_ms=_jitter(config),
-            created_ms=now_ms,
-            preallocated=False,
+            OffsetIndex(prefix + INDEX_SUFFIX + suffix, base_offset, config.max_index_entries, new=new),
+            TimeIndex(prefix + TIME_INDEX_SUFFIX + suffix, base_offset, config.max_time_index_entries, new=new),
+            suffix=suffix, index_interval_bytes=config.index_interval_bytes, roll_jitter_ms=_jitter(config),
+            created_ms=now_ms, preallocated=preallocated,
         )
 
     def __repr__(self) -> str:
