@@ -43,7 +43,6 @@ Deviations from Kafka 4.0, on purpose:
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -51,7 +50,7 @@ from typing import Any
 
 from gregor.config import BrokerConfig, ConfigError
 from gregor.coordinator.group import records as rec
-from gregor.coordinator.group.assignors import ASSIGNORS, Assignment, AssignmentSpec
+from gregor.coordinator.group.assignors import Assignment
 from gregor.coordinator.group.consumer_state import (
     LEAVE_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
@@ -63,6 +62,12 @@ from gregor.coordinator.group.consumer_state import (
     new_member_id,
     next_assignment,
 )
+from gregor.coordinator.group.consumer_target import (  # noqa: F401 - the version constant is imported from here
+    CONSUMER_GENERATED_MEMBER_ID_VERSION,
+    compute_target,
+    resolve_regexes,
+    validate_heartbeat,
+)
 from gregor.coordinator.group.state import EMPTY, Group
 from gregor.metadata.store import TopicMetadata
 from gregor.protocol.errors import ErrorCode, KafkaError
@@ -73,7 +78,6 @@ log = logging.getLogger("gregor.group")
 
 PROTOCOL_TYPE = "consumer"
 REGEX_REFRESH_S = 1.0
-CONSUMER_GENERATED_MEMBER_ID_VERSION = 1  # KIP-1082: from v1 the consumer makes its own member id
 
 # --- __consumer_offsets records: ConsumerGroupMetadata (the group epoch) -------------------
 
@@ -203,45 +207,12 @@ class ConsumerGroupProtocol:
     def heartbeat(self, req: HeartbeatRequest, topics: Mapping[str, TopicMetadata], api_version: int) -> HeartbeatResult:
         """`topics` is the cluster's topic metadata now (name -> TopicMetadata)."""
         try:
-            self._validate(req, api_version)
+            validate_heartbeat(req, api_version, self.assignors)
             if req.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
                 return self._leave(req)
             return self._heartbeat(req, topics)
         except KafkaError as e:
             return HeartbeatResult(e.code, e.message)
-
-    def _validate(self, req: HeartbeatRequest, api_version: int) -> None:
-        bad = ErrorCode.INVALID_REQUEST
-        if not req.member_id and (api_version >= CONSUMER_GENERATED_MEMBER_ID_VERSION or req.member_epoch > 0
-                                  or req.member_epoch == LEAVE_GROUP_MEMBER_EPOCH):
-            raise _err(bad, "MemberId can't be empty.")
-        if not req.group_id:
-            raise _err(bad, "GroupId can't be empty.")
-        if req.instance_id == "":
-            raise _err(bad, "InstanceId can't be empty.")
-        if req.rack_id == "":
-            raise _err(bad, "RackId can't be empty.")
-        if req.member_epoch == 0:
-            if req.rebalance_timeout_ms == -1:
-                raise _err(bad, "RebalanceTimeoutMs must be provided in first request.")
-            if req.topic_partitions is None or req.topic_partitions:
-                raise _err(bad, "TopicPartitions must be empty when (re-)joining.")
-            if req.subscribed_topic_names is None and req.subscribed_topic_regex is None:
-                raise _err(bad, "Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when (re-)joining.")
-        elif req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-            if req.instance_id is None:
-                raise _err(bad, "InstanceId can't be null.")
-        elif req.member_epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-            raise _err(bad, "MemberEpoch is invalid.")
-        if req.subscribed_topic_regex:
-            try:
-                re.compile(req.subscribed_topic_regex)
-            except re.error as e:
-                raise _err(ErrorCode.INVALID_REGULAR_EXPRESSION,
-                           f"SubscribedTopicRegex `{req.subscribed_topic_regex}` is not a valid regular expression: {e}.") from None
-        if req.server_assignor is not None and req.server_assignor not in self.assignors:
-            raise _err(ErrorCode.UNSUPPORTED_ASSIGNOR, f"ServerAssignor {req.server_assignor} is not supported. "
-                       f"Supported assignors: {', '.join(self.assignors)}.")
 
     def _group(self, req: HeartbeatRequest, records: list[tuple[bytes, bytes | None]]) -> Group:
         g = self.groups.get(req.group_id)
@@ -374,7 +345,7 @@ class ConsumerGroupProtocol:
         # 2. Resolve regexes and check the subscribed topics' metadata: a change bumps the group epoch.
         now_s = time.monotonic()
         if bump or now_s - cg.regex_refreshed_at >= REGEX_REFRESH_S:
-            self._resolve_regexes(cg, topics)
+            resolve_regexes(cg, topics)
             cg.regex_refreshed_at = now_s
             cg.subscribed_names = frozenset(cg.all_subscribed_topics())
         subscription: dict[str, tuple[Any, int]] = {}
@@ -392,7 +363,7 @@ class ConsumerGroupProtocol:
 
         # 3. A new group epoch: compute the target assignment.
         if cg.group_epoch > cg.assignment_epoch:
-            self._compute_target(g)
+            compute_target(g.group_id, cg, self.assignors)
 
         # 4. Move this member one step towards its target.
         self._reconcile(g, m, req.topic_partitions)
@@ -405,43 +376,6 @@ class ConsumerGroupProtocol:
             and (req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None))
         assignment = m.assigned if full or m.assigned != assigned_before else None
         return HeartbeatResult(ErrorCode.NONE, None, m.member_id, m.member_epoch, self.heartbeat_interval_ms, assignment)
-
-    def _resolve_regexes(self, cg: ConsumerGroup, topics: Mapping[str, TopicMetadata]) -> None:
-        regexes = {m.subscribed_topic_regex for m in cg.members.values() if m.subscribed_topic_regex}
-        resolved: dict[str, frozenset[str]] = {}
-        for rx in regexes:
-            try:
-                pattern = re.compile(rx)
-            except re.error:
-                resolved[rx] = frozenset()
-                continue
-            resolved[rx] = frozenset(n for n, t in topics.items() if not t.internal and pattern.fullmatch(n))
-        cg.resolved_regex = resolved
-
-    def _preferred_assignor(self, cg: ConsumerGroup) -> str:
-        """The assignor most members ask for (ties by name), else the first of group.consumer.assignors."""
-        votes: dict[str, int] = {}
-        for m in cg.members.values():
-            if m.server_assignor:
-                votes[m.server_assignor] = votes.get(m.server_assignor, 0) + 1
-        if not votes:
-            return self.assignors[0]
-        return min(votes, key=lambda a: (-votes[a], a))
-
-    def _compute_target(self, g: Group) -> None:
-        cg = g.consumer
-        assert cg is not None
-        name = self._preferred_assignor(cg)
-        spec = AssignmentSpec(
-            members={mid: cg.subscribed_topics(m) & frozenset(cg.subscription) for mid, m in cg.members.items()},
-            topics=dict(cg.subscription),
-            current=cg.target,
-        )
-        cg.target = ASSIGNORS[name](spec)
-        cg.assignment_epoch = cg.group_epoch
-        cg.assignor = name
-        log.info("consumer group %s: target assignment at epoch %d by %s for %d members", g.group_id,
-                 cg.assignment_epoch, name, len(cg.members))
 
     def _reconcile(self, g: Group, m: ConsumerMember, owned: Owned | None) -> None:
         cg = g.consumer
