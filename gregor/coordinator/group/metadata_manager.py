@@ -1,0 +1,329 @@
+"""The group table and its log: Kafka's GroupMetadataManager, in our code.
+
+Owns `groups` (group id -> Group, classic and consumer groups alike) and everything that
+reads or writes __consumer_offsets: the replay at startup, the group metadata and offset
+records, offset commits once the coordinator has accepted them, OffsetDelete, DeleteGroups
+and offsets.retention.minutes. The membership protocols (classic in coordinator.py, KIP-848 in
+consumer_protocol.py) change groups in memory and call `write`/`persist_group` to log them.
+
+Every write goes to the group's partition (`partition_for`) through `append` and raises
+KafkaError when it fails; memory is changed only after the write succeeded.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+from gregor.config import BrokerConfig
+from gregor.coordinator.group import records as rec
+from gregor.coordinator.group.state import DEAD, EMPTY, STABLE, Group, Member, OffsetAndMetadata
+from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.protocol.records import Record, build_batch, iter_headers
+from gregor.protocol.records import decode_records as decode_batch
+
+if TYPE_CHECKING:
+    from gregor.coordinator.group.consumer_protocol import ConsumerGroupProtocol
+
+log = logging.getLogger("gregor.group")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+# Unreadable records named one by one per partition at load; the rest are counted.
+_MAX_SKIP_WARNINGS = 10
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def java_string_hash(s: str) -> int:
+    """Java's String.hashCode over UTF-16 code units, as a signed 32-bit int."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def partition_for(group_id: str, partitions: int) -> int:
+    """Kafka's choice of __consumer_offsets partition: abs(hashCode) % partitions (abs = & 0x7fffffff)."""
+    return (java_string_hash(group_id) & 0x7FFFFFFF) % partitions
+
+
+class GroupMetadataManager:
+    """The group table and __consumer_offsets (see the module docstring)."""
+
+    def __init__(self, config: BrokerConfig, append: Callable[[str, int, bytes], None],
+                 read_partition: Callable[[int], Iterable[memoryview]]) -> None:
+        """`append(topic, partition, batch)` writes a batch to __consumer_offsets (raising KafkaError);
+        `read_partition(p)` returns the record sets of one __consumer_offsets partition, oldest first."""
+        self._append_batch = append
+        self._read_partition = read_partition
+        self.num_partitions: int = config.get("offsets.topic.num.partitions")
+        self.max_metadata_bytes: int = config.get("offset.metadata.max.bytes")
+        self.offsets_retention_ms: int = config.get("offsets.retention.minutes") * 60_000
+        self.groups: dict[str, Group] = {}
+        self.consumer: ConsumerGroupProtocol | None = None  # set by the coordinator: its records and tombstones
+
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.num_partitions)
+
+    def _consumer(self) -> ConsumerGroupProtocol:
+        assert self.consumer is not None, "the coordinator sets GroupMetadataManager.consumer"
+        return self.consumer
+
+    # --- replay ------------------------------------------------------------------------
+    def load(self) -> tuple[int, int]:
+        """Replay every partition; returns (records replayed, records or batches skipped)."""
+        n = skipped = 0
+        for p in range(self.num_partitions):
+            n_p, skipped_p = self._load_partition(p)
+            n += n_p
+            skipped += skipped_p
+        return n, skipped
+
+    def _load_partition(self, p: int) -> tuple[int, int]:
+        """Replay one partition; returns (records replayed, records or batches skipped)."""
+        n = skipped = 0
+        offset = -1
+
+        def skip(what: str, e: BaseException) -> None:
+            nonlocal skipped
+            skipped += 1
+            if skipped <= _MAX_SKIP_WARNINGS:
+                log.warning("skipping an unreadable %s in %s-%d at offset %d: %s", what, OFFSETS_TOPIC, p, offset,
+                            str(e) or type(e).__name__)
+            elif skipped == _MAX_SKIP_WARNINGS + 1:
+                log.warning("more unreadable records in %s-%d: only counting them from here", OFFSETS_TOPIC, p)
+
+        try:
+            for records in self._read_partition(p):
+                for h in iter_headers(records):
+                    offset = h.base_offset
+                    if h.is_control:
+                        continue
+                    try:
+                        batch = decode_batch(records, h)
+                    except Exception as e:  # a batch that passed the CRC but does not parse
+                        skip("batch", e)
+                        continue
+                    for r in batch:
+                        offset = r.offset
+                        try:
+                            self._replay(r.key, r.value)
+                            n += 1
+                        except Exception as e:
+                            skip("record", e)
+        except Exception as e:  # the log itself could not be read further: keep what was replayed
+            log.error("stopped replaying %s-%d after offset %d: %s", OFFSETS_TOPIC, p, offset, e)
+        if skipped:
+            log.warning("skipped %d unreadable records or batches in %s-%d", skipped, OFFSETS_TOPIC, p)
+        return n, skipped
+
+    def _replay(self, key: bytes | None, value: bytes | None) -> None:
+        """Apply one record; raises (DecodeError or other) when it cannot be decoded, changing nothing."""
+        if key is None:
+            return
+        if self._consumer().replay(key, value):
+            return
+        k = rec.decode_key(key)
+        if isinstance(k, rec.OffsetKey):
+            if value is None:
+                g = self.groups.get(k.group)
+                if g is not None:
+                    g.offsets.pop((k.topic, k.partition), None)
+                    self.maybe_drop(g)
+                return
+            v = rec.decode_offset_value(value)
+            g = self.groups.setdefault(k.group, Group(k.group))
+            g.offsets[(k.topic, k.partition)] = OffsetAndMetadata(v.offset, v.leader_epoch, v.metadata,
+                                                                  v.commit_timestamp)
+            return
+        if value is None:
+            g = self.groups.get(k.group)
+            if g is not None:
+                g.members.clear()
+                g.state, g.protocol_type, g.protocol_name, g.leader_id = EMPTY, None, None, None
+                self.maybe_drop(g)
+            return
+        v = rec.decode_group_value(value)
+        g = self.groups.setdefault(k.group, Group(k.group))
+        g.generation = v.generation
+        g.protocol_type = v.protocol_type or None
+        g.protocol_name = v.protocol
+        g.leader_id = v.leader
+        g.current_state_timestamp_ms = v.current_state_timestamp
+        g.members = {}
+        g.static_members = {}
+        for m in v.members:
+            member = Member(m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout,
+                            m.session_timeout, v.protocol_type, [(v.protocol or "", bytes(m.subscription))],
+                            bytes(m.assignment), is_new=False)
+            g.members[m.member_id] = member
+            if m.group_instance_id:
+                g.static_members[m.group_instance_id] = m.member_id
+        g.state = STABLE if g.members else EMPTY
+
+    # --- writes ----------------------------------------------------------------------
+    def write(self, group_id: str, entries: list[tuple[bytes, bytes | None]]) -> None:
+        """Append records to the group's partition; raises KafkaError (nothing changes in memory then)."""
+        now = _now_ms()
+        batch = build_batch([Record(i, now, k, v) for i, (k, v) in enumerate(entries)])
+        self._append_batch(OFFSETS_TOPIC, self.partition_for(group_id), batch)
+
+    def group_record(self, g: Group) -> tuple[bytes, bytes]:
+        body = {
+            "protocol_type": g.protocol_type or "",
+            "generation": g.generation,
+            "protocol": g.protocol_name,
+            "leader": g.leader_id,
+            "current_state_timestamp": g.current_state_timestamp_ms,
+            "members": [
+                {"member_id": m.member_id, "group_instance_id": m.group_instance_id, "client_id": m.client_id,
+                 "client_host": m.client_host, "rebalance_timeout": m.rebalance_timeout_ms,
+                 "session_timeout": m.session_timeout_ms,
+                 "subscription": m.metadata_for(g.protocol_name) if g.protocol_name else b"",
+                 "assignment": m.assignment}
+                for m in g.members.values()
+            ],
+        }
+        return rec.group_key(g.group_id), rec.group_value(body)
+
+    def persist_group(self, g: Group) -> None:
+        try:
+            self.write(g.group_id, [self.group_record(g)])
+        except KafkaError as e:
+            # The group keeps working from memory; a restart would show the previous generation.
+            log.error("could not store metadata of group %s: %s", g.group_id, e)
+
+    def store_offsets(self, g: Group, group_id: str, offsets: list[tuple[str, int, int, int, str | None]]
+                      ) -> dict[tuple[str, int], ErrorCode]:
+        """Write accepted commits (the coordinator has checked the member and generation) and apply
+        them; an error per (topic, partition)."""
+        now = _now_ms()
+        results: dict[tuple[str, int], ErrorCode] = {}
+        entries: list[tuple[bytes, bytes | None]] = []
+        accepted: list[tuple[tuple[str, int], OffsetAndMetadata]] = []
+        for topic, partition, offset, epoch, metadata in offsets:
+            md = metadata or ""
+            if len(md.encode()) > self.max_metadata_bytes:
+                results[(topic, partition)] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+                continue
+            entries.append((rec.offset_key(group_id, topic, partition), rec.offset_value(offset, epoch, md, now)))
+            accepted.append(((topic, partition), OffsetAndMetadata(offset, epoch, md, now)))
+        if entries:
+            try:
+                self.write(group_id, entries)
+            except KafkaError as e:
+                code = e.code if e.code != ErrorCode.NOT_LEADER_OR_FOLLOWER else ErrorCode.NOT_COORDINATOR
+                for tp, _ in accepted:
+                    results[tp] = code
+                return results
+        for tp, om in accepted:
+            g.offsets[tp] = om
+            results[tp] = ErrorCode.NONE
+        return results
+
+    def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
+                      ) -> dict[tuple[str, int], OffsetAndMetadata | None]:
+        g = self.groups.get(group_id)
+        offsets = g.offsets if g is not None else {}
+        if partitions is None:
+            return dict(offsets)
+        return {tp: offsets.get(tp) for tp in partitions}
+
+    def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]
+                       ) -> ErrorCode | dict[tuple[str, int], ErrorCode]:
+        g = self.groups.get(group_id)
+        if g is None or g.state == DEAD:
+            return ErrorCode.GROUP_ID_NOT_FOUND
+        if g.consumer is not None:
+            subscribed: set[str] | None = g.consumer.all_subscribed_topics()
+        else:
+            subscribed = g.subscribed_topics() if g.state != EMPTY else set()
+        if subscribed is None and g.state != EMPTY:
+            return ErrorCode.NON_EMPTY_GROUP
+        results: dict[tuple[str, int], ErrorCode] = {}
+        entries: list[tuple[bytes, bytes | None]] = []
+        for topic, partition in partitions:
+            if subscribed and topic in subscribed:
+                results[(topic, partition)] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+                continue
+            results[(topic, partition)] = ErrorCode.NONE
+            if (topic, partition) in g.offsets:
+                entries.append((rec.offset_key(group_id, topic, partition), None))
+        if entries:
+            try:
+                self.write(group_id, entries)
+            except KafkaError as e:  # nothing changed in memory: every partition gets the write's error
+                code = e.code if e.code != ErrorCode.NOT_LEADER_OR_FOLLOWER else ErrorCode.NOT_COORDINATOR
+                return {tp: code if c == ErrorCode.NONE else c for tp, c in results.items()}
+            for k, _ in entries:
+                key = rec.decode_key(k)
+                assert isinstance(key, rec.OffsetKey)
+                g.offsets.pop((key.topic, key.partition), None)
+        return results
+
+    # --- describe / list / delete ----------------------------------------------------
+    def describe_group(self, group_id: str) -> Group | None:
+        return self.groups.get(group_id)
+
+    def list_groups(self) -> list[Group]:
+        return [g for g in self.groups.values() if g.state != DEAD]
+
+    def delete_group(self, group_id: str) -> ErrorCode:
+        g = self.groups.get(group_id)
+        if g is None or g.state == DEAD:
+            return ErrorCode.GROUP_ID_NOT_FOUND
+        if g.state != EMPTY:
+            return ErrorCode.NON_EMPTY_GROUP
+        entries: list[tuple[bytes, bytes | None]] = [
+            (rec.offset_key(group_id, t, p), None) for (t, p) in g.offsets]
+        entries.append((rec.group_key(group_id), None))
+        entries += self._consumer().tombstones(g)
+        try:
+            self.write(group_id, entries)
+        except KafkaError as e:
+            return e.code
+        g.state = DEAD
+        del self.groups[group_id]
+        return ErrorCode.NONE
+
+    def maybe_drop(self, g: Group) -> None:
+        if g.state == EMPTY and not g.offsets and not g.members and g.generation == 0 and g.consumer is None:
+            self.groups.pop(g.group_id, None)
+
+    def expire_offsets(self, now_ms: int | None = None) -> int:
+        """offsets.retention.minutes: an empty group's offsets go once it has been empty that long;
+        a group that never had members (standalone commits) loses each offset that long after its commit."""
+        now = _now_ms() if now_ms is None else now_ms
+        removed = 0
+        for g in list(self.groups.values()):
+            if g.state != EMPTY:
+                continue
+            if g.protocol_type is not None or g.generation > 0:
+                expired = list(g.offsets) if now - g.current_state_timestamp_ms >= self.offsets_retention_ms else []
+            else:
+                expired = [tp for tp, om in g.offsets.items() if now - om.commit_timestamp_ms >= self.offsets_retention_ms]
+            if not expired and not (g.consumer is not None and not g.offsets):  # an empty consumer group goes too
+                continue
+            entries: list[tuple[bytes, bytes | None]] = [(rec.offset_key(g.group_id, t, p), None) for t, p in expired]
+            drop_group = len(expired) == len(g.offsets)
+            if drop_group:
+                entries.append((rec.group_key(g.group_id), None))
+                entries += self._consumer().tombstones(g)
+            try:
+                self.write(g.group_id, entries)
+            except KafkaError as e:
+                log.error("could not expire offsets of group %s: %s", g.group_id, e)
+                continue
+            for tp in expired:
+                del g.offsets[tp]
+            removed += len(expired)
+            if drop_group:
+                del self.groups[g.group_id]
+            log.info("expired %d offsets of group %s", len(expired), g.group_id)
+        return removed
+
