@@ -12,6 +12,7 @@ Every method runs on the event loop; the Log's own lock covers its worker thread
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import logging
 from collections.abc import Callable
@@ -87,6 +88,7 @@ class AppendResult:
     log_append_time_ms: int = -1
     log_start_offset: int = -1
     message: str | None = None
+    flush_due: bool = False  # a flush.messages fsync of this append is left to the caller
 
 
 @dataclass(slots=True)
@@ -130,6 +132,12 @@ class Partition:
         self.appended_bytes = 0
         self.high_watermark_bytes = 0
         self._above_hw: collections.deque[tuple[int, int]] = collections.deque()
+        # flush.messages: (base, end offset) of appends whose fsync runs off the loop and has not finished;
+        # the HW stays below the first (consumers never see what a crash could take back), and the Produce
+        # answers wait for them. The ReplicaManager runs the flushes; `flush_waiters` are its futures.
+        self.unflushed_appends: collections.deque[tuple[int, int]] = collections.deque()
+        self.flush_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self.flushing = False
         self.apply_state(state, now_ms)
 
     # --- the log ---------------------------------------------------------------------
@@ -213,10 +221,11 @@ class Partition:
 
     # --- appends and the high watermark ----------------------------------------------
     def append_records_to_leader(self, records: memoryview, headers: list[BatchHeader], required_acks: int,
-                                 now_ms: int) -> AppendResult:
+                                 now_ms: int, defer_flush: bool = False) -> AppendResult:
         """Append validated batches as leader. acks=all is refused before the append when the ISR is
         smaller than min.insync.replicas (NOT_ENOUGH_REPLICAS); its wait for the HW is the caller's
-        (DelayedProduce)."""
+        (DelayedProduce). With `defer_flush`, a flush.messages fsync the append makes due is left to the
+        caller (`result.flush_due`), and the HW stays below this append until `flush_done`."""
         lg = self._leader_log()
         if required_acks == -1 and len(self.isr) < self.min_insync_replicas:
             raise KafkaError(
@@ -224,14 +233,25 @@ class Partition:
                 f"The size of the current ISR {len(self.isr)} is insufficient to satisfy the min.isr "
                 f"requirement of {self.min_insync_replicas} for partition {self.topic}-{self.index}",
             )
-        info = lg.append_as_leader(records, headers, self.leader_epoch, now_ms)
+        info = lg.append_as_leader(records, headers, self.leader_epoch, now_ms, defer_flush=defer_flush)
+        flush_due = defer_flush and lg.unflushed_messages >= lg.config.flush_messages
+        if flush_due:
+            self.unflushed_appends.append((info.first_offset, info.last_offset + 1))
         self.appended_bytes += info.size_bytes
         self._above_hw.append((info.last_offset + 1, self.appended_bytes))
         if len(self._above_hw) > MAX_TRACKED_APPENDS:
             self._above_hw.popleft()
         self.maybe_increment_high_watermark()
         return AppendResult(ErrorCode.NONE, info.first_offset, info.last_offset, info.log_append_time_ms,
-                            info.log_start_offset)
+                            info.log_start_offset, flush_due=flush_due)
+
+    def flush_done(self, flushed_to: int) -> bool:
+        """The fsync of everything below `flushed_to` finished (or failed: the appends are in the log all
+        the same, and their producers are told). Returns whether the HW moved."""
+        pending = self.unflushed_appends
+        while pending and pending[0][1] <= flushed_to:
+            pending.popleft()
+        return self.maybe_increment_high_watermark()
 
     def maybe_increment_high_watermark(self) -> bool:
         """HW = the smallest LEO in the ISR (a follower that has not fetched since this epoch began holds
@@ -247,6 +267,8 @@ class Partition:
                 leo = f.log_end_offset if f is not None else -1
                 if leo < new_hw:
                     new_hw = leo
+        if self.unflushed_appends and self.unflushed_appends[0][0] < new_hw:
+            new_hw = self.unflushed_appends[0][0]
         if new_hw <= lg.high_watermark:
             return False
         moved = lg.maybe_increment_high_watermark(new_hw)

@@ -26,7 +26,7 @@ from gregor.server.delayed import DelayedFetch, DelayedProduce, FetchPartitionSt
 from gregor.server.partition import FETCH_LOG_END, AppendResult, Partition, ReadResult
 from gregor.server.purgatory import Clock, Purgatory, PurgatoryFullError, TopicPartition
 from gregor.storage.config import LogConfig
-from gregor.storage.errors import StorageError
+from gregor.storage.errors import KafkaStorageError, StorageError
 from gregor.storage.log import Log
 from gregor.storage.log_manager import LogManager, LogNotLoadedError
 
@@ -389,44 +389,99 @@ class ReplicaManager:
     def append_records(self, timeout_ms: int, required_acks: int, entries: Sequence[AppendEntry]
                        ) -> list[AppendResult] | asyncio.Future[list[AppendResult]]:
         """Append each entry's validated batches as leader, in order; a partition's failure is its
-        result's error, never the others'. With acks=all the results come once the HW passed every
-        appended batch (a Future when that has to wait: DelayedProduce, timing out after
-        `timeout_ms` with REQUEST_TIMED_OUT); otherwise at once."""
+        result's error, never the others'. The results come at once, unless they have to wait: for
+        acks=all, until the HW passed every appended batch (DelayedProduce, REQUEST_TIMED_OUT after
+        `timeout_ms`); and for any acks, until a flush.messages fsync an append made due has run on
+        an executor thread (the event loop goes on serving others meanwhile). Then a Future."""
         now_ms = int(time.time() * 1000)
         results: list[AppendResult] = []
         waiting: list[ProducePartitionStatus] = []
+        flushes: list[tuple[AppendResult, asyncio.Future[None]]] = []
         for topic, p, records, headers in entries:
             key = (topic, p)
             try:
                 part = self.get_partition(topic, p)
-                res = part.append_records_to_leader(records, headers, required_acks, now_ms)
+                res = part.append_records_to_leader(records, headers, required_acks, now_ms, defer_flush=True)
             except (KafkaError, StorageError, OSError) as e:
                 results.append(append_error(topic, p, e))
                 continue
             results.append(res)
+            if res.flush_due:
+                flushes.append((res, self._flush_after_append(part, res.last_offset + 1)))
             self._after_progress(key)
             if required_acks == -1:
                 waiting.append(ProducePartitionStatus(key, part, res.last_offset + 1, res))
-        if not waiting:
+        if not waiting and not flushes:
             return results
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[list[AppendResult]] = loop.create_future()
+        left = len(flushes) + (1 if waiting else 0)
 
-        def done() -> None:
-            if not fut.done():
+        def one_done() -> None:
+            nonlocal left
+            left -= 1
+            if left == 0 and not fut.done():
                 fut.set_result(results)
 
-        op = DelayedProduce(timeout_ms, waiting, self._hosted, done)
-        try:
-            if self.purgatory.try_complete_else_watch(op, [s.key for s in waiting]):
-                return results
-        except PurgatoryFullError as e:
-            op.on_expiration()
-            for s in waiting:
-                if s.result.error == ErrorCode.REQUEST_TIMED_OUT:
-                    s.result.message = str(e)
-            return results
+        for res, flushed in flushes:
+            def on_flushed(f: asyncio.Future[None], res: AppendResult = res) -> None:
+                if f.exception() is not None:
+                    res.error, res.message = ErrorCode.KAFKA_STORAGE_ERROR, f"flush failed: {f.exception()}"
+                one_done()
+            flushed.add_done_callback(on_flushed)
+        if waiting:
+            op = DelayedProduce(timeout_ms, waiting, self._hosted, one_done)
+            try:
+                self.purgatory.try_complete_else_watch(op, [s.key for s in waiting])
+            except PurgatoryFullError as e:
+                op.on_expiration()
+                for s in waiting:
+                    if s.result.error == ErrorCode.REQUEST_TIMED_OUT:
+                        s.result.message = str(e)
+                one_done()
+        if fut.done():
+            return fut.result()
         return fut
+
+    def _flush_after_append(self, part: Partition, end_offset: int) -> asyncio.Future[None]:
+        """A future done once `part`'s log is fsynced up to `end_offset` (flush.messages). One flush runs
+        at a time per partition, on an executor thread; appends meanwhile are covered by the next one."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        part.flush_waiters.append((end_offset, fut))
+        if not part.flushing:
+            self._start_flush(part)
+        return fut
+
+    def _start_flush(self, part: Partition) -> None:
+        lg = part.log
+        target = lg.log_end_offset
+        part.flushing = True
+        job = asyncio.get_running_loop().run_in_executor(None, lg.flush, target)
+        job.add_done_callback(lambda f: self._flush_finished(part, target, f))
+
+    def _flush_finished(self, part: Partition, target: int, job: asyncio.Future[None]) -> None:
+        part.flushing = False
+        error = KafkaStorageError("the flush was cancelled") if job.cancelled() else job.exception()
+        if error is not None:
+            log.error("flush of %s-%d failed: %s", part.topic, part.index, error)
+        done = [w for w in part.flush_waiters if w[0] <= target]
+        part.flush_waiters = [w for w in part.flush_waiters if w[0] > target]
+        for _, fut in done:
+            if fut.done():
+                continue
+            if error is not None:
+                fut.set_exception(error)
+            else:
+                fut.set_result(None)
+        if part.flush_done(target):
+            self._after_progress((part.topic, part.index))
+        if part.flush_waiters and self.partitions.get((part.topic, part.index)) is part:
+            self._start_flush(part)
+        elif part.flush_waiters:  # removed meanwhile: nothing more to flush, answer the rest
+            for _, fut in part.flush_waiters:
+                if not fut.done():
+                    fut.set_result(None)
+            part.flush_waiters.clear()
 
     def append(self, topic: str, p: int, records: memoryview, headers: list[BatchHeader], required_acks: int
                ) -> AppendResult:

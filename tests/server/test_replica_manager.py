@@ -194,3 +194,27 @@ def test_purgatory_bound_answers_at_once(tmp_path: Path) -> None:
             (r,) = rm.append_records(30_000, -1, [_entry(1)])  # type: ignore[misc]
             assert r.error == ErrorCode.REQUEST_TIMED_OUT and "gregor.purgatory.max.operations" in r.message
     run(body)
+
+
+def test_flush_messages_fsync_runs_off_the_loop_and_the_answer_waits_for_it(tmp_path: Path) -> None:
+    async def body() -> None:
+        async with replica_manager(tmp_path, [ME], [ME], {"log.flush.interval.messages": "3"}) as (rm, _):
+            part = rm.partitions[("t", 0)]
+            first = rm.append_records(0, 1, [_entry(2)])
+            assert isinstance(first, list) and part.high_watermark == 2  # not due yet: answered at once
+            pending = rm.append_records(0, 1, [_entry(2)])
+            # flush.messages is due: the fsync runs on an executor thread; until it is done the answer waits
+            # and the HW stays before this append (consumers never see what a crash could take back).
+            assert isinstance(pending, asyncio.Future) and not pending.done()
+            assert part.high_watermark == 2 and part.log.recovery_point == 0
+            (r,) = _fetch(rm, 0, max_wait_ms=0)  # type: ignore[misc]
+            assert sum(h.records_count for h in iter_headers(r.records)) == 2
+            also = rm.append_records(0, -1, [_entry(1)])  # still due: covered by the next flush
+            assert isinstance(also, asyncio.Future)
+            (res,) = await pending
+            assert res.error == ErrorCode.NONE and res.base_offset == 2
+            (res,) = await also
+            assert res.error == ErrorCode.NONE and res.base_offset == 4
+            assert part.log.recovery_point == 5 and part.high_watermark == 5
+            assert not part.flushing and not part.flush_waiters and not part.unflushed_appends
+    run(body)
