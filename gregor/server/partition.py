@@ -22,7 +22,7 @@ from gregor.metadata.store import PartitionState
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.records import BatchHeader
 from gregor.storage.config import LogConfig
-from gregor.storage.errors import OffsetOutOfRangeError
+from gregor.storage.errors import KafkaStorageError, OffsetOutOfRangeError
 from gregor.storage.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from gregor.storage.log import FetchDataInfo, Log
 
@@ -34,6 +34,8 @@ EARLIEST_LOCAL_TIMESTAMP = -4  # KIP-405 tiered storage: with no remote tier, th
 LATEST_TIERED_TIMESTAMP = -5  # KIP-1005: nothing is tiered, so the earliest local offset
 
 log = logging.getLogger("gregor.partition")
+
+TopicPartition = tuple[str, int]
 
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
@@ -134,9 +136,9 @@ class Partition:
         self._above_hw: collections.deque[tuple[int, int]] = collections.deque()
         # flush.messages: (base, end offset) of appends whose fsync runs off the loop and has not finished;
         # the HW stays below the first (consumers never see what a crash could take back), and the Produce
-        # answers wait for them. The ReplicaManager runs the flushes; `flush_waiters` are its futures.
+        # answers wait for them (`flush_after_append`).
         self.unflushed_appends: collections.deque[tuple[int, int]] = collections.deque()
-        self.flush_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self.flush_waiters: list[tuple[int, asyncio.Future[None]]] = []  # (end offset, answer)
         self.flushing = False
         self.apply_state(state, now_ms)
 
@@ -225,7 +227,7 @@ class Partition:
         """Append validated batches as leader. acks=all is refused before the append when the ISR is
         smaller than min.insync.replicas (NOT_ENOUGH_REPLICAS); its wait for the HW is the caller's
         (DelayedProduce). With `defer_flush`, a flush.messages fsync the append makes due is left to the
-        caller (`result.flush_due`), and the HW stays below this append until `flush_done`."""
+        caller (`result.flush_due`: `flush_after_append`), and the HW stays below this append until it ran."""
         lg = self._leader_log()
         if required_acks == -1 and len(self.isr) < self.min_insync_replicas:
             raise KafkaError(
@@ -245,13 +247,49 @@ class Partition:
         return AppendResult(ErrorCode.NONE, info.first_offset, info.last_offset, info.log_append_time_ms,
                             info.log_start_offset, flush_due=flush_due)
 
-    def flush_done(self, flushed_to: int) -> bool:
-        """The fsync of everything below `flushed_to` finished (or failed: the appends are in the log all
-        the same, and their producers are told). Returns whether the HW moved."""
+    def flush_after_append(self, end_offset: int, on_progress: Callable[[TopicPartition], None]
+                           ) -> asyncio.Future[None]:
+        """flush.messages: a future done once the log is fsynced up to `end_offset` (its exception if the
+        fsync failed). One flush runs at a time, on an executor thread, so the event loop goes on serving
+        others; appends made meanwhile are covered by the next. `on_progress(key)` is told when the
+        HW moves once a flush is done."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.flush_waiters.append((end_offset, fut))
+        if not self.flushing:
+            self._start_flush(on_progress)
+        return fut
+
+    def _start_flush(self, on_progress: Callable[[TopicPartition], None]) -> None:
+        lg = self.log
+        target = lg.log_end_offset
+        self.flushing = True
+        job = asyncio.get_running_loop().run_in_executor(None, lg.flush, target)
+        job.add_done_callback(lambda f: self._flush_finished(target, f, on_progress))
+
+    def _flush_finished(self, target: int, job: asyncio.Future[None],
+                        on_progress: Callable[[TopicPartition], None]) -> None:
+        """The fsync up to `target` finished (or failed: the appends are in the log all the same, and
+        their producers are told): answer its waiters and let the HW past their appends."""
+        self.flushing = False
+        error = KafkaStorageError("the flush was cancelled") if job.cancelled() else job.exception()
+        if error is not None:
+            log.error("flush of %s-%d failed: %s", self.topic, self.index, error)
+        done = [w for w in self.flush_waiters if w[0] <= target]
+        self.flush_waiters = [w for w in self.flush_waiters if w[0] > target]
+        for _, fut in done:
+            if fut.done():
+                continue
+            if error is not None:
+                fut.set_exception(error)
+            else:
+                fut.set_result(None)
         pending = self.unflushed_appends
-        while pending and pending[0][1] <= flushed_to:
+        while pending and pending[0][1] <= target:
             pending.popleft()
-        return self.maybe_increment_high_watermark()
+        if self.maybe_increment_high_watermark():
+            on_progress((self.topic, self.index))
+        if self.flush_waiters:  # appended while this flush ran (a closed log's flush returns at once)
+            self._start_flush(on_progress)
 
     def maybe_increment_high_watermark(self) -> bool:
         """HW = the smallest LEO in the ISR (a follower that has not fetched since this epoch began holds

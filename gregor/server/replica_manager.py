@@ -26,7 +26,7 @@ from gregor.server.delayed import DelayedFetch, DelayedProduce, FetchPartitionSt
 from gregor.server.partition import FETCH_LOG_END, AppendResult, Partition, ReadResult
 from gregor.server.purgatory import Clock, Purgatory, PurgatoryFullError, TopicPartition
 from gregor.storage.config import LogConfig
-from gregor.storage.errors import KafkaStorageError, StorageError
+from gregor.storage.errors import StorageError
 from gregor.storage.log import Log
 from gregor.storage.log_manager import LogManager, LogNotLoadedError
 
@@ -407,7 +407,7 @@ class ReplicaManager:
                 continue
             results.append(res)
             if res.flush_due:
-                flushes.append((res, self._flush_after_append(part, res.last_offset + 1)))
+                flushes.append((res, part.flush_after_append(res.last_offset + 1, self._after_progress)))
             self._after_progress(key)
             if required_acks == -1:
                 waiting.append(ProducePartitionStatus(key, part, res.last_offset + 1, res))
@@ -442,46 +442,6 @@ class ReplicaManager:
         if fut.done():
             return fut.result()
         return fut
-
-    def _flush_after_append(self, part: Partition, end_offset: int) -> asyncio.Future[None]:
-        """A future done once `part`'s log is fsynced up to `end_offset` (flush.messages). One flush runs
-        at a time per partition, on an executor thread; appends meanwhile are covered by the next one."""
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        part.flush_waiters.append((end_offset, fut))
-        if not part.flushing:
-            self._start_flush(part)
-        return fut
-
-    def _start_flush(self, part: Partition) -> None:
-        lg = part.log
-        target = lg.log_end_offset
-        part.flushing = True
-        job = asyncio.get_running_loop().run_in_executor(None, lg.flush, target)
-        job.add_done_callback(lambda f: self._flush_finished(part, target, f))
-
-    def _flush_finished(self, part: Partition, target: int, job: asyncio.Future[None]) -> None:
-        part.flushing = False
-        error = KafkaStorageError("the flush was cancelled") if job.cancelled() else job.exception()
-        if error is not None:
-            log.error("flush of %s-%d failed: %s", part.topic, part.index, error)
-        done = [w for w in part.flush_waiters if w[0] <= target]
-        part.flush_waiters = [w for w in part.flush_waiters if w[0] > target]
-        for _, fut in done:
-            if fut.done():
-                continue
-            if error is not None:
-                fut.set_exception(error)
-            else:
-                fut.set_result(None)
-        if part.flush_done(target):
-            self._after_progress((part.topic, part.index))
-        if part.flush_waiters and self.partitions.get((part.topic, part.index)) is part:
-            self._start_flush(part)
-        elif part.flush_waiters:  # removed meanwhile: nothing more to flush, answer the rest
-            for _, fut in part.flush_waiters:
-                if not fut.done():
-                    fut.set_result(None)
-            part.flush_waiters.clear()
 
     def append(self, topic: str, p: int, records: memoryview, headers: list[BatchHeader], required_acks: int
                ) -> AppendResult:
