@@ -3,7 +3,8 @@
 Errors are per partition and never abort the rest of the request. acks=0 gets no response
 at all. The appends go through the ReplicaManager, which checks min.insync.replicas for acks=-1
 and has its response wait in the purgatory until the high watermark passes the batches
-(DelayedProduce; on a lone broker the HW moves at the append, so it answers at once).
+(DelayedProduce; on a lone broker the HW moves at the append, so it answers at once). A
+flush.messages fsync an append makes due runs on an executor thread; the answer waits for it.
 
 Validation is gregor.protocol.validator's (Kafka's LogValidator rules). Small record sets are
 validated on the event loop. A compressed record set of gregor.validation.offload.bytes or more
@@ -179,7 +180,8 @@ class _Item:
 def _append_all(rm: Any, plan: list[tuple[str, list[_Item]]], acks: int, timeout_ms: int
                 ) -> list[tuple[str, list[dict[str, Any]]]] | asyncio.Future[Any]:
     """Append every validated item through the ReplicaManager (in request order) and build the answers;
-    a Future of them when acks=all has to wait for the high watermark."""
+    a Future of them when the appends have to wait (acks=all for the high watermark, flush.messages for
+    its fsync, which runs off the event loop)."""
     todo = [it for _, items in plan for it in items if it.answer is None]
     entries = [AppendEntry(it.topic, it.index, it.records, it.headers) for it in todo]  # type: ignore[arg-type]
     got = rm.append_records(timeout_ms, acks, entries) if entries else []
@@ -192,19 +194,7 @@ def _append_all(rm: Any, plan: list[tuple[str, list[_Item]]], acks: int, timeout
         return [(name, [it.answer for it in items]) for name, items in plan]  # type: ignore[misc]
 
     if isinstance(got, asyncio.Future):
-        loop = asyncio.get_running_loop()
-        out: asyncio.Future[Any] = loop.create_future()
-
-        def relay(f: asyncio.Future[list[AppendResult]]) -> None:
-            if out.done():
-                return
-            if f.exception() is not None:
-                out.set_exception(f.exception())  # type: ignore[arg-type]
-            else:
-                out.set_result(build(f.result()))
-
-        got.add_done_callback(relay)
-        return out
+        return _then(got, build)
     return build(got)
 
 
@@ -264,7 +254,7 @@ def handle_produce(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio
         if acks == 0:
             return None
         if isinstance(done, asyncio.Future):  # acks=all waiting for the high watermark (DelayedProduce)
-            return _chain_response(done)
+            return _then(done, _response)
         return _response(done)
     loop = asyncio.get_running_loop()
     jobs = {id(it): loop.run_in_executor(pool, it.offload) for _, items in plan for it in items if it.offload}
@@ -292,18 +282,21 @@ def _offload_call(args: tuple[Any, ...]) -> Callable[[], tuple[memoryview, list[
     return lambda: _prepare(*args, None)
 
 
-def _chain_response(done: asyncio.Future[Any]) -> asyncio.Future[Any]:
-    loop = asyncio.get_running_loop()
-    out: asyncio.Future[Any] = loop.create_future()
+def _then(fut: asyncio.Future[Any], fn: Callable[[Any], Any]) -> asyncio.Future[Any]:
+    """A future of `fn(fut's result)`: the answer built once what it waits for is done."""
+    out: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
     def relay(f: asyncio.Future[Any]) -> None:
-        if not out.done():
-            if f.exception() is not None:
-                out.set_exception(f.exception())  # type: ignore[arg-type]
-            else:
-                out.set_result(_response(f.result()))
+        if out.done():
+            return
+        if f.cancelled():
+            out.cancel()
+        elif (e := f.exception()) is not None:
+            out.set_exception(e)
+        else:
+            out.set_result(fn(f.result()))
 
-    done.add_done_callback(relay)
+    fut.add_done_callback(relay)
     return out
 
 
