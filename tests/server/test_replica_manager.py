@@ -206,7 +206,7 @@ def test_flush_messages_fsync_runs_off_the_loop_and_the_answer_waits_for_it(tmp_
             # flush.messages is due: the fsync runs on an executor thread; until it is done the answer waits
             # and the HW stays before this append (consumers never see what a crash could take back).
             assert isinstance(pending, asyncio.Future) and not pending.done()
-            assert part.high_watermark == 2 and part.log.recovery_point == 0
+            assert part.high_watermark == 2  # (the fsync itself may already be done on its thread)
             (r,) = _fetch(rm, 0, max_wait_ms=0)  # type: ignore[misc]
             assert sum(h.records_count for h in iter_headers(r.records)) == 2
             also = rm.append_records(0, -1, [_entry(1)])  # still due: covered by the next flush
