@@ -130,14 +130,15 @@ class Partition:
         self.replicas: list[int] = []
         self.isr: list[int] = []
         # Bytes appended through this Partition (the LEO's position) and at the HW, for fetch.min.bytes;
-        # `_above_hw` holds (end offset, bytes appended up to it) of appends the HW has not passed yet.
+        # `_above_hw` holds (end offset, bytes appended up to it) of appends the HW has not passed yet. The
+        # queues here are created on first use: an empty deque costs 760 bytes, 100,000 partitions 76 MB.
         self.appended_bytes = 0
         self.high_watermark_bytes = 0
-        self._above_hw: collections.deque[tuple[int, int]] = collections.deque()
+        self._above_hw: collections.deque[tuple[int, int]] | None = None
         # flush.messages: (base, end offset) of appends whose fsync runs off the loop and has not finished;
         # the HW stays below the first (consumers never see what a crash could take back), and the Produce
         # answers wait for them (`flush_after_append`).
-        self.unflushed_appends: collections.deque[tuple[int, int]] = collections.deque()
+        self.unflushed_appends: collections.deque[tuple[int, int]] | None = None
         self.flush_waiters: list[tuple[int, asyncio.Future[None]]] = []  # (end offset, answer)
         self.flushing = False
         self.apply_state(state, now_ms)
@@ -238,12 +239,17 @@ class Partition:
         info = lg.append_as_leader(records, headers, self.leader_epoch, now_ms, defer_flush=defer_flush)
         flush_due = defer_flush and lg.unflushed_messages >= lg.config.flush_messages
         if flush_due:
+            if self.unflushed_appends is None:
+                self.unflushed_appends = collections.deque()
             self.unflushed_appends.append((info.first_offset, info.last_offset + 1))
         self.appended_bytes += info.size_bytes
-        self._above_hw.append((info.last_offset + 1, self.appended_bytes))
-        if len(self._above_hw) > MAX_TRACKED_APPENDS:
-            self._above_hw.popleft()
         self.maybe_increment_high_watermark()
+        if self.high_watermark < info.last_offset + 1:  # remembered until the HW passes it
+            if self._above_hw is None:
+                self._above_hw = collections.deque()
+            self._above_hw.append((info.last_offset + 1, self.appended_bytes))
+            if len(self._above_hw) > MAX_TRACKED_APPENDS:
+                self._above_hw.popleft()
         return AppendResult(ErrorCode.NONE, info.first_offset, info.last_offset, info.log_append_time_ms,
                             info.log_start_offset, flush_due=flush_due)
 
@@ -286,6 +292,8 @@ class Partition:
         pending = self.unflushed_appends
         while pending and pending[0][1] <= target:
             pending.popleft()
+        if not pending:
+            self.unflushed_appends = None
         if self.maybe_increment_high_watermark():
             on_progress((self.topic, self.index))
         if self.flush_waiters:  # appended while this flush ran (a closed log's flush returns at once)
@@ -313,9 +321,9 @@ class Partition:
         if moved:
             pending = self._above_hw
             if new_hw >= lg.log_end_offset:
-                pending.clear()
+                self._above_hw = None
                 self.high_watermark_bytes = self.appended_bytes
-            else:
+            elif pending is not None:
                 while pending and pending[0][0] <= new_hw:
                     self.high_watermark_bytes = pending.popleft()[1]
         assert lg.log_start_offset <= lg.high_watermark <= lg.log_end_offset, lg
