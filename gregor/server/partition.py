@@ -355,6 +355,39 @@ class Partition:
         return [r for r in self.isr if r != self.broker_id
                 and (f := self.followers.get(r)) is not None and not f.is_caught_up(leo, now_ms, lag_time_max_ms)]
 
+    # --- as follower (the replica fetcher of the cluster issue drives these) ----------------
+    def append_records_as_follower(self, records: memoryview, headers: list[BatchHeader], leader_high_watermark: int,
+                                   now_ms: int) -> int:
+        """Append batches fetched from the leader (offsets and epochs as the leader assigned them) and take
+        the leader's HW, capped at our LEO. Returns the new LEO. Refused while this broker leads."""
+        if self.is_leader:
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                             f"broker {self.broker_id} leads {self.topic}-{self.index}: it appends as leader")
+        lg = self.log
+        info = lg.append_as_follower(records, headers, now_ms)
+        self.appended_bytes += info.size_bytes
+        self.update_follower_high_watermark(leader_high_watermark)
+        return lg.log_end_offset
+
+    def update_follower_high_watermark(self, leader_high_watermark: int) -> int:
+        """A follower's HW is the leader's, never above its own LEO (Kafka's rule). Returns it."""
+        lg = self.log
+        hw = lg.update_high_watermark(min(leader_high_watermark, lg.log_end_offset))
+        if hw >= lg.log_end_offset:
+            self.high_watermark_bytes = self.appended_bytes
+        return hw
+
+    def truncate_to(self, offset: int, now_ms: int) -> bool:
+        """Drop everything from `offset` on (the follower diverged: OffsetForLeaderEpoch or a fetch's
+        diverging epoch said where the leader's history and ours part). Returns whether anything went."""
+        if self.is_leader:
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "a leader's log is never truncated to follow")
+        truncated = self.log.truncate_to(offset, now_ms)
+        if truncated:
+            self._above_hw = None
+            self.high_watermark_bytes = self.appended_bytes
+        return truncated
+
     # --- reads ---------------------------------------------------------------------------
     def end_offset_for(self, isolation: int) -> tuple[int, int]:
         """(offset, bytes appended up to it) of where a read of this isolation stops: the LEO for a

@@ -207,3 +207,53 @@ def test_diverging_epoch_and_offset_for_leader_epoch(log: Log) -> None:
     with pytest.raises(KafkaError) as e:
         part.last_offset_for_leader_epoch(0, 0, True)
     assert e.value.code == ErrorCode.FENCED_LEADER_EPOCH
+
+
+def _replicate(leader: Partition, follower: Partition, last_fetched_epoch: int = -1) -> tuple[int, object]:
+    """One round of the follower's fetch loop: fetch at its LEO, truncate if told, append what came."""
+    res, _ = leader.fetch_records(follower.broker_id, follower.log_end_offset, 1 << 20, FETCH_LOG_END, True, NOW,
+                                  leader.leader_epoch, last_fetched_epoch)
+    if res.diverging_epoch is not None:
+        follower.truncate_to(res.diverging_epoch[1], NOW)
+        return 0, res.diverging_epoch
+    if res.records:
+        buf = memoryview(bytearray(res.records))
+        follower.append_records_as_follower(buf, list(iter_headers(buf)), res.high_watermark, NOW)
+    else:
+        follower.update_follower_high_watermark(res.high_watermark)
+    return len(res.records), None
+
+
+def test_a_follower_partition_replicates_truncates_and_follows_the_hw(tmp_path: Path) -> None:
+    leader_log = Log.open(str(tmp_path / "leader" / "t-0"), LogConfig())
+    follower_log = Log.open(str(tmp_path / "follower" / "t-0"), LogConfig())
+    try:
+        leader = _partition(leader_log, isr=[ME, FOLLOWER])
+        follower = Partition("t", 0, follower_log, PartitionState([ME, FOLLOWER], ME, 0, [ME, FOLLOWER]),
+                             FOLLOWER, 1, now_ms=NOW)
+        with pytest.raises(KafkaError):
+            _append(follower, 1)  # a follower does not take produce
+        _append(leader, 5)
+        _replicate(leader, follower)
+        assert follower.log_end_offset == 5 and follower.high_watermark == 0  # the leader's HW was 0
+        _replicate(leader, follower)  # fetching at 5 tells the leader; the answer carries HW 5
+        assert leader.high_watermark == 5 and follower.high_watermark == 5
+        # The follower takes 3 more records of epoch 0 the leader then loses (a new leader at epoch 1 that
+        # never had them: played here by truncating the leader's log and bumping its epoch).
+        _append(leader, 3)
+        _replicate(leader, follower)
+        assert follower.log_end_offset == 8
+        leader.log.truncate_to(5, NOW)
+        leader.apply_state(PartitionState([ME, FOLLOWER], ME, 1, [ME, FOLLOWER]), NOW)
+        _append(leader, 2)  # offsets 5-6 in epoch 1
+        _, diverged = _replicate(leader, follower, last_fetched_epoch=0)
+        assert diverged == (0, 5) and follower.log_end_offset == 5  # epoch 0 ended at 5 on the leader
+        _replicate(leader, follower, last_fetched_epoch=0)
+        assert follower.log_end_offset == 7
+        _replicate(leader, follower, last_fetched_epoch=1)
+        assert leader.high_watermark == 7 and follower.high_watermark == 7
+        assert [e.epoch for e in follower.log.leader_epoch_cache.entries()] == [0, 1]
+        assert follower.last_offset_for_leader_epoch(-1, 0, False) == (0, 5)
+    finally:
+        leader_log.close()
+        follower_log.close()
