@@ -31,18 +31,13 @@ class TimerHandle(Protocol):
 
 
 class Clock(Protocol):
-    """What the purgatory needs of time: the current time and one-shot timers."""
-
-    def now_ms(self) -> int: ...
+    """What the purgatory needs of time: one-shot timers."""
 
     def call_later(self, delay_ms: int, callback: Callable[[], None]) -> TimerHandle: ...
 
 
 class LoopClock:
-    """The running event loop's monotonic clock and timers (the broker's clock)."""
-
-    def now_ms(self) -> int:
-        return int(asyncio.get_running_loop().time() * 1000)
+    """The running event loop's timers (the broker's clock)."""
 
     def call_later(self, delay_ms: int, callback: Callable[[], None]) -> TimerHandle:
         return asyncio.get_running_loop().call_later(max(delay_ms, 0) / 1000.0, callback)
