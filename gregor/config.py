@@ -137,6 +137,11 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
     _p("gregor.validation.offload.bytes", "int", 262144, lo=0,
        doc="compressed record sets at least this large (uncompressed: 8x this), and compressed batches expanding "
            "past 8x this, are validated on the gregor.validation.threads pool, so other clients keep being answered"),
+    # issue 9: datapath
+    _p("gregor.purgatory.max.operations", "int", 100000, lo=1,
+       doc="requests parked at once in the purgatory (a Fetch waiting for fetch.min.bytes, a Produce waiting for "
+           "acks=all on the high watermark); past it a Fetch is answered with what it has and an acks=all Produce "
+           "not yet replicated gets REQUEST_TIMED_OUT. Kafka has no such bound"),
 ]}
 
 

@@ -20,6 +20,7 @@ from gregor.protocol.messages.groups import (
 from gregor.protocol.messages.init_producer_id import INIT_PRODUCER_ID
 from gregor.protocol.messages.list_offsets import LIST_OFFSETS
 from gregor.protocol.messages.metadata import METADATA
+from gregor.protocol.messages.offset_for_leader_epoch import OFFSET_FOR_LEADER_EPOCH
 from gregor.protocol.messages.offsets import OFFSET_COMMIT, OFFSET_DELETE, OFFSET_FETCH
 from gregor.protocol.messages.produce import PRODUCE
 from gregor.protocol.messages.topics import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_RECORDS, DELETE_TOPICS
@@ -51,6 +52,7 @@ ALL: list[Api] = [
     DELETE_TOPICS,
     DELETE_RECORDS,
     INIT_PRODUCER_ID,
+    OFFSET_FOR_LEADER_EPOCH,
     ADD_PARTITIONS_TO_TXN,
     ADD_OFFSETS_TO_TXN,
     END_TXN,

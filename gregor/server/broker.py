@@ -127,7 +127,7 @@ class Broker:
         log.info("shutting down")
         self._shutting_down = True
         self.socket_server.stop_accepting()
-        self.replica_manager.fetch_purgatory.shutdown()
+        self.replica_manager.shutdown()
         self.group_coordinator.shutdown()
         await self.socket_server.drain(timeout_s=5.0)
         for t in self._tasks:

@@ -1,96 +1,167 @@
-"""Purgatory: requests parked until their condition holds or their deadline passes.
+"""Purgatory: requests parked until their condition holds or their deadline passes (Kafka's
+DelayedOperationPurgatory, in our own shape).
 
-A Fetch with fetch.min.bytes > what is available waits here instead of polling: each
-append to a partition adds its bytes to every delayed fetch watching that partition, and
-the fetch completes as soon as its total reaches min bytes, or when max.wait.ms expires.
-Completion re-reads the log, so the answer is always fresh. (Delayed produce for acks=all
-in a replicated cluster will live here too.)
+A delayed operation (a Produce waiting for acks=all, a Fetch waiting for fetch.min.bytes) is
+first tried at once; only if it cannot complete is it parked, watched under the partitions
+whose progress may complete it. Whoever moves a partition on (an append, a high watermark
+move, a follower fetch, a leader change, a deletion) calls `check_and_complete(key)`; the
+operations watching that key re-check their condition, and those that hold complete. An
+operation completes exactly once: on its condition, on its deadline (`on_expiration` first),
+or forced (partition removed, broker stopping).
+
+One purgatory serves every kind of delayed operation: they are told apart by their own
+`try_complete`. The clock is injected, so unit tests drive deadlines by hand (FakeClock in
+tests) and the broker uses the event loop's timers. Everything runs on the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Any
+import logging
+from collections.abc import Callable, Hashable, Iterable
+from typing import Protocol
+
+log = logging.getLogger("gregor.purgatory")
 
 TopicPartition = tuple[str, int]
 
 
-class DelayedOperation:
-    __slots__ = ("future", "keys", "min_bytes", "accumulated_bytes", "respond", "timer", "purgatory")
+class TimerHandle(Protocol):
+    def cancel(self) -> None: ...
 
-    def __init__(
-        self,
-        future: asyncio.Future[Any],
-        keys: list[TopicPartition],
-        min_bytes: int,
-        respond: Callable[[], Any],
-    ) -> None:
-        self.future = future
-        self.keys = keys
-        self.min_bytes = min_bytes
-        self.accumulated_bytes = 0
-        self.respond = respond  # builds the response at completion time
-        self.timer: asyncio.TimerHandle | None = None
-        self.purgatory: Purgatory | None = None
+
+class Clock(Protocol):
+    """What the purgatory needs of time: one-shot timers."""
+
+    def call_later(self, delay_ms: int, callback: Callable[[], None]) -> TimerHandle: ...
+
+
+class LoopClock:
+    """The running event loop's timers (the broker's clock)."""
+
+    def call_later(self, delay_ms: int, callback: Callable[[], None]) -> TimerHandle:
+        return asyncio.get_running_loop().call_later(max(delay_ms, 0) / 1000.0, callback)
+
+
+class DelayedOperation:
+    """One parked request. Subclasses say when they may complete (`try_complete`, which calls
+    `force_complete` when the condition holds), what to do on the deadline (`on_expiration`,
+    then completion) and how to answer (`on_complete`, called exactly once)."""
+
+    def __init__(self, delay_ms: int) -> None:
+        self.delay_ms = max(delay_ms, 0)
+        self.completed = False
+        self._timer: TimerHandle | None = None
+        self._purgatory: Purgatory | None = None
+        self._keys: tuple[Hashable, ...] = ()
+
+    def try_complete(self) -> bool:
+        """Check the condition; if it holds, `force_complete()` and return True."""
+        raise NotImplementedError
+
+    def on_expiration(self) -> None:  # noqa: B027 - optional hook
+        """The deadline passed before the condition held (called just before `on_complete`)."""
+
+    def on_complete(self) -> None:
+        raise NotImplementedError
+
+    def force_complete(self) -> bool:
+        """Complete now, whatever the condition; False if it already completed."""
+        if self.completed:
+            return False
+        self.completed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._purgatory is not None:
+            self._purgatory._unwatch(self)
+        self.on_complete()
+        return True
+
+
+class PurgatoryFullError(Exception):
+    """More operations are parked than the purgatory's bound allows."""
 
 
 class Purgatory:
-    """Delayed operations indexed by the partitions whose progress can complete them."""
+    """Delayed operations indexed by the keys (partitions) whose progress may complete them.
+    At most `max_operations` are parked at once; parking one more raises PurgatoryFullError
+    (its owner answers at once instead)."""
 
-    def __init__(self, max_parked: int = 100_000) -> None:
-        self._watchers: dict[TopicPartition, set[DelayedOperation]] = {}
+    def __init__(self, max_operations: int, clock: Clock | None = None, name: str = "delayed") -> None:
+        self.max_operations = max_operations
+        self.clock: Clock = clock or LoopClock()
+        self.name = name
+        self._watchers: dict[Hashable, set[DelayedOperation]] = {}
         self.parked = 0
-        self.max_parked = max_parked
+        self.expired = 0  # operations completed by their deadline, since start
 
-    def park(self, op: DelayedOperation, timeout_ms: int) -> bool:
-        """Park `op`; returns False (caller must answer now) when the purgatory is full."""
-        if self.parked >= self.max_parked:
-            return False
-        loop = asyncio.get_running_loop()
-        op.purgatory = self
-        for key in op.keys:
+    def try_complete_else_watch(self, op: DelayedOperation, keys: Iterable[Hashable]) -> bool:
+        """Complete `op` now if it can; else park it under `keys` with its deadline. Returns whether
+        it completed now. Raises PurgatoryFullError (nothing parked) when the bound is reached."""
+        if op.try_complete():
+            return True
+        if self.parked >= self.max_operations:
+            raise PurgatoryFullError(
+                f"{self.parked} {self.name} operations are waiting, the most allowed "
+                "(gregor.purgatory.max.operations)")
+        op._purgatory = self
+        op._keys = tuple(keys)
+        for key in op._keys:
             self._watchers.setdefault(key, set()).add(op)
         self.parked += 1
-        op.timer = loop.call_later(max(timeout_ms, 0) / 1000.0, self.complete, op)
-        return True
+        # The condition may have become true between the check and the watch only if something ran in
+        # between, which cannot happen on one event loop: no second check needed (Kafka needs one).
+        op._timer = self.clock.call_later(op.delay_ms, lambda: self._expire(op))
+        return False
 
-    def on_progress(self, key: TopicPartition, nbytes: int) -> None:
-        """Data (or a high watermark move) arrived on `key`: complete the fetches it satisfies."""
+    def _expire(self, op: DelayedOperation) -> None:
+        op._timer = None
+        if op.completed:
+            return
+        op.on_expiration()
+        if op.force_complete():
+            self.expired += 1
+
+    def check_and_complete(self, key: Hashable) -> int:
+        """Something changed on `key`: complete the operations watching it whose condition holds.
+        Returns how many completed."""
         ops = self._watchers.get(key)
         if not ops:
-            return
+            return 0
+        done = 0
         for op in list(ops):
-            op.accumulated_bytes += nbytes
-            if op.accumulated_bytes >= op.min_bytes:
-                self.complete(op)
+            if not op.completed and op.try_complete():
+                done += 1
+        return done
 
-    def complete_all(self, key: TopicPartition) -> None:
-        """Answer everything watching `key` now (partition deleted, leadership changed)."""
+    def complete_all(self, key: Hashable) -> int:
+        """Answer everything watching `key` now (its partition was removed or changed leader): each
+        operation's `try_complete` sees the change and answers with its error."""
+        done = 0
         for op in list(self._watchers.get(key, ())):
-            self.complete(op)
+            if not op.completed and (op.try_complete() or op.force_complete()):
+                done += 1
+        return done
 
-    def complete(self, op: DelayedOperation) -> None:
-        if op.purgatory is not self:
-            return  # already completed
-        op.purgatory = None
+    def watched(self, key: Hashable) -> int:
+        """How many operations watch `key`."""
+        return len(self._watchers.get(key, ()))
+
+    def _unwatch(self, op: DelayedOperation) -> None:
+        op._purgatory = None
         self.parked -= 1
-        if op.timer is not None:
-            op.timer.cancel()
-        for key in op.keys:
+        for key in op._keys:
             ops = self._watchers.get(key)
             if ops is not None:
                 ops.discard(op)
                 if not ops:
                     del self._watchers[key]
-        if op.future.done():
-            return
-        try:
-            op.future.set_result(op.respond())
-        except Exception as e:  # surfaced to the connection, which logs and closes
-            op.future.set_exception(e)
+        assert self.parked >= 0
 
     def shutdown(self) -> None:
+        """Answer every parked operation (the broker is stopping)."""
         for ops in list(self._watchers.values()):
             for op in list(ops):
-                self.complete(op)
+                op.force_complete()
+        assert self.parked == 0, self.parked

@@ -1,10 +1,12 @@
-"""The replica manager: this broker's partitions, their leadership, appends, reads, HW.
+"""The replica manager: this broker's partitions, their leadership, and the data path.
 
-It turns metadata (which partitions this broker hosts, who leads them, at what epoch)
-into local logs, and serves the data path: Produce appends as leader, Fetch reads below
-the high watermark. The high watermark is kept apart from the log end offset: it is the
-minimum LEO over the ISR, which on a lone broker is the leader's own LEO; replication
-will add follower LEOs and delayed produce without changing the callers.
+It turns metadata (which partitions this broker hosts, who leads them, at what epoch) into a
+Partition per hosted replica with its local log, and serves the data path for the handlers:
+appends as leader (`append_records`, waiting for acks=all on the high watermark through the
+purgatory), reads for consumers below the HW and for followers up to the LEO (`fetch_messages`,
+parked for fetch.min.bytes), offsets by timestamp and by leader epoch. A follower's fetch records
+its LEO and may advance the HW; every HW move, append and leadership change lets the one
+purgatory re-check the operations parked on that partition.
 """
 
 from __future__ import annotations
@@ -12,14 +14,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple, TypeVar
 
 from gregor.config import BrokerConfig
-from gregor.metadata.store import MetadataStore, PartitionState, TopicMetadata
+from gregor.metadata.store import MetadataStore, TopicMetadata
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.records import BatchHeader
-from gregor.server.purgatory import Purgatory
+from gregor.server.delayed import DelayedFetch, DelayedProduce, FetchPartitionStatus, ProducePartitionStatus
+from gregor.server.partition import FETCH_LOG_END, AppendResult, Partition, ReadResult
+from gregor.server.purgatory import Clock, Purgatory, PurgatoryFullError, TopicPartition
 from gregor.storage.config import LogConfig
 from gregor.storage.errors import StorageError
 from gregor.storage.log import Log
@@ -30,6 +35,42 @@ log = logging.getLogger("gregor.replica")
 # Partitions whose logs one executor call creates or deletes: the loop attaches each slice's logs
 # between calls, so the first partitions are served from disk while later ones are still created.
 LOG_WORK_SLICE = 64
+
+
+T = TypeVar("T")
+
+
+class AppendEntry(NamedTuple):
+    """One partition's validated record set for `append_records`."""
+
+    topic: str
+    partition: int
+    records: memoryview
+    headers: list[BatchHeader]
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPartition:
+    """One partition of a Fetch request."""
+
+    topic: str
+    partition: int
+    fetch_offset: int
+    partition_max_bytes: int
+    current_leader_epoch: int = -1
+    last_fetched_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class FetchParams:
+    """A Fetch request's own parameters. `limits()` gives (bytes the response may carry, whether its
+    first batch may exceed that: KIP-74), asked at each read since it depends on the connection."""
+
+    replica_id: int  # >= 0: a follower; -1: a consumer
+    max_wait_ms: int
+    min_bytes: int
+    isolation_level: int
+    limits: Callable[[], tuple[int, bool]]
 
 
 _reported: set[tuple[str, str, str]] = set()
@@ -64,102 +105,6 @@ def effective_topic_configs(config: BrokerConfig, overrides: Mapping[str, str], 
     return log_config_for(config, overrides, topic).values()
 
 
-@dataclass(slots=True)
-class AppendResult:
-    error: ErrorCode
-    base_offset: int = -1
-    log_append_time_ms: int = -1
-    log_start_offset: int = -1
-    message: str | None = None
-
-
-class Partition:
-    """One hosted partition: its log and the leader/ISR state this broker last learnt.
-
-    The log may not exist yet: partitions are registered as soon as the metadata names them, and
-    their logs are created in the background (ReplicaManager); `log` creates a missing one at once
-    through `open_log` when a request needs it first."""
-
-    def __init__(self, topic: str, index: int, log_: Log | None, state: PartitionState, broker_id: int,
-                 min_insync_replicas: int, compression_type: str = "producer",
-                 open_log: Callable[[Partition], Log] | None = None, log_config: LogConfig | None = None) -> None:
-        self.topic = topic
-        self.index = index
-        self._log = log_
-        self._open_log = open_log
-        self.log_config = log_config  # what a log created later opens with
-        self.broker_id = broker_id
-        self.min_insync_replicas = min_insync_replicas
-        self.compression_type = compression_type  # a topic config; "producer" keeps what clients send
-        self.follower_log_end_offsets: dict[int, int] = {}  # filled by follower fetches (replication)
-        self.apply_state(state)
-
-    @property
-    def log(self) -> Log:
-        lg = self._log
-        if lg is None:
-            if self._open_log is None:
-                raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "the partition has no log")
-            lg = self._open_log(self)
-        return lg
-
-    @property
-    def has_log(self) -> bool:
-        return self._log is not None
-
-    def attach_log(self, log_: Log) -> None:
-        """The log created for this partition (in the background or on first use)."""
-        if self._log is None:
-            self._log = log_
-            if self.log_config is not None and log_.config != self.log_config:
-                log_.update_config(self.log_config)
-            self.maybe_increment_high_watermark()
-
-    def apply_state(self, state: PartitionState) -> None:
-        self.leader_id = state.leader
-        self.leader_epoch = state.leader_epoch
-        self.replicas = list(state.replicas)
-        self.isr = list(state.isr)
-        self.maybe_increment_high_watermark()
-
-    @property
-    def is_leader(self) -> bool:
-        return self.leader_id == self.broker_id
-
-    def check_leader_epoch(self, requested: int) -> None:
-        """Fetch/ListOffsets v9+/v4+ carry the client's idea of the epoch; -1 means unknown."""
-        if requested < 0 or requested == self.leader_epoch:
-            return
-        if requested < self.leader_epoch:
-            raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH)
-        raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH)
-
-    def append_as_leader(self, records: memoryview, headers: list[BatchHeader], required_acks: int,
-                         now_ms: int) -> AppendResult:
-        if not self.is_leader:
-            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        if required_acks == -1 and len(self.isr) < self.min_insync_replicas:
-            raise KafkaError(
-                ErrorCode.NOT_ENOUGH_REPLICAS,
-                f"The size of the current ISR {len(self.isr)} is insufficient to satisfy the min.isr requirement of {self.min_insync_replicas}",
-            )
-        info = self.log.append_as_leader(records, headers, self.leader_epoch, now_ms)
-        self.maybe_increment_high_watermark()
-        return AppendResult(ErrorCode.NONE, info.first_offset, info.log_append_time_ms, info.log_start_offset)
-
-    def maybe_increment_high_watermark(self) -> bool:
-        """HW = min LEO over the ISR (never moving back). A follower's LEO is known once it fetches;
-        a lone broker's ISR is itself, so its HW is its LEO, including right after crash recovery."""
-        if not self.is_leader or self._log is None:
-            return False
-        new_hw = min([self.log.log_end_offset] +
-                     [self.follower_log_end_offsets.get(r, 0) for r in self.isr if r != self.broker_id])
-        if new_hw > self.log.high_watermark:
-            self.log.update_high_watermark(new_hw)
-            return True
-        return False
-
-
 class ReplicaManager:
     """This broker's partitions. Metadata changes register and unregister partitions on the event loop
     at once; creating and deleting their logs (files, directories, fsyncs) runs on executor threads in
@@ -168,7 +113,8 @@ class ReplicaManager:
     answering others. Log work is chained per topic (a deletion finishes before a re-creation of the
     same name starts); `log_work_done(topic)` is a future admin responses wait on."""
 
-    def __init__(self, config: BrokerConfig, store: MetadataStore, log_manager: LogManager) -> None:
+    def __init__(self, config: BrokerConfig, store: MetadataStore, log_manager: LogManager,
+                 clock: Clock | None = None) -> None:
         self.config = config
         self.broker_id = config.broker_id
         self.store = store
@@ -179,7 +125,8 @@ class ReplicaManager:
         self.loading: set[tuple[str, int]] = set()
         self.offline: dict[tuple[str, int], str] = {}
         self._deleted_while_loading: set[str] = set()
-        self.fetch_purgatory = Purgatory()
+        # One purgatory for DelayedProduce and DelayedFetch, keyed by partition.
+        self.purgatory = Purgatory(config.get("gregor.purgatory.max.operations"), clock)
         self._log_work: dict[str, asyncio.Future[None]] = {}  # topic -> the last queued log work on it
         self._deleting: dict[str, int] = {}  # topic -> deletions of its logs queued or running
 
@@ -229,13 +176,16 @@ class ReplicaManager:
                 self.offline.pop(key, None)
                 lg = None if self._deleting.get(t.name) else self.log_manager.get_log(t.name, p)
                 self.partitions[key] = Partition(t.name, p, lg, state, self.broker_id, min_isr, compression_type,
-                                                 open_log=self._open_log_now, log_config=cfg)
+                                                 open_log=self._open_log_now, log_config=cfg,
+                                                 now_ms=int(time.time() * 1000))
                 if lg is None:
                     missing.append(p)
                 elif lg.config != cfg:
                     lg.update_config(cfg)
             else:
-                part.apply_state(state)
+                part.apply_state(state, int(time.time() * 1000))
+                # A new leader or epoch answers what waits on the partition; an ISR change may move the HW.
+                self.purgatory.check_and_complete(key)
                 part.min_insync_replicas = min_isr
                 part.compression_type = compression_type
                 part.log_config = cfg
@@ -282,7 +232,7 @@ class ReplicaManager:
         part = self.partitions.pop((topic, p), None)
         if part is None:
             return
-        self.fetch_purgatory.complete_all((topic, p))
+        self.purgatory.complete_all((topic, p))
         if delete:
             self._queue_deletion(topic, [p])
 
@@ -429,8 +379,169 @@ class ReplicaManager:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         return part
 
-    def append(self, topic: str, p: int, records: memoryview, headers: list[BatchHeader], required_acks: int) -> AppendResult:
-        part = self.get_leader_partition(topic, p)
-        result = part.append_as_leader(records, headers, required_acks, int(time.time() * 1000))
-        self.fetch_purgatory.on_progress((topic, p), len(records))
-        return result
+    def _hosted(self, key: TopicPartition) -> Partition | None:
+        return self.partitions.get(key)
+
+    def _after_progress(self, key: TopicPartition) -> None:
+        """An append or a HW move on `key`: let the operations parked on it re-check."""
+        self.purgatory.check_and_complete(key)
+
+    def append_records(self, timeout_ms: int, required_acks: int, entries: Sequence[AppendEntry]
+                       ) -> list[AppendResult] | asyncio.Future[list[AppendResult]]:
+        """Append each entry's validated batches as leader, in order; a partition's failure is its
+        result's error, never the others'. The results come at once, unless they have to wait: for
+        acks=all, until the HW passed every appended batch (DelayedProduce, REQUEST_TIMED_OUT after
+        `timeout_ms`); and for any acks, until a flush.messages fsync an append made due has run on
+        an executor thread (the event loop goes on serving others meanwhile). Then a Future."""
+        now_ms = int(time.time() * 1000)
+        results: list[AppendResult] = []
+        waiting: list[ProducePartitionStatus] = []
+        flushes: list[tuple[AppendResult, asyncio.Future[None]]] = []
+        for topic, p, records, headers in entries:
+            key = (topic, p)
+            try:
+                part = self.get_partition(topic, p)
+                res = part.append_records_to_leader(records, headers, required_acks, now_ms, defer_flush=True)
+            except (KafkaError, StorageError, OSError) as e:
+                results.append(append_error(topic, p, e))
+                continue
+            results.append(res)
+            if res.flush_due:
+                flushes.append((res, part.flush_after_append(res.last_offset + 1, self._after_progress)))
+            self._after_progress(key)
+            if required_acks == -1:
+                waiting.append(ProducePartitionStatus(key, part, res.last_offset + 1, res))
+        if not waiting and not flushes:
+            return results
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[list[AppendResult]] = loop.create_future()
+        left = len(flushes) + (1 if waiting else 0)
+
+        def one_done() -> None:
+            nonlocal left
+            left -= 1
+            if left == 0 and not fut.done():
+                fut.set_result(results)
+
+        for res, flushed in flushes:
+            def on_flushed(f: asyncio.Future[None], res: AppendResult = res) -> None:
+                if f.exception() is not None:
+                    res.error, res.message = ErrorCode.KAFKA_STORAGE_ERROR, f"flush failed: {f.exception()}"
+                one_done()
+            flushed.add_done_callback(on_flushed)
+        if waiting:
+            op = DelayedProduce(timeout_ms, waiting, self._hosted, one_done)
+            try:
+                self.purgatory.try_complete_else_watch(op, [s.key for s in waiting])
+            except PurgatoryFullError as e:
+                op.on_expiration()
+                for s in waiting:
+                    if s.result.error == ErrorCode.REQUEST_TIMED_OUT:
+                        s.result.message = str(e)
+                one_done()
+        if fut.done():
+            return fut.result()
+        return fut
+
+    def append(self, topic: str, p: int, records: memoryview, headers: list[BatchHeader], required_acks: int
+               ) -> AppendResult:
+        """One partition's append for the broker's own writers (the group coordinator): raises on failure.
+        It does not wait for acks=all: with one replica the HW is at the LEO once it returns."""
+        part = self.get_partition(topic, p)
+        res = part.append_records_to_leader(records, headers, required_acks, int(time.time() * 1000))
+        self._after_progress((topic, p))
+        return res
+
+    def read_from_local_log(self, params: FetchParams, requests: Sequence[FetchPartition]) -> list[ReadResult]:
+        """One read of every requested partition, in order, within the response budget (`params.limits`,
+        asked now: it depends on what the connection has queued). The first partition with data may
+        exceed it by one batch (KIP-74), when the budget allows. A follower's fetch moves its LEO."""
+        budget, may_exceed = params.limits()
+        isolation = FETCH_LOG_END if params.replica_id >= 0 else params.isolation_level
+        now_ms = int(time.time() * 1000)
+        total = 0
+        out: list[ReadResult] = []
+        for fp in requests:
+            try:
+                part = self.get_partition(fp.topic, fp.partition)
+                max_bytes = min(fp.partition_max_bytes, max(budget - total, 0))
+                res, moved = part.fetch_records(params.replica_id, fp.fetch_offset, max_bytes, isolation,
+                                                total == 0 and may_exceed, now_ms, fp.current_leader_epoch,
+                                                fp.last_fetched_epoch)
+            except KafkaError as e:
+                res, moved = ReadResult(e.code), False
+            except StorageError as e:  # its log could not be opened or created, or closed under a deletion
+                res, moved = ReadResult(ErrorCode[e.error]), False
+            except OSError:
+                res, moved = ReadResult(ErrorCode.KAFKA_STORAGE_ERROR), False
+            if moved:
+                self._after_progress((fp.topic, fp.partition))
+            total += len(res.records)
+            out.append(res)
+        return out
+
+    def fetch_messages(self, params: FetchParams, requests: Sequence[FetchPartition],
+                       respond: Callable[[list[ReadResult]], T]) -> T | asyncio.Future[T]:
+        """Read now; answer at once when there is enough (fetch.min.bytes), nothing to wait for, an
+        error or a diverging epoch, or no wait allowed. Otherwise park a DelayedFetch: it reads again
+        (and `respond`s, in a Future) when enough is visible, the partitions change hands, or at
+        max wait."""
+        results = self.read_from_local_log(params, requests)
+        nbytes = sum(len(r.records) for r in results)
+        if (params.max_wait_ms <= 0 or not requests or nbytes >= params.min_bytes
+                or any(r.error != ErrorCode.NONE or r.diverging_epoch is not None for r in results)):
+            return respond(results)
+        isolation = FETCH_LOG_END if params.replica_id >= 0 else params.isolation_level
+        statuses = []
+        for fp, r in zip(requests, results, strict=True):
+            key = (fp.topic, fp.partition)
+            part = self.partitions.get(key)
+            if part is None:
+                continue
+            end_offset, end_bytes = part.end_offset_for(isolation)
+            statuses.append(FetchPartitionStatus(key, part, part.leader_epoch, end_offset, end_bytes,
+                                                 len(r.records), fp.partition_max_bytes))
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[T] = loop.create_future()
+
+        def done() -> None:
+            if fut.done():
+                return
+            try:
+                fut.set_result(respond(self.read_from_local_log(params, requests)))
+            except Exception as e:  # surfaced to the connection, which logs and closes
+                fut.set_exception(e)
+
+        op = DelayedFetch(params.max_wait_ms, params.min_bytes, isolation, statuses, self._hosted, done)
+        try:
+            if self.purgatory.try_complete_else_watch(op, [s.key for s in statuses]):
+                return fut.result()
+        except PurgatoryFullError:
+            return respond(results)
+        return fut
+
+    def fetch_offset_for_timestamp(self, topic: str, p: int, timestamp: int, isolation: int,
+                                   current_leader_epoch: int, fetch_only_from_leader: bool) -> tuple[int, int, int]:
+        """ListOffsets for one partition: (timestamp, offset, leader epoch). Raises KafkaError/StorageError."""
+        part = self.get_partition(topic, p)
+        return part.fetch_offset_for_timestamp(timestamp, isolation, current_leader_epoch, fetch_only_from_leader)
+
+    def last_offset_for_leader_epoch(self, topic: str, p: int, current_leader_epoch: int, leader_epoch: int,
+                                     fetch_only_from_leader: bool) -> tuple[int, int]:
+        """OffsetForLeaderEpoch for one partition: (epoch, end offset). Raises KafkaError/StorageError."""
+        part = self.get_partition(topic, p)
+        return part.last_offset_for_leader_epoch(current_leader_epoch, leader_epoch, fetch_only_from_leader)
+
+    def shutdown(self) -> None:
+        """Answer every parked request (the broker is stopping)."""
+        self.purgatory.shutdown()
+
+
+def append_error(topic: str, p: int, e: BaseException) -> AppendResult:
+    """A failed append's result: Kafka's error for it, and the reason."""
+    if isinstance(e, KafkaError):
+        return AppendResult(e.code, message=e.message)
+    if isinstance(e, StorageError):
+        return AppendResult(ErrorCode[e.error], message=str(e))
+    log.error("append to %s-%d failed: %s", topic, p, e)
+    return AppendResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(e))

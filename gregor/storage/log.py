@@ -221,12 +221,15 @@ class Log:
     # --- appends ----------------------------------------------------------------------------
 
     def append_as_leader(
-        self, records: bytearray | memoryview, headers: list[BatchHeader], leader_epoch: int, now_ms: int
+        self, records: bytearray | memoryview, headers: list[BatchHeader], leader_epoch: int, now_ms: int,
+        defer_flush: bool = False,
     ) -> AppendInfo:
         """Assign offsets to validated batches (patching their headers in `records` in place) and
         append them. `headers` are `validate_record_set(records, ...)`'s, positions relative to
         `records`; they are updated to the assigned offsets too. No fsync unless flush.messages
         says so (`_flush_if_messages_due`); flush.ms and rolled segments are `maybe_flush`'s.
+        With `defer_flush` the caller runs the flush.messages fsync itself (off the event loop:
+        `unflushed_messages >= config.flush_messages` says it is due).
         """
         if not headers:
             raise ValueError("nothing to append")
@@ -250,7 +253,8 @@ class Log:
                 first, nxt - 1, log_append_time if log_append_time is not None else -1,
                 self._log_start_offset, max_ts, offset_of_max, count, n,
             )
-        self._flush_if_messages_due(now_ms)
+        if not defer_flush:
+            self._flush_if_messages_due(now_ms)
         return info
 
     def append_as_follower(

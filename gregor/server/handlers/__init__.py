@@ -28,6 +28,7 @@ from gregor.server.handlers.groups import (
 )
 from gregor.server.handlers.list_offsets import handle_list_offsets
 from gregor.server.handlers.metadata import handle_metadata
+from gregor.server.handlers.offset_for_leader_epoch import handle_offset_for_leader_epoch
 from gregor.server.handlers.produce import handle_produce
 from gregor.server.handlers.topics import (
     handle_create_partitions,
@@ -54,6 +55,7 @@ HANDLERS: dict[int, Handler] = {
     19: handle_create_topics,
     20: handle_delete_topics,
     21: handle_delete_records,
+    23: handle_offset_for_leader_epoch,
     32: handle_describe_configs,
     33: handle_alter_configs,
     37: handle_create_partitions,

@@ -1,4 +1,4 @@
-"""Fetch: read below the high watermark, honouring size limits; park in purgatory for min bytes.
+"""Fetch: consumers and followers read through the ReplicaManager, parked there for min bytes.
 
 Fetch sessions (KIP-227) are not kept: every response carries session id 0, which tells
 clients to send full fetch requests, as a Kafka broker does when its session cache is full.
@@ -9,19 +9,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.protocol.errors import ErrorCode
 from gregor.protocol.schema import Struct
 from gregor.server.dispatcher import RequestContext
-from gregor.server.purgatory import DelayedOperation
-from gregor.storage.errors import OffsetOutOfRangeError, StorageError
-
-READ_COMMITTED = 1
-
-
-def _partition_error(index: int, code: ErrorCode, hw: int = -1, lso: int = -1, log_start: int = -1) -> dict[str, Any]:
-    return {"partition_index": index, "error_code": code, "high_watermark": hw, "last_stable_offset": lso,
-            "log_start_offset": log_start, "aborted_transactions": None, "preferred_read_replica": -1,
-            "records": b""}
+from gregor.server.partition import READ_COMMITTED, ReadResult
+from gregor.server.replica_manager import FetchParams, FetchPartition
 
 
 def unique_partitions(req: Struct) -> list[tuple[str, list[Any]]]:
@@ -45,86 +37,50 @@ def unique_partitions(req: Struct) -> list[tuple[str, list[Any]]]:
     return out
 
 
-def read_partitions(ctx: RequestContext, req: Struct,
-                    partitions: list[tuple[str, list[Any]]]) -> tuple[list[dict[str, Any]], int, bool]:
-    """Build the response topics. Returns (topics, bytes read, whether any partition errored).
-
-    The response carries at most the least of the request's max_bytes, the broker's
-    fetch.max.bytes and the room the connection's queued responses leave; the first batch of
-    the first non-empty partition comes whole even when larger (KIP-74), unless this
-    connection already has responses waiting to be written to it."""
-    rm = ctx.broker.replica_manager
-    room, may_exceed = ctx.connection.response_room()
-    budget = min(req.max_bytes if ctx.version >= 3 else 2**31 - 1, ctx.broker.config.get("fetch.max.bytes"), room)
-    total = 0
-    errored = False
-    read_committed = req.isolation_level == READ_COMMITTED
-    out = []
-    for topic, tparts in partitions:
-        parts = []
-        for p in tparts:
-            idx = p.partition
-            try:
-                part = rm.get_leader_partition(topic, idx)
-                part.check_leader_epoch(p.current_leader_epoch)
-            except KafkaError as e:
-                parts.append(_partition_error(idx, e.code))
-                errored = True
-                continue
-            except (StorageError, OSError) as e:  # its log could not be opened or created
-                parts.append(_partition_error(idx, ErrorCode[getattr(e, "error", "KAFKA_STORAGE_ERROR")]))
-                errored = True
-                continue
-            lg = part.log
-            hw = lg.high_watermark
-            try:
-                # The first partition with data may exceed the budget by one batch (KIP-74), so
-                # consumers always progress; later ones only fill what is left.
-                max_bytes = min(p.partition_max_bytes, max(budget - total, 0))
-                data = lg.read(p.fetch_offset, max_bytes, hw, min_one_batch=(total == 0 and may_exceed))
-                records = data.records
-            except OffsetOutOfRangeError:
-                parts.append(_partition_error(idx, ErrorCode.OFFSET_OUT_OF_RANGE, hw, hw, lg.log_start_offset))
-                errored = True
-                continue
-            except StorageError as e:  # e.g. the log closed under a deletion: that partition's error only
-                parts.append(_partition_error(idx, ErrorCode[e.error]))
-                errored = True
-                continue
-            total += len(records)
-            parts.append({
-                "partition_index": idx,
-                "error_code": ErrorCode.NONE,
-                "high_watermark": hw,
-                "last_stable_offset": hw,
-                "log_start_offset": lg.log_start_offset,
-                "aborted_transactions": [] if read_committed else None,
-                "preferred_read_replica": -1,
-                "records": records,
-            })
-        out.append({"topic": topic, "partitions": parts})
-    ctx.connection.charge_response(ctx.header.correlation_id, total)
-    return out, total, errored
-
-
 def handle_fetch(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.Future[Any]:
-    if req.replica_id >= 0:
-        # Follower fetching arrives with replication; a lone broker has no followers.
-        return {"throttle_time_ms": 0, "error_code": ErrorCode.NOT_LEADER_OR_FOLLOWER, "session_id": 0, "responses": []}
-    partitions = unique_partitions(req)
-    topics, nbytes, errored = read_partitions(ctx, req, partitions)
+    """Consumers (replica_id -1) read below the HW; followers (replica_id >= 0) up to the LEO, which
+    records their position. The ReplicaManager reads and parks; this only translates.
 
-    def response(topics_: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "session_id": 0, "responses": topics_}
+    The response carries at most the least of the request's max_bytes, the broker's fetch.max.bytes
+    and the room the connection's queued responses leave; the first batch of the first non-empty
+    partition comes whole even when larger (KIP-74), unless this connection already has responses
+    waiting to be written to it."""
+    conn = ctx.connection
+    fetch_max = ctx.broker.config.get("fetch.max.bytes")
+    req_max = req.max_bytes if ctx.version >= 3 else 2**31 - 1
 
-    if req.max_wait_ms <= 0 or nbytes >= req.min_bytes or errored or not topics:
-        return response(topics)
-    loop = asyncio.get_running_loop()
-    fut: asyncio.Future[Any] = loop.create_future()
-    keys = [(topic, p.partition) for topic, tparts in partitions for p in tparts]
-    op = DelayedOperation(fut, keys, req.min_bytes - nbytes,
-                          lambda: response(read_partitions(ctx, req, partitions)[0]))
-    if not ctx.broker.replica_manager.fetch_purgatory.park(op, req.max_wait_ms):
-        return response(topics)
-    ctx.connection.uncharge(ctx.header.correlation_id)  # the data read now is dropped; completion reads again
-    return fut
+    def limits() -> tuple[int, bool]:
+        room, may_exceed = conn.response_room()
+        return min(req_max, fetch_max, room), may_exceed
+
+    grouped = unique_partitions(req)
+    requests = [FetchPartition(topic, p.partition, p.fetch_offset, p.partition_max_bytes,
+                               p.current_leader_epoch, p.last_fetched_epoch)
+                for topic, tparts in grouped for p in tparts]
+    params = FetchParams(req.replica_id, req.max_wait_ms, req.min_bytes, req.isolation_level, limits)
+    read_committed = req.isolation_level == READ_COMMITTED
+    correlation_id = ctx.header.correlation_id
+
+    def respond(results: list[ReadResult]) -> dict[str, Any]:
+        topics = []
+        it = iter(results)
+        total = 0
+        for topic, tparts in grouped:
+            parts = []
+            for p in tparts:
+                r = next(it)
+                total += len(r.records)
+                entry = {
+                    "partition_index": p.partition, "error_code": r.error, "high_watermark": r.high_watermark,
+                    "last_stable_offset": r.last_stable_offset, "log_start_offset": r.log_start_offset,
+                    "aborted_transactions": [] if read_committed and r.error == ErrorCode.NONE else None,
+                    "preferred_read_replica": -1, "records": r.records,
+                }
+                if r.diverging_epoch is not None:
+                    entry["diverging_epoch"] = {"epoch": r.diverging_epoch[0], "end_offset": r.diverging_epoch[1]}
+                parts.append(entry)
+            topics.append({"topic": topic, "partitions": parts})
+        conn.charge_response(correlation_id, total)
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "session_id": 0, "responses": topics}
+
+    return ctx.broker.replica_manager.fetch_messages(params, requests, respond)

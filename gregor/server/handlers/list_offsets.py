@@ -1,6 +1,7 @@
 """ListOffsets: earliest, latest, max timestamp, or the first offset at or after a timestamp.
 
-A lookup that reads records (max timestamp) goes through the record validator's checks in
+The lookups are the ReplicaManager's (Partition.fetch_offset_for_timestamp). A lookup that reads
+records (max timestamp) goes through the record validator's checks in
 Log.max_timestamp_offset; anything else a damaged log raises here is that partition's error,
 never a closed connection.
 """
@@ -14,52 +15,29 @@ from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.primitives import DecodeError
 from gregor.protocol.schema import Struct
 from gregor.server.dispatcher import RequestContext
+from gregor.server.partition import FETCH_LOG_END, READ_UNCOMMITTED
 from gregor.storage.errors import StorageError
 
 log = logging.getLogger("gregor.list_offsets")
 
-LATEST = -1
-EARLIEST = -2
-MAX_TIMESTAMP = -3
-EARLIEST_LOCAL = -4  # KIP-405 tiered storage: with no remote tier, the same as earliest
-LATEST_TIERED = -5  # KIP-1005: nothing is tiered, so the earliest local offset
-
-
-def _lookup(ctx: RequestContext, topic: str, p: Struct) -> dict[str, Any]:
-    part = ctx.broker.replica_manager.get_leader_partition(topic, p.partition_index)
-    part.check_leader_epoch(p.get("current_leader_epoch", -1))
-    lg = part.log
-    ts = p.timestamp
-    epoch = part.leader_epoch
-    if ts == LATEST:
-        return {"timestamp": -1, "offset": lg.high_watermark, "leader_epoch": epoch}
-    if ts in (EARLIEST, EARLIEST_LOCAL, LATEST_TIERED):
-        return {"timestamp": -1, "offset": lg.log_start_offset, "leader_epoch": epoch}
-    if ts == MAX_TIMESTAMP:
-        found = lg.max_timestamp_offset()
-        if found is None or found.offset >= lg.high_watermark:
-            return {"timestamp": -1, "offset": -1, "leader_epoch": -1}
-        return {"timestamp": found.timestamp, "offset": found.offset, "leader_epoch": _epoch(found.leader_epoch)}
-    if ts < 0:
-        raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown special timestamp {ts}")
-    hit = lg.offset_for_timestamp(ts)
-    if hit is None or hit.offset >= lg.high_watermark:
-        return {"timestamp": -1, "offset": -1, "leader_epoch": -1}
-    return {"timestamp": hit.timestamp, "offset": hit.offset, "leader_epoch": _epoch(hit.leader_epoch)}
-
-
-def _epoch(e: int | None) -> int:
-    return -1 if e is None else e
+DEBUGGING_REPLICA_ID = -2  # tools: any replica may answer
 
 
 def handle_list_offsets(ctx: RequestContext, req: Struct) -> dict[str, Any]:
+    rm = ctx.broker.replica_manager
+    # A consumer sees below the HW (read_committed: the last stable offset); a follower up to the LEO.
+    isolation = req.get("isolation_level", READ_UNCOMMITTED) if req.replica_id < 0 else FETCH_LOG_END
+    fetch_only_from_leader = req.replica_id != DEBUGGING_REPLICA_ID
     topics = []
     for t in req.topics:
         parts = []
         for p in t.partitions:
             entry: dict[str, Any] = {"partition_index": p.partition_index, "error_code": ErrorCode.NONE}
             try:
-                entry.update(_lookup(ctx, t.name, p))
+                ts, offset, epoch = rm.fetch_offset_for_timestamp(
+                    t.name, p.partition_index, p.timestamp, isolation, p.get("current_leader_epoch", -1),
+                    fetch_only_from_leader)
+                entry.update({"timestamp": ts, "offset": offset, "leader_epoch": epoch})
             except KafkaError as e:
                 entry.update({"error_code": e.code, "timestamp": -1, "offset": -1, "leader_epoch": -1})
             except (StorageError, DecodeError, OSError) as e:

@@ -1,15 +1,18 @@
 """Produce: validate each partition's record batches, append them as leader, answer per partition.
 
 Errors are per partition and never abort the rest of the request. acks=0 gets no response
-at all; on a lone broker acks=-1 is acks=1 (the ISR is this broker), checked against
-min.insync.replicas all the same.
+at all. The appends go through the ReplicaManager, which checks min.insync.replicas for acks=-1
+and has its response wait in the purgatory until the high watermark passes the batches
+(DelayedProduce; on a lone broker the HW moves at the append, so it answers at once). A
+flush.messages fsync an append makes due runs on an executor thread; the answer waits for it.
 
 Validation is gregor.protocol.validator's (Kafka's LogValidator rules). Small record sets are
 validated on the event loop. A compressed record set of gregor.validation.offload.bytes or more
 (uncompressed: 8x that), or a compressed batch that expands past 8x that, is decompressed and
 walked on a pool of gregor.validation.threads threads, and the response is a Future. Appends of one connection stay
 in request order: while a connection has a Produce validating off the loop, its later Produce
-requests (however small) wait for it before appending; validation itself runs concurrently.
+requests (however small) wait for its appends before appending (not for its acks=all wait);
+validation itself runs concurrently.
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ from gregor.protocol.validator import (
     validate_batches,
 )
 from gregor.server.dispatcher import RequestContext
+from gregor.server.partition import AppendResult
+from gregor.server.replica_manager import AppendEntry
 from gregor.storage.errors import StorageError
 
 log = logging.getLogger("gregor.produce")
@@ -172,17 +177,25 @@ class _Item:
     offload: Callable[[], tuple[memoryview, list[BatchHeader]]] | None = None
 
 
-def _append(rm: Any, item: _Item, acks: int) -> dict[str, Any]:
-    try:
-        assert item.records is not None and item.headers is not None
-        res = rm.append(item.topic, item.index, item.records, item.headers, acks)
-    except (KafkaError, StorageError, OSError) as e:
-        if isinstance(e, OSError):
-            log.error("append to %s-%d failed: %s", item.topic, item.index, e)
-        return _answer(item.index, e)
-    return {"index": item.index, "error_code": ErrorCode.NONE, "base_offset": res.base_offset,
-            "log_append_time_ms": res.log_append_time_ms, "log_start_offset": res.log_start_offset,
-            "record_errors": [], "error_message": None}
+def _append_all(rm: Any, plan: list[tuple[str, list[_Item]]], acks: int, timeout_ms: int
+                ) -> list[tuple[str, list[dict[str, Any]]]] | asyncio.Future[Any]:
+    """Append every validated item through the ReplicaManager (in request order) and build the answers;
+    a Future of them when the appends have to wait (acks=all for the high watermark, flush.messages for
+    its fsync, which runs off the event loop)."""
+    todo = [it for _, items in plan for it in items if it.answer is None]
+    entries = [AppendEntry(it.topic, it.index, it.records, it.headers) for it in todo]  # type: ignore[arg-type]
+    got = rm.append_records(timeout_ms, acks, entries) if entries else []
+
+    def build(results: list[AppendResult]) -> list[tuple[str, list[dict[str, Any]]]]:
+        for it, res in zip(todo, results, strict=True):
+            it.answer = {"index": it.index, "error_code": res.error, "base_offset": res.base_offset,
+                         "log_append_time_ms": res.log_append_time_ms, "log_start_offset": res.log_start_offset,
+                         "record_errors": [], "error_message": res.message}
+        return [(name, [it.answer for it in items]) for name, items in plan]  # type: ignore[misc]
+
+    if isinstance(got, asyncio.Future):
+        return _then(got, build)
+    return build(got)
 
 
 def _response(topics: list[tuple[str, list[dict[str, Any]]]]) -> dict[str, Any]:
@@ -237,13 +250,17 @@ def handle_produce(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio
     conn = ctx.connection
     previous = _chains.get(conn)
     if not offloaded and (previous is None or previous.done()):
-        out = [(name, [it.answer if it.answer is not None else _append(rm, it, acks) for it in items])
-               for name, items in plan]
-        return None if acks == 0 else _response(out)
+        done = _append_all(rm, plan, acks, req.timeout_ms)
+        if acks == 0:
+            return None
+        if isinstance(done, asyncio.Future):  # acks=all waiting for the high watermark (DelayedProduce)
+            return _then(done, _response)
+        return _response(done)
     loop = asyncio.get_running_loop()
     jobs = {id(it): loop.run_in_executor(pool, it.offload) for _, items in plan for it in items if it.offload}
-    task = loop.create_task(_finish(rm, plan, jobs, previous, acks))
-    _chains[conn] = task
+    appended: asyncio.Future[None] = loop.create_future()  # the connection's next Produce appends after it
+    task = loop.create_task(_finish(rm, plan, jobs, previous, acks, req.timeout_ms, appended))
+    _chains[conn] = appended
     _tasks.add(task)
     task.add_done_callback(_tasks.discard)
     return None if acks == 0 else task
@@ -265,28 +282,47 @@ def _offload_call(args: tuple[Any, ...]) -> Callable[[], tuple[memoryview, list[
     return lambda: _prepare(*args, None)
 
 
+def _then(fut: asyncio.Future[Any], fn: Callable[[Any], Any]) -> asyncio.Future[Any]:
+    """A future of `fn(fut's result)`: the answer built once what it waits for is done."""
+    out: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+    def relay(f: asyncio.Future[Any]) -> None:
+        if out.done():
+            return
+        if f.cancelled():
+            out.cancel()
+        elif (e := f.exception()) is not None:
+            out.set_exception(e)
+        else:
+            out.set_result(fn(f.result()))
+
+    fut.add_done_callback(relay)
+    return out
+
+
 async def _finish(rm: Any, plan: list[tuple[str, list[_Item]]], jobs: dict[int, asyncio.Future[Any]],
-                  previous: asyncio.Future[Any] | None, acks: int) -> dict[str, Any]:
+                  previous: asyncio.Future[Any] | None, acks: int, timeout_ms: int,
+                  appended: asyncio.Future[None]) -> dict[str, Any]:
     """Wait for this request's off-loop validations and for the connection's previous Produce,
-    then append in request order. Never raises: failures are partition answers."""
-    if previous is not None and not previous.done():
-        try:
-            await asyncio.shield(previous)
-        except BaseException:  # the previous request's own failure is its own answer
-            pass
-    out = []
-    for name, items in plan:
-        parts = []
-        for it in items:
-            if it.answer is not None:
-                parts.append(it.answer)
-                continue
-            if it.offload is not None:
-                try:
-                    it.records, it.headers = await jobs[id(it)]
-                except Exception as e:
-                    parts.append(_answer(it.index, e))
-                    continue
-            parts.append(_append(rm, it, acks))
-        out.append((name, parts))
-    return _response(out)
+    then append in request order (and, for acks=all, wait for the high watermark). Never raises:
+    failures are partition answers."""
+    try:
+        if previous is not None and not previous.done():
+            try:
+                await asyncio.shield(previous)
+            except BaseException:  # the previous request's own failure is its own answer
+                pass
+        for _, items in plan:
+            for it in items:
+                if it.answer is None and it.offload is not None:
+                    try:
+                        it.records, it.headers = await jobs[id(it)]
+                    except Exception as e:
+                        it.answer = _answer(it.index, e)
+        done = _append_all(rm, plan, acks, timeout_ms)
+    finally:
+        if not appended.done():
+            appended.set_result(None)
+    if isinstance(done, asyncio.Future):
+        done = await done
+    return _response(done)

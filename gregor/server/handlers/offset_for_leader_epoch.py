@@ -1,0 +1,42 @@
+"""OffsetForLeaderEpoch: the end offset of a leader epoch, from the partition's leader epoch cache.
+
+Answered by the leader (any replica for the debugging replica id -2, v2's default), fenced by
+the sender's current leader epoch. An epoch unknown to the cache answers NONE with epoch and end
+offset -1, as Kafka does; errors are per partition.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.protocol.messages.offset_for_leader_epoch import DEBUGGING_REPLICA_ID
+from gregor.protocol.schema import Struct
+from gregor.server.dispatcher import RequestContext
+from gregor.storage.errors import StorageError
+
+log = logging.getLogger("gregor.offset_for_leader_epoch")
+
+
+def handle_offset_for_leader_epoch(ctx: RequestContext, req: Struct) -> dict[str, Any]:
+    rm = ctx.broker.replica_manager
+    fetch_only_from_leader = req.replica_id != DEBUGGING_REPLICA_ID
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            entry: dict[str, Any] = {"partition": p.partition, "error_code": ErrorCode.NONE,
+                                     "leader_epoch": -1, "end_offset": -1}
+            try:
+                epoch, end = rm.last_offset_for_leader_epoch(t.topic, p.partition, p.current_leader_epoch,
+                                                             p.leader_epoch, fetch_only_from_leader)
+                entry["leader_epoch"], entry["end_offset"] = epoch, end
+            except KafkaError as e:
+                entry["error_code"] = e.code
+            except (StorageError, OSError) as e:
+                log.warning("OffsetForLeaderEpoch of %s-%d failed: %s", t.topic, p.partition, e)
+                entry["error_code"] = ErrorCode[e.error] if isinstance(e, StorageError) else ErrorCode.KAFKA_STORAGE_ERROR
+            parts.append(entry)
+        topics.append({"topic": t.topic, "partitions": parts})
+    return {"throttle_time_ms": 0, "topics": topics}
