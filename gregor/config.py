@@ -137,6 +137,10 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
     _p("gregor.validation.offload.bytes", "int", 262144, lo=0,
        doc="compressed record sets at least this large (uncompressed: 8x this), and compressed batches expanding "
            "past 8x this, are validated on the gregor.validation.threads pool, so other clients keep being answered"),
+    # issue 9: meta
+    _p("metadata.log.max.record.bytes.between.snapshots", "long", 20971520, lo=1,
+       doc="the embedded metadata store's journal of changes is folded into its snapshot file (on a background "
+           "thread, and at clean shutdown) once it holds this many bytes since the last snapshot"),
 ]}
 
 
