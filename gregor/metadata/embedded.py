@@ -8,8 +8,9 @@ partitions, so a change is now one appended journal record, fsynced before the w
 snapshot file (tmp, fsync, rename), as Kafka's metadata log is folded into snapshots; a clean
 close does the same, so the snapshot alone describes a cleanly stopped broker.
 
-Files: `gregor-metadata.json`, the snapshot (the format of earlier versions, plus
-`metadata_version`: an older file loads as version 0), and `gregor-metadata.journal`, one record a
+Files: `gregor-metadata.json`, the snapshot (format 2: format 1's document plus `metadata_version`,
+partitions as the journal writes them; a format 1 file, with a dict per partition and no
+`metadata_version`, loads as version 0), and `gregor-metadata.journal`, one record a
 line: `<crc32 of the JSON, 8 hex digits> <JSON>`, each with its metadata version. Loading replays
 the records newer than the snapshot; a record cut short by a crash (or otherwise unreadable) ends
 the replay with a warning and is cut off, since it was never acknowledged.
@@ -94,7 +95,9 @@ class EmbeddedMetadataStore(MetadataStore):
         self._cluster_id = doc["cluster_id"]
         self._version = int(doc.get("metadata_version", 0))
         for t in doc.get("topics", []):
-            parts = {int(p): PartitionState(**s) for p, s in t["partitions"].items()}
+            rows = t["partitions"]
+            parts = ({int(p): PartitionState(**s) for p, s in rows.items()} if isinstance(rows, dict)  # format 1
+                     else _partitions_from_journal(rows))
             self._topics[t["name"]] = TopicMetadata(
                 t["name"], uuid.UUID(t["topic_id"]), parts, dict(t.get("configs", {})), t.get("internal", False)
             )
@@ -148,20 +151,15 @@ class EmbeddedMetadataStore(MetadataStore):
     def _write_snapshot(self) -> None:
         """Everything at self._version into the snapshot file (tmp, fsync, rename). Each topic is encoded
         by its own json.dumps call so this thread gives the GIL back to the event loop between topics."""
-        head = json.dumps({"version": 1, "cluster_id": self._cluster_id, "metadata_version": self._version})
+        head = json.dumps({"version": 2, "cluster_id": self._cluster_id, "metadata_version": self._version})
         tmp = self._path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(head[:-1] + ', "topics": [')
             for i, t in enumerate(self._topics.values()):
                 if i:
                     fh.write(",\n")
-                fh.write(json.dumps({
-                    "name": t.name,
-                    "topic_id": str(t.topic_id),
-                    "internal": t.internal,
-                    "configs": t.configs,
-                    "partitions": {str(p): vars(s) for p, s in sorted(t.partitions.items())},
-                }))
+                fh.write(_record({"name": t.name, "topic_id": str(t.topic_id), "internal": t.internal,
+                                  "configs": t.configs}, partitions=_partitions_to_journal(t.partitions)))
             fh.write("]}\n")
             fh.flush()
             os.fsync(fh.fileno())
