@@ -147,7 +147,7 @@ class TopicAdmin:
             self._check_count_before_layout(n, rf, len(brokers))
             layout = self._assign(0, n, rf, brokers)
         self.check_partition_limits(len(layout), layout)
-        partitions = {p: PartitionState(replicas=r, leader=r[0], leader_epoch=0, isr=list(r)) for p, r in layout.items()}
+        partitions = {p: PartitionState(r, r[0], 0, r.copy()) for p, r in layout.items()}
         topic = TopicMetadata(name, uuid.uuid4(), partitions, stored_configs, internal=name in INTERNAL_TOPICS)
         if reserve:
             self._reserve(name, layout, 1)
@@ -329,10 +329,10 @@ class TopicAdmin:
         """Round-robin replica placement starting at a shifting broker, like Kafka's rack-unaware assignment."""
         ordered = sorted(brokers)
         n = len(ordered)
-        return {
-            first + i: [ordered[(first + i + j) % n] for j in range(rf)]
-            for i in range(count)
-        }
+        # Only n distinct lists exist (one per starting broker): build those once, copy them per partition.
+        starts = [[ordered[(s + j) % n] for j in range(rf)] for s in range(min(n, count))]
+        return {p: starts[p % n].copy() if n <= count else [ordered[(p + j) % n] for j in range(rf)]
+                for p in range(first, first + count)}
 
     @staticmethod
     def _check_assignment(
