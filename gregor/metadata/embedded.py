@@ -264,9 +264,9 @@ class EmbeddedMetadataStore(MetadataStore):
             t = ch.topic
             if t.name in self._topics:
                 raise TopicExistsError(t.name)
-            mine = t.copy()
+            mine = t.copy()  # the given object is the caller's; it travels on in the event (apply's contract)
             self._topics[t.name] = mine
-            return _topic_record(v, mine), MetadataEvent(v, CREATED, t.name, t.copy())
+            return _topic_record(v, mine), MetadataEvent(v, CREATED, t.name, t)
         cur = self._topics.get(ch.name)
         if cur is None:
             raise NoSuchTopicError(ch.name)

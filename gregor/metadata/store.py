@@ -186,7 +186,9 @@ class MetadataStore(ABC):
     @abstractmethod
     def apply(self, changes: Sequence[Change]) -> list[int | MetadataError]:
         """Apply each change on its own (one failing leaves the others), all durable before this returns:
-        per change, the metadata version holding it, or its error (TopicExistsError, NoSuchTopicError)."""
+        per change, the metadata version holding it, or its error (TopicExistsError, NoSuchTopicError).
+        The objects in `changes` are handed over: the store may pass them on in events (to the caller's
+        loop) but keeps none of them itself, so the caller must not change them afterwards."""
 
     @abstractmethod
     def update_partition_state(self, name: str, partition: int, state: PartitionState, expected_version: int) -> int:
