@@ -94,11 +94,11 @@ class Broker:
         _, adv_host, adv_port = parse_listener(self.config.advertised_listeners[0])
         if adv_port == 0:
             adv_port = self.bound_ports[0]
-        loop = asyncio.get_running_loop()
-        self.metadata_cache.attach(self.store, loop)
+        # Registered on the loop, once, before anything is read: a request accepted meanwhile must find this
+        # broker in the cache, so the cache catches up from the store right after (attach), not by event.
+        self.store.register_broker(BrokerInfo(self.config.broker_id, adv_host or "127.0.0.1", adv_port))
+        self.metadata_cache.attach(self.store, asyncio.get_running_loop())
         self.metadata_cache.add_listener(self.replica_manager.on_metadata_change)
-        me = BrokerInfo(self.config.broker_id, adv_host or "127.0.0.1", adv_port)
-        await self.metadata_cache.wait_for(await loop.run_in_executor(None, self.store.register_broker, me))
         self.replica_manager.sync_all()  # new partitions only: the ones on disk are still loading
         self._load_task = asyncio.ensure_future(self._load_logs())
         log.info(

@@ -64,7 +64,6 @@ def _find_coordinator(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     keys = list(req.coordinator_keys) if ctx.version >= 4 else [req.key]
     broker = ctx.broker
     me = broker.metadata_cache.broker(broker.config.broker_id)
-    assert me is not None  # registered before the broker listens
     entries = []
     for key in keys:
         entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1,
@@ -74,6 +73,8 @@ def _find_coordinator(ctx: RequestContext, req: Struct) -> dict[str, Any]:
             entry["error_message"] = "Only group coordinators are available on this broker (no transactions yet)"
         else:
             try:
+                if me is None:  # not in the metadata yet (the first moments of start): clients retry
+                    raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the broker is starting")
                 _coordinator(ctx)
                 entry.update({"node_id": me.broker_id, "host": me.host, "port": me.port})
             except KafkaError as e:
