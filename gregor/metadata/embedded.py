@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import threading
+import time
 import uuid
 import zlib
 from collections.abc import Sequence
@@ -85,9 +86,11 @@ class EmbeddedMetadataStore(MetadataStore):
     def _load(self) -> None:
         if not os.path.exists(self._path):
             self._cluster_id = _new_cluster_id()
-            if os.path.exists(self._journal_path):  # a journal without its snapshot belongs to nothing
-                log.warning("%s has no %s beside it: starting with empty metadata", self._journal_path, FILE_NAME)
-                os.remove(self._journal_path)
+            if os.path.exists(self._journal_path):  # changes to a snapshot that is gone: kept aside, not applied
+                aside = f"{self._journal_path}.orphaned-{int(time.time())}"
+                log.warning("%s has no %s beside it: starting with empty metadata; the journal is kept as %s",
+                            self._journal_path, FILE_NAME, aside)
+                os.replace(self._journal_path, aside)
             self._write_snapshot()
             return
         with open(self._path, encoding="utf-8") as fh:
@@ -114,8 +117,9 @@ class EmbeddedMetadataStore(MetadataStore):
             end = data.find(b"\n", pos)
             record = _parse_record(data[pos:end]) if end >= 0 else None
             if record is None:
-                log.warning("metadata journal %s: the record at byte %d is incomplete or corrupt (a write cut short "
-                            "by a crash, never acknowledged): ignoring it and the %d bytes after it",
+                log.warning("metadata journal %s: the record at byte %d is incomplete or corrupt (a write a crash cut "
+                            "short, which was never acknowledged, or a damaged file): ignoring it and the %d bytes "
+                            "after it",
                             self._journal_path, pos, len(data) - pos)
                 with open(self._journal_path, "r+b") as fh:
                     fh.truncate(pos)

@@ -152,3 +152,13 @@ def test_events_carry_versions_and_copies(tmp_path: Path) -> None:
     got = asyncio.run(run())
     assert [(e.version, e.kind, e.topic) for e in got] == [(1, "created", "e"), (2, "configs", "e"), (3, "deleted", "e")]
     assert got[1].snapshot is not None and got[1].snapshot.configs == {"a": "b"} and got[2].snapshot is None
+
+
+def test_a_journal_whose_snapshot_is_gone_is_kept_aside(tmp_path: Path) -> None:
+    s = _reopen(tmp_path)
+    s.create_topic(_topic("x"))
+    (tmp_path / FILE_NAME).unlink()
+    r = _reopen(tmp_path)
+    assert r.snapshot().topics == {} and r.cluster_id != s.cluster_id
+    kept = list(tmp_path.glob(JOURNAL_NAME + ".orphaned-*"))
+    assert len(kept) == 1 and b'"x"' in kept[0].read_bytes()
