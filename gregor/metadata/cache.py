@@ -21,7 +21,7 @@ import itertools
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from gregor.metadata.store import (
     BROKERS,
@@ -94,6 +94,15 @@ class MetadataCache:
             self._brokers = event.brokers or ()
             if event.controller_id is not None:
                 self.controller_id = event.controller_id
+        elif event.partitions is not None:  # partition states changed in place: the cache owns its objects
+            t = self._topics.get(event.topic or "")
+            if t is None:
+                log.warning("metadata event %d changes partitions of unknown topic %s", event.version, event.topic)
+            else:
+                self._count([t.partitions[p] for p in event.partitions if p in t.partitions], -1)
+                t.partitions.update(event.partitions)
+                self._count(event.partitions.values(), 1)
+                self._notify(event.kind, t.name)
         elif event.topic is not None:
             old = self._topics.get(event.topic)
             if old is not None:
@@ -102,29 +111,32 @@ class MetadataCache:
                 self._put(event.snapshot)  # an existing name keeps its place in the order of topics
             elif old is not None:
                 del self._topics[event.topic]
-            for fn in list(self._listeners):
-                try:
-                    fn(event.kind, event.topic)
-                except Exception:  # one listener's bug must not stop the others or the cache
-                    log.exception("metadata listener %r failed on %s %s", fn, event.kind, event.topic)
+            self._notify(event.kind, event.topic)
         self._wake()
+
+    def _notify(self, kind: str, topic: str) -> None:
+        for fn in list(self._listeners):
+            try:
+                fn(kind, topic)
+            except Exception:  # one listener's bug must not stop the others or the cache
+                log.exception("metadata listener %r failed on %s %s", fn, kind, topic)
 
     def _put(self, t: TopicMetadata) -> None:
         self._topics[t.name] = t
         self._by_id[t.topic_id] = t
         self._by_collision_key[collision_key(t.name)] = t.name
-        self._count(t, 1)
+        self._count(t.partitions.values(), 1)
 
     def _unindex(self, old: TopicMetadata) -> None:
         if self._by_id.get(old.topic_id) is old:
             del self._by_id[old.topic_id]
         if self._by_collision_key.get(collision_key(old.name)) == old.name:
             del self._by_collision_key[collision_key(old.name)]
-        self._count(old, -1)
+        self._count(old.partitions.values(), -1)
 
-    def _count(self, t: TopicMetadata, sign: int) -> None:
+    def _count(self, states: Iterable[PartitionState], sign: int) -> None:
         counts = self._replicas_per_broker
-        for s in t.partitions.values():
+        for s in states:
             for b in s.replicas:
                 counts[b] = counts.get(b, 0) + sign
 

@@ -306,7 +306,7 @@ class EmbeddedMetadataStore(MetadataStore):
             self._version += 1
             self._append([_record({"v": self._version, "op": "state", "name": name},
                                   partitions=_partitions_to_journal({partition: new}))])
-            self._publish(MetadataEvent(self._version, STATE, name, t.copy()))
+            self._publish(MetadataEvent(self._version, STATE, name, partitions={partition: new.copy()}))
             state.version = new.version
             return new.version
 

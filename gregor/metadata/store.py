@@ -119,7 +119,9 @@ CREATED, DELETED, PARTITIONS, CONFIGS, STATE, BROKERS = "created", "deleted", "p
 @dataclass(frozen=True)
 class MetadataEvent:
     """One change at one metadata version. Topic events carry the topic's new snapshot (None when
-    deleted); broker events carry the live brokers and the controller id."""
+    deleted); a partition-state change carries only the partitions that changed (`partitions`), so
+    an ISR change of one partition costs O(1) however large its topic; broker events carry the live
+    brokers and the controller id."""
 
     version: int
     kind: str
@@ -127,6 +129,7 @@ class MetadataEvent:
     snapshot: TopicMetadata | None = None
     brokers: tuple[BrokerInfo, ...] | None = None
     controller_id: int | None = None
+    partitions: dict[int, PartitionState] | None = None
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from gregor.metadata.store import (
     CONFIGS,
     CREATED,
     DELETED,
+    STATE,
     BrokerInfo,
     MetadataEvent,
     MetadataImage,
@@ -131,3 +132,21 @@ def test_apply_off_the_loop_thread_is_refused(tmp_path: Path) -> None:
         store.close()
 
     asyncio.run(run())
+
+
+def test_a_partition_state_event_changes_that_partition_only() -> None:
+    c = _cache()
+    seen: list[tuple[str, str]] = []
+    c.add_listener(lambda kind, topic: seen.append((kind, topic)))
+    c.apply(MetadataEvent(1, CREATED, "a", _topic("a", 3)))
+    before = c.topic("a")
+    assert before is not None
+    untouched = before.partitions[1]
+    c.apply(MetadataEvent(2, STATE, "a", partitions={0: PartitionState([0, 1], 1, leader_epoch=4, isr=[1])}))
+    t = c.topic("a")
+    assert t is before and t.partitions[0].leader == 1 and t.partitions[0].leader_epoch == 4
+    assert t.partitions[1] is untouched
+    assert c.hosted_partitions() == {0: 3, 1: 1}
+    assert seen[-1] == (STATE, "a")
+    c.apply(MetadataEvent(3, STATE, "gone", partitions={0: PartitionState([0], 0)}))  # unknown topic: ignored
+    assert c.version == 3 and c.topic("gone") is None
