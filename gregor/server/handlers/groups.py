@@ -53,8 +53,12 @@ def handle_find_coordinator(ctx: RequestContext, req: Struct) -> dict[str, Any] 
     answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
 
     def done(_: asyncio.Future[None]) -> None:
-        if not answer.done():
+        if answer.done():
+            return
+        try:
             answer.set_result(_find_coordinator(ctx, req))
+        except Exception as e:  # answered as any handler failure (logged, connection closed), never left hanging
+            answer.set_exception(e)
 
     pending.add_done_callback(done)
     return answer
