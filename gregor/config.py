@@ -142,6 +142,10 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
        doc="requests parked at once in the purgatory (a Fetch waiting for fetch.min.bytes, a Produce waiting for "
            "acks=all on the high watermark); past it a Fetch is answered with what it has and an acks=all Produce "
            "not yet replicated gets REQUEST_TIMED_OUT. Kafka has no such bound"),
+    # issue 9: meta
+    _p("metadata.log.max.record.bytes.between.snapshots", "long", 20971520, lo=1,
+       doc="the embedded metadata store's journal of changes is folded into its snapshot file (on a background "
+           "thread, and at clean shutdown) once it holds this many bytes since the last snapshot"),
 ]}
 
 

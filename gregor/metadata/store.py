@@ -1,17 +1,31 @@
 """The one metadata interface: brokers, controller, topics, partition state, topic configs.
 
-Everything the broker knows about the cluster goes through `MetadataStore`. A lone broker
-uses `EmbeddedMetadataStore` (gregor.metadata.embedded); a cluster will use a ZooKeeper
-store with the same methods and Kafka's znode layout (/brokers/ids, /controller,
-/brokers/topics/<t>, /brokers/topics/<t>/partitions/<p>/state, /config/topics/<t>), where
-every partition-state update is conditional on the version read, as here.
+Everything the broker knows about the cluster is written through `MetadataStore` and read from
+the `MetadataCache` (gregor.metadata.cache) on the event loop. A lone broker uses
+`EmbeddedMetadataStore` (gregor.metadata.embedded); a cluster will use a ZooKeeper store with the
+same methods and Kafka's znode layout (/brokers/ids, /controller, /brokers/topics/<t>,
+/brokers/topics/<t>/partitions/<p>/state, /config/topics/<t>), where every partition-state update
+is conditional on the version read, as here.
+
+The contract both stores keep:
+- Writes are blocking calls (file or network I/O): callers run them off the event loop (TopicAdmin
+  uses one writer thread). A write is durable before it returns, and it returns the metadata version
+  that holds it.
+- Every change becomes one `MetadataEvent` with a metadata version that only grows. Events are
+  delivered to subscribers by `loop.call_soon_threadsafe` on the subscriber's event loop, in
+  version order, never by calling broker code on the writing thread. The ZooKeeper store turns
+  kazoo's watch callbacks (on kazoo's thread) into the same events (a topic's znode data is the
+  new snapshot; the znode's mzxid orders them), so the broker cannot tell the stores apart.
+- Events carry copies: a subscriber never shares a mutable object with the store's thread.
 """
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 
@@ -50,6 +64,10 @@ class PartitionState:
     controller_epoch: int = 0
     version: int = 0  # bumped on every write; updates are conditional on it
 
+    def copy(self) -> PartitionState:
+        return PartitionState(list(self.replicas), self.leader, self.leader_epoch, list(self.isr),
+                              self.controller_epoch, self.version)
+
 
 @dataclass
 class TopicMetadata:
@@ -59,62 +77,146 @@ class TopicMetadata:
     configs: dict[str, str] = field(default_factory=dict)  # topic-level overrides, as strings
     internal: bool = False
 
+    def copy(self) -> TopicMetadata:
+        """A copy sharing nothing mutable (a store's own object never crosses threads)."""
+        return TopicMetadata(self.name, self.topic_id, {p: s.copy() for p, s in self.partitions.items()},
+                             dict(self.configs), self.internal)
 
-# Callbacks fire after a change is durable: (event, topic name).
-Listener = Callable[[str, str], None]
+
+# --- changes (what a write asks for) -------------------------------------------------------
+@dataclass(frozen=True)
+class CreateTopic:
+    topic: TopicMetadata
+
+
+@dataclass(frozen=True)
+class DeleteTopic:
+    name: str
+
+
+@dataclass(frozen=True)
+class AddPartitions:
+    name: str
+    partitions: dict[int, PartitionState]
+
+
+@dataclass(frozen=True)
+class SetTopicConfigs:
+    """Replace the topic's overrides wholesale."""
+
+    name: str
+    configs: dict[str, str]
+
+
+Change = CreateTopic | DeleteTopic | AddPartitions | SetTopicConfigs
+
+
+# --- events (what subscribers see) ----------------------------------------------------------
+# Kinds: the topic listeners' event names (ReplicaManager.on_metadata_change) plus "brokers".
+CREATED, DELETED, PARTITIONS, CONFIGS, STATE, BROKERS = "created", "deleted", "partitions", "configs", "state", "brokers"
+
+
+@dataclass(frozen=True)
+class MetadataEvent:
+    """One change at one metadata version. Topic events carry the topic's new snapshot (None when
+    deleted); a partition-state change carries only the partitions that changed (`partitions`), so
+    an ISR change of one partition costs O(1) however large its topic; broker events carry the live
+    brokers and the controller id."""
+
+    version: int
+    kind: str
+    topic: str | None = None
+    snapshot: TopicMetadata | None = None
+    brokers: tuple[BrokerInfo, ...] | None = None
+    controller_id: int | None = None
+    partitions: dict[int, PartitionState] | None = None
+
+
+@dataclass(frozen=True)
+class MetadataImage:
+    """Everything at one version: what a cache starts from (copies, owned by the caller)."""
+
+    version: int
+    cluster_id: str
+    brokers: tuple[BrokerInfo, ...]
+    controller_id: int
+    topics: dict[str, TopicMetadata]
+
+
+Subscriber = Callable[[MetadataEvent], None]
 
 
 class MetadataStore(ABC):
-    """Cluster metadata. Implementations persist changes before they return."""
+    """Cluster metadata. Implementations persist changes before they return and publish each as an event."""
 
     def __init__(self) -> None:
-        self._listeners: list[Listener] = []
+        self._subscribers: list[tuple[asyncio.AbstractEventLoop, Subscriber]] = []
+        self._sub_lock = threading.Lock()
 
-    def add_listener(self, fn: Listener) -> None:
-        self._listeners.append(fn)
+    # --- events ------------------------------------------------------------------------
+    def subscribe(self, loop: asyncio.AbstractEventLoop, fn: Subscriber) -> None:
+        """Deliver every later event to `fn`, called on `loop`'s thread (never on the writer's)."""
+        with self._sub_lock:
+            self._subscribers.append((loop, fn))
 
-    def _notify(self, event: str, topic: str) -> None:
-        for fn in list(self._listeners):
-            fn(event, topic)
+    def _publish(self, event: MetadataEvent) -> None:
+        """Called by implementations in version order (under their write lock): call_soon_threadsafe
+        keeps that order on the loop."""
+        with self._sub_lock:
+            subs = list(self._subscribers)
+        for loop, fn in subs:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(fn, event)
 
+    # --- reads (any thread; copies) -------------------------------------------------------
     @property
     @abstractmethod
     def cluster_id(self) -> str: ...
 
+    @property
     @abstractmethod
-    def register_broker(self, info: BrokerInfo) -> None: ...
+    def version(self) -> int:
+        """The metadata version of the last change written."""
 
     @abstractmethod
-    def brokers(self) -> list[BrokerInfo]: ...
+    def snapshot(self) -> MetadataImage:
+        """A consistent copy of everything, at `version`."""
+
+    # --- writes (blocking: off the event loop) ----------------------------------------------
+    @abstractmethod
+    def register_broker(self, info: BrokerInfo) -> int: ...
 
     @abstractmethod
-    def controller_id(self) -> int:
-        """The broker that won the controller election (-1 if none)."""
-
-    @abstractmethod
-    def topics(self) -> dict[str, TopicMetadata]: ...
-
-    def topic(self, name: str) -> TopicMetadata | None:
-        return self.topics().get(name)
-
-    @abstractmethod
-    def create_topic(self, topic: TopicMetadata) -> None:
-        """Raises TopicExistsError."""
-
-    @abstractmethod
-    def delete_topic(self, name: str) -> None:
-        """Raises NoSuchTopicError."""
-
-    @abstractmethod
-    def add_partitions(self, name: str, partitions: dict[int, PartitionState]) -> None: ...
-
-    @abstractmethod
-    def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
-        """Replace the topic's overrides wholesale."""
+    def apply(self, changes: Sequence[Change]) -> list[int | MetadataError]:
+        """Apply each change on its own (one failing leaves the others), all durable before this returns:
+        per change, the metadata version holding it, or its error (TopicExistsError, NoSuchTopicError).
+        The objects in `changes` are handed over: the store may pass them on in events (to the caller's
+        loop) but keeps none of them itself, so the caller must not change them afterwards."""
 
     @abstractmethod
     def update_partition_state(self, name: str, partition: int, state: PartitionState, expected_version: int) -> int:
-        """Conditional write; returns the new version or raises BadVersionError."""
+        """Conditional write; returns the partition state's new version or raises BadVersionError."""
+
+    def create_topic(self, topic: TopicMetadata) -> int:
+        """Raises TopicExistsError."""
+        return _one(self.apply([CreateTopic(topic)]))
+
+    def delete_topic(self, name: str) -> int:
+        """Raises NoSuchTopicError."""
+        return _one(self.apply([DeleteTopic(name)]))
+
+    def add_partitions(self, name: str, partitions: dict[int, PartitionState]) -> int:
+        return _one(self.apply([AddPartitions(name, partitions)]))
+
+    def set_topic_configs(self, name: str, configs: dict[str, str]) -> int:
+        return _one(self.apply([SetTopicConfigs(name, configs)]))
 
     def close(self) -> None:  # noqa: B027 - optional hook, most stores hold nothing to release
         """Release connections or files."""
+
+
+def _one(results: list[int | MetadataError]) -> int:
+    r = results[0]
+    if isinstance(r, MetadataError):
+        raise r
+    return r

@@ -1,4 +1,4 @@
-"""The broker: composes config, storage, metadata, controller, replica manager and network.
+"""The broker: composes config, storage, metadata (store and cache), topic admin, replica manager and network.
 
 Lifecycle: `__init__` only scans the log dirs (directory listings and checkpoint files).
 `start()` binds the listeners and registers with the metadata store at once, then loads the
@@ -9,6 +9,9 @@ so clients retry. Once every log is loaded, the partitions come online, the grou
 replays __consumer_offsets, the periodic jobs (retention, flush, checkpoints) start and
 "all logs loaded" is logged. `shutdown()` stops accepting, lets in-flight requests finish, answers
 parked fetches, flushes and writes recovery checkpoints with a clean-shutdown marker.
+
+Metadata is read from `metadata_cache`, on the loop; the store is written only through
+`topic_admin` (off the loop) and its changes come back as events applied to the cache.
 """
 
 from __future__ import annotations
@@ -20,11 +23,12 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
+from gregor.admin.topic_admin import TopicAdmin
 from gregor.config import BrokerConfig, parse_listener
-from gregor.controller.controller import Controller
 from gregor.coordinator.group.coordinator import OFFSETS_TOPIC, GroupCoordinator, append_via
+from gregor.metadata.cache import MetadataCache
 from gregor.metadata.embedded import EmbeddedMetadataStore
-from gregor.metadata.store import BrokerInfo, MetadataStore, TopicMetadata
+from gregor.metadata.store import BrokerInfo, CreateTopic, MetadataStore, TopicMetadata
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.server.dispatcher import Dispatcher
 from gregor.server.handlers import HANDLERS
@@ -44,15 +48,20 @@ class Broker:
     def __init__(self, config: BrokerConfig, store: MetadataStore | None = None) -> None:
         self.config = config
         t0 = time.monotonic()
-        self.store = store or EmbeddedMetadataStore(config.log_dirs[0], config.broker_id)
+        self.store = store or EmbeddedMetadataStore(
+            config.log_dirs[0], config.broker_id,
+            snapshot_bytes=config.get("metadata.log.max.record.bytes.between.snapshots"))
+        self.metadata_cache = MetadataCache()
+        self.metadata_cache.load(self.store.snapshot())
         # Logs open with their topics' configs, so the cleaner never sees a compacted log as delete-only.
-        topic_configs = {name: log_config_for(config, t.configs, name) for name, t in self.store.topics().items()}
+        topic_configs = {name: log_config_for(config, t.configs, name)
+                         for name, t in self.metadata_cache.topics().items()}
         self.log_manager = LogManager(config.log_dirs, config.log_config, topic_configs,
                                       cleaner_config=CleanerConfig.from_broker(config.get),
                                       load=False, open_files_max=config.get("log.segment.open.files.max"))
         log.info("scanned the log dirs in %.0f ms", (time.monotonic() - t0) * 1000)
-        self.controller = Controller(self.store, config)
-        self.replica_manager = ReplicaManager(config, self.store, self.log_manager)
+        self.topic_admin = TopicAdmin(self.store, self.metadata_cache, config)
+        self.replica_manager = ReplicaManager(config, self.store, self.log_manager, self.metadata_cache)
         self.group_coordinator = GroupCoordinator(config, append_via(self.replica_manager), self._read_offsets_partition)
         self.dispatcher = Dispatcher(self, HANDLERS)
         self.socket_server = SocketServer(
@@ -74,6 +83,8 @@ class Broker:
         self._shutting_down = False
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
+        self._offsets_topic_creation: asyncio.Future[None] | None = None
+        self._offsets_topic_error: KafkaError | None = None
 
     # --- lifecycle -------------------------------------------------------------------
     async def start(self) -> None:
@@ -83,15 +94,18 @@ class Broker:
         _, adv_host, adv_port = parse_listener(self.config.advertised_listeners[0])
         if adv_port == 0:
             adv_port = self.bound_ports[0]
+        # Registered on the loop, once, before anything is read: a request accepted meanwhile must find this
+        # broker in the cache, so the cache catches up from the store right after (attach), not by event.
         self.store.register_broker(BrokerInfo(self.config.broker_id, adv_host or "127.0.0.1", adv_port))
-        self.store.add_listener(self.replica_manager.on_metadata_change)
+        self.metadata_cache.attach(self.store, asyncio.get_running_loop())
+        self.metadata_cache.add_listener(self.replica_manager.on_metadata_change)
         self.replica_manager.sync_all()  # new partitions only: the ones on disk are still loading
         self._load_task = asyncio.ensure_future(self._load_logs())
         log.info(
             "Gregor broker %d started: listening on %s (cluster id %s)",
             self.config.broker_id,
             ", ".join(f"{parse_listener(s)[1]}:{p}" for s, p in zip(self.config.listeners, self.bound_ports, strict=False)),
-            self.store.cluster_id,
+            self.metadata_cache.cluster_id,
         )
 
     async def _load_logs(self) -> None:
@@ -137,8 +151,12 @@ class Broker:
         await asyncio.get_running_loop().run_in_executor(None, self.log_manager.shutdown)
         if self._load_task is not None:
             await asyncio.gather(self._load_task, return_exceptions=True)
-        self.store.close()
+        await asyncio.get_running_loop().run_in_executor(None, self._close_metadata)
         log.info("shut down cleanly")
+
+    def _close_metadata(self) -> None:
+        self.topic_admin.close()  # the writes under way finish first
+        self.store.close()
 
     # --- periodic jobs ---------------------------------------------------------------
     def _every(self, interval_ms: int, job: Callable[[], Awaitable[None]]) -> None:
@@ -176,19 +194,41 @@ class Broker:
         return self.group_coordinator
 
     def _ensure_offsets_topic(self) -> None:
-        if self.store.topic(OFFSETS_TOPIC) is None:
-            try:
-                self.controller.create_topic(
-                    OFFSETS_TOPIC,
-                    self.config.get("offsets.topic.num.partitions"),
-                    self.config.get("offsets.topic.replication.factor"),
-                    configs={"cleanup.policy": "compact",
-                             "segment.bytes": str(self.config.get("offsets.topic.segment.bytes"))},
-                    internal_allowed=True,
-                )
-            except KafkaError as e:
-                if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:
-                    raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"cannot create {OFFSETS_TOPIC}: {e}") from e
+        """Raise COORDINATOR_NOT_AVAILABLE (clients retry) while __consumer_offsets does not exist, starting
+        its creation if none is under way."""
+        if self.metadata_cache.topic(OFFSETS_TOPIC) is not None:
+            return
+        self.offsets_topic_creation()
+        err = self._offsets_topic_error
+        raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                         f"cannot create {OFFSETS_TOPIC}: {err}" if err is not None else f"{OFFSETS_TOPIC} is being created")
+
+    def offsets_topic_creation(self) -> asyncio.Future[None] | None:
+        """None once __consumer_offsets exists; else a future done when the creation under way (started now
+        if none is) ends, whether it succeeded or not. FindCoordinator waits on it rather than failing."""
+        if self.metadata_cache.topic(OFFSETS_TOPIC) is not None:
+            return None
+        if self._offsets_topic_creation is None:
+            self._offsets_topic_creation = asyncio.ensure_future(self._create_offsets_topic())
+        return asyncio.shield(self._offsets_topic_creation)
+
+    async def _create_offsets_topic(self) -> None:
+        try:
+            await self.topic_admin.create_topic(
+                OFFSETS_TOPIC,
+                self.config.get("offsets.topic.num.partitions"),
+                self.config.get("offsets.topic.replication.factor"),
+                configs={"cleanup.policy": "compact",
+                         "segment.bytes": str(self.config.get("offsets.topic.segment.bytes"))},
+                internal_allowed=True,
+            )
+            self._offsets_topic_error = None
+        except KafkaError as e:
+            if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                log.warning("cannot create %s: %s", OFFSETS_TOPIC, e)
+                self._offsets_topic_error = e
+        finally:
+            self._offsets_topic_creation = None
 
     def _read_offsets_partition(self, p: int) -> Iterator[memoryview]:
         part = self.replica_manager.partitions.get((OFFSETS_TOPIC, p))
@@ -203,23 +243,34 @@ class Broker:
             yield data.records
             offset = data.next_offset
 
-    def auto_create_topic(self, name: str) -> TopicMetadata:
+    async def auto_create_topics(self, names: list[str]) -> dict[str, TopicMetadata | KafkaError]:
         """Metadata's auto topic creation: with the broker's defaults and limits (max.broker.partitions and
-        the open-file budget apply as to CreateTopics). `__consumer_offsets` is created as the group
-        coordinator needs it, as Kafka does; other internal topics are refused by the controller."""
-        if name == OFFSETS_TOPIC:
-            self._ensure_offsets_topic()
-            t = self.store.topic(name)
-            assert t is not None
-            return t
-        try:
-            return self.controller.create_topic(name)
-        except KafkaError as e:
-            if e.code == ErrorCode.TOPIC_ALREADY_EXISTS:
-                t = self.store.topic(name)
-                if t is not None:
-                    return t
-            raise
+        the open-file budget apply as to CreateTopics), in one store write. `__consumer_offsets` is created
+        as the group coordinator needs it, as Kafka does; other internal topics are refused by TopicAdmin."""
+        out: dict[str, TopicMetadata | KafkaError] = {}
+        prepared: list[TopicMetadata] = []
+        for name in names:
+            if name == OFFSETS_TOPIC:
+                pending = self.offsets_topic_creation()
+                if pending is not None:
+                    await pending
+                t = self.metadata_cache.topic(name)
+                out[name] = t if t is not None else KafkaError(
+                    ErrorCode.LEADER_NOT_AVAILABLE, f"{OFFSETS_TOPIC} is being created")
+                continue
+            try:
+                prepared.append(self.topic_admin.prepare_topic(name))
+            except KafkaError as e:
+                out[name] = e
+        errors = await self.topic_admin.write([CreateTopic(t) for t in prepared])
+        for t, err in zip(prepared, errors, strict=True):
+            out[t.name] = err if err is not None else (self.metadata_cache.topic(t.name) or t)
+        for name, v in out.items():  # created meanwhile by another request: that is the topic
+            if isinstance(v, KafkaError) and v.code == ErrorCode.TOPIC_ALREADY_EXISTS:
+                existing = self.metadata_cache.topic(name)
+                out[name] = existing if existing is not None else KafkaError(
+                    ErrorCode.LEADER_NOT_AVAILABLE, f"Topic {name} is being created")
+        return out
 
 
 def raise_open_file_limit() -> tuple[int, int]:

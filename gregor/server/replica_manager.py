@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, TypeVar
 
 from gregor.config import BrokerConfig
+from gregor.metadata.cache import MetadataCache
 from gregor.metadata.store import MetadataStore, TopicMetadata
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.records import BatchHeader
@@ -114,10 +115,11 @@ class ReplicaManager:
     same name starts); `log_work_done(topic)` is a future admin responses wait on."""
 
     def __init__(self, config: BrokerConfig, store: MetadataStore, log_manager: LogManager,
-                 clock: Clock | None = None) -> None:
+                 metadata_cache: MetadataCache, clock: Clock | None = None) -> None:
         self.config = config
         self.broker_id = config.broker_id
         self.store = store
+        self.metadata_cache = metadata_cache  # what metadata is read from, on the loop
         self.log_manager = log_manager
         self.partitions: dict[tuple[str, int], Partition] = {}
         # Hosted partitions without a Partition yet: logs still loading at startup, and logs that
@@ -133,7 +135,7 @@ class ReplicaManager:
     # --- metadata -> local state -----------------------------------------------------
     def sync_all(self) -> None:
         """Bring local partitions in line with the store (at startup and after any change)."""
-        topics = self.store.topics()
+        topics = self.metadata_cache.topics()
         for t in topics.values():
             self.sync_topic(t)
         for (name, p) in list(self.partitions):
@@ -198,7 +200,7 @@ class ReplicaManager:
         """Every log on disk is loaded: bring their partitions online, and delete the logs of
         topics deleted while they were loading."""
         for topic in self._deleted_while_loading:
-            if self.store.topic(topic) is None:
+            if self.metadata_cache.topic(topic) is None:
                 doomed = sorted(p for (name, p) in self.log_manager.logs() if name == topic)
                 if doomed:
                     self._queue_deletion(topic, doomed)
@@ -224,7 +226,7 @@ class ReplicaManager:
                 self.remove_partition(topic, p, delete=False)
             self._queue_deletion(topic, sorted(doomed))
             return
-        t = self.store.topic(topic)
+        t = self.metadata_cache.topic(topic)
         if t is not None:
             self.sync_topic(t)
 

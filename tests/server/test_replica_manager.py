@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from gregor.config import BrokerConfig
+from gregor.metadata.cache import MetadataCache
 from gregor.metadata.embedded import EmbeddedMetadataStore
 from gregor.metadata.store import PartitionState, TopicMetadata
 from gregor.protocol.errors import ErrorCode
@@ -21,6 +22,12 @@ from gregor.storage.log_manager import LogManager
 from tests.server.fakeclock import FakeClock
 
 ME, FOLLOWER = 0, 1
+
+
+def sync(rm: ReplicaManager) -> None:
+    """What the broker's metadata cache does on the loop after a store write: catch up, then sync."""
+    rm.metadata_cache.load(rm.store.snapshot())
+    rm.sync_all()
 
 
 def run(coro: Callable[[], Coroutine[Any, Any, None]]) -> None:
@@ -35,9 +42,9 @@ async def replica_manager(tmp_path: Path, replicas: list[int], isr: list[int],
     store = EmbeddedMetadataStore(str(data), ME)
     lm = LogManager(config.log_dirs, config.log_config)
     clock = FakeClock()
-    rm = ReplicaManager(config, store, lm, clock)
+    rm = ReplicaManager(config, store, lm, MetadataCache(), clock)
     store.create_topic(TopicMetadata("t", uuid.uuid4(), {0: PartitionState(replicas, ME, 0, isr)}))
-    rm.sync_all()
+    sync(rm)
     work = rm.log_work_done("t")
     if work is not None:
         await work
@@ -144,11 +151,11 @@ def test_parked_requests_end_when_the_partition_goes_or_changes_leader(tmp_path:
             fetch = _fetch(rm, 0, max_wait_ms=10_000)
             produce = rm.append_records(30_000, -1, [_entry(1)])
             assert isinstance(fetch, asyncio.Future) and isinstance(produce, asyncio.Future)
-            t = rm.store.topic("t")
+            t = rm.metadata_cache.topic("t")
             assert t is not None
             rm.store.update_partition_state("t", 0, PartitionState([ME, FOLLOWER], FOLLOWER, 1, [ME, FOLLOWER]),
                                             t.partitions[0].version)
-            rm.sync_all()
+            sync(rm)
             assert fetch.done() and fetch.result()[0].error == ErrorCode.NOT_LEADER_OR_FOLLOWER
             assert produce.done() and produce.result()[0].error == ErrorCode.NOT_LEADER_OR_FOLLOWER
             assert rm.purgatory.parked == 0
@@ -161,6 +168,7 @@ def test_parked_fetch_answers_when_its_topic_is_deleted(tmp_path: Path) -> None:
             fetch = _fetch(rm, 0, max_wait_ms=10_000)
             assert isinstance(fetch, asyncio.Future)
             rm.store.delete_topic("t")
+            rm.metadata_cache.load(rm.store.snapshot())
             rm.on_metadata_change("deleted", "t")
             assert fetch.done() and fetch.result()[0].error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             work = rm.log_work_done("t")

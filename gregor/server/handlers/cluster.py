@@ -12,14 +12,14 @@ BROKER_ENDPOINT = 1
 
 
 def handle_describe_cluster(ctx: RequestContext, req: Struct) -> dict[str, Any]:
-    store = ctx.broker.store
+    cache = ctx.broker.metadata_cache
     endpoint_type = req.get("endpoint_type", BROKER_ENDPOINT)
     if endpoint_type != BROKER_ENDPOINT:
         return {
             "error_code": ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
             "error_message": "Only broker endpoints can be described",
             "endpoint_type": endpoint_type,
-            "cluster_id": store.cluster_id,
+            "cluster_id": cache.cluster_id,
             "controller_id": -1,
             "brokers": [],
         }
@@ -28,10 +28,10 @@ def handle_describe_cluster(ctx: RequestContext, req: Struct) -> dict[str, Any]:
         "error_code": ErrorCode.NONE,
         "error_message": None,
         "endpoint_type": BROKER_ENDPOINT,
-        "cluster_id": store.cluster_id,
-        "controller_id": store.controller_id(),
+        "cluster_id": cache.cluster_id,
+        "controller_id": cache.controller_id,
         "brokers": [
             {"broker_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack, "is_fenced": False}
-            for b in store.brokers()
+            for b in cache.brokers()
         ],
     }

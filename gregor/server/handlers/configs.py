@@ -1,6 +1,6 @@
 """DescribeConfigs, AlterConfigs, IncrementalAlterConfigs for topics (and reading broker configs).
 
-Topic overrides live in the metadata store; a topic config shows where its value comes
+Topic overrides live in the metadata store (read from the broker's metadata cache); a topic config shows where its value comes
 from (topic override, the broker's server.properties, or the default) the way Kafka
 reports config sources and synonyms. Everything here reads the one table of each kind
 (gregor.storage.config's TOPIC_CONFIGS, gregor.config's BROKER_PROPS), which also validates
@@ -10,9 +10,11 @@ and an attempt to alter them gets a clear error.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from gregor.config import BROKER_PROPS, READ_ONLY, TOPIC_CONFIGS, BrokerConfig, Prop, format_value
+from gregor.metadata.store import SetTopicConfigs
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.schema import Struct
 from gregor.server.dispatcher import RequestContext
@@ -30,6 +32,7 @@ DEFAULT_CONFIG = 5
 _TYPES = {"bool": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+_WAITING: set[asyncio.Task[dict[str, Any]]] = set()  # alter responses waiting for their store write
 
 # Broker property -> the topic config it is a synonym of (for the synonyms of broker configs).
 _TOPIC_OF_SYNONYM: dict[str, TopicConfigDef] = {s.name: t for t in TOPIC_CONFIGS.values() for s in t.synonyms}
@@ -84,7 +87,7 @@ def _describe_topic(ctx: RequestContext, name: str, keys: list[str] | None, req:
     topic's own override, then its broker synonyms. A stored override that no longer validates is
     not in effect, so it is shown as absent (the broker warned about it at load)."""
     broker = ctx.broker
-    meta = broker.store.topic(name)
+    meta = broker.metadata_cache.topic(name)
     if meta is None:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist.")
     overrides = valid_overrides(broker.config, meta.configs)
@@ -141,7 +144,10 @@ def handle_describe_configs(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     return {"throttle_time_ms": 0, "results": results}
 
 
-def _alter(ctx: RequestContext, req: Struct, incremental: bool) -> dict[str, Any]:
+def _alter(ctx: RequestContext, req: Struct, incremental: bool) -> dict[str, Any] | asyncio.Future[dict[str, Any]]:
+    """Checks on the loop, then one store write for the request's topics, answered once the cache has it."""
+    admin = ctx.broker.topic_admin
+    writes: list[tuple[dict[str, Any], SetTopicConfigs]] = []
     responses = []
     for r in req.resources:
         entry: dict[str, Any] = {"error_code": ErrorCode.NONE, "error_message": None,
@@ -151,19 +157,36 @@ def _alter(ctx: RequestContext, req: Struct, incremental: bool) -> dict[str, Any
                 raise KafkaError(ErrorCode.INVALID_REQUEST, "Broker configs are static: edit server.properties and restart")
             if r.resource_type != TOPIC:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {r.resource_type}")
-            meta = ctx.broker.store.topic(r.resource_name)
+            meta = ctx.broker.metadata_cache.topic(r.resource_name)
             if meta is None:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {r.resource_name} does not exist.")
             if incremental:
                 new = _apply_incremental(ctx, meta.configs, r.configs)
             else:
                 new = {c.name: c.value for c in r.configs}
-            ctx.broker.controller.set_topic_configs(r.resource_name, new, req.validate_only)
+            change = admin.prepare_configs(r.resource_name, new)
+            if not req.validate_only:
+                writes.append((entry, change))
         except KafkaError as e:
             entry["error_code"] = e.code
             entry["error_message"] = e.message
         responses.append(entry)
-    return {"throttle_time_ms": 0, "responses": responses}
+    body = {"throttle_time_ms": 0, "responses": responses}
+    if not writes:
+        return body
+
+    async def write() -> dict[str, Any]:
+        errors = await admin.write([change for _, change in writes])
+        for (entry, _), err in zip(writes, errors, strict=True):
+            if err is not None:
+                entry["error_code"] = err.code
+                entry["error_message"] = err.message
+        return body
+
+    task = asyncio.ensure_future(write())
+    _WAITING.add(task)  # the loop holds tasks weakly
+    task.add_done_callback(_WAITING.discard)
+    return task
 
 
 def _apply_incremental(ctx: RequestContext, current: dict[str, str], ops: list[Struct]) -> dict[str, str]:
@@ -200,9 +223,9 @@ def _apply_incremental(ctx: RequestContext, current: dict[str, str], ops: list[S
     return new
 
 
-def handle_alter_configs(ctx: RequestContext, req: Struct) -> dict[str, Any]:
+def handle_alter_configs(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.Future[dict[str, Any]]:
     return _alter(ctx, req, incremental=False)
 
 
-def handle_incremental_alter_configs(ctx: RequestContext, req: Struct) -> dict[str, Any]:
+def handle_incremental_alter_configs(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.Future[dict[str, Any]]:
     return _alter(ctx, req, incremental=True)

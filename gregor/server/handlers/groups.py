@@ -44,10 +44,30 @@ def _coordinator(ctx: RequestContext) -> Any:
     return ctx.broker.group_coordinator_ready()
 
 
-def handle_find_coordinator(ctx: RequestContext, req: Struct) -> dict[str, Any]:
+def handle_find_coordinator(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.Future[dict[str, Any]]:
+    """Answered once __consumer_offsets exists: its first creation is waited for, not failed."""
+    pending = None if req.key_type != KEY_TYPE_GROUP or ctx.broker.log_manager.loading else (
+        ctx.broker.offsets_topic_creation())
+    if pending is None:
+        return _find_coordinator(ctx, req)
+    answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+
+    def done(_: asyncio.Future[None]) -> None:
+        if answer.done():
+            return
+        try:
+            answer.set_result(_find_coordinator(ctx, req))
+        except Exception as e:  # answered as any handler failure (logged, connection closed), never left hanging
+            answer.set_exception(e)
+
+    pending.add_done_callback(done)
+    return answer
+
+
+def _find_coordinator(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     keys = list(req.coordinator_keys) if ctx.version >= 4 else [req.key]
     broker = ctx.broker
-    me = next(b for b in broker.store.brokers() if b.broker_id == broker.config.broker_id)
+    me = broker.metadata_cache.broker(broker.config.broker_id)
     entries = []
     for key in keys:
         entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1,
@@ -57,6 +77,8 @@ def handle_find_coordinator(ctx: RequestContext, req: Struct) -> dict[str, Any]:
             entry["error_message"] = "Only group coordinators are available on this broker (no transactions yet)"
         else:
             try:
+                if me is None:  # not in the metadata yet (the first moments of start): clients retry
+                    raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the broker is starting")
                 _coordinator(ctx)
                 entry.update({"node_id": me.broker_id, "host": me.host, "port": me.port})
             except KafkaError as e:
@@ -144,7 +166,7 @@ def handle_leave_group(ctx: RequestContext, req: Struct) -> dict[str, Any]:
 
 
 def handle_offset_commit(ctx: RequestContext, req: Struct) -> dict[str, Any]:
-    topics_meta = ctx.broker.store.topics()
+    topics_meta = ctx.broker.metadata_cache.topics()
     unknown: set[tuple[str, int]] = set()
     offsets = []
     for t in req.topics:
@@ -305,7 +327,7 @@ def handle_consumer_group_heartbeat(ctx: RequestContext, req: Struct) -> dict[st
         subscribed_topic_names=None if req.subscribed_topic_names is None else list(req.subscribed_topic_names),
         subscribed_topic_regex=req.get("subscribed_topic_regex"), server_assignor=req.server_assignor,
         topic_partitions=owned, client_id=ctx.header.client_id or "", client_host=_client_host(ctx),
-    ), ctx.broker.store.topics(), ctx.version)
+    ), ctx.broker.metadata_cache.topics(), ctx.version)
     assignment = None
     if r.assignment is not None:
         assignment = {"topic_partitions": [{"topic_id": tid, "partitions": sorted(ps)}
@@ -315,7 +337,7 @@ def handle_consumer_group_heartbeat(ctx: RequestContext, req: Struct) -> dict[st
 
 
 def handle_consumer_group_describe(ctx: RequestContext, req: Struct) -> dict[str, Any]:
-    names = {t.topic_id: name for name, t in ctx.broker.store.topics().items()}
+    names = {t.topic_id: name for name, t in ctx.broker.metadata_cache.topics().items()}
 
     def assignment(a: dict[Any, frozenset[int]]) -> dict[str, Any]:
         return {"topic_partitions": [{"topic_id": tid, "topic_name": names.get(tid, ""), "partitions": sorted(ps)}

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import uuid
+import asyncio
 from typing import Any
 
 from gregor.metadata.store import TopicMetadata
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.schema import Struct
 from gregor.server.dispatcher import RequestContext
+
+_WAITING: set[asyncio.Task[dict[str, Any]]] = set()  # responses waiting for auto-created topics
 
 
 def topic_entry(t: TopicMetadata) -> dict[str, Any]:
@@ -32,24 +34,38 @@ def topic_entry(t: TopicMetadata) -> dict[str, Any]:
     }
 
 
-def handle_metadata(ctx: RequestContext, req: Struct) -> dict[str, Any]:
+def handle_metadata(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.Future[dict[str, Any]]:
+    """Answered from the metadata cache at once, or, when topics are to be auto-created, once their
+    creation is written and in the cache (one store write for all of them)."""
     broker = ctx.broker
-    store = broker.store
-    topics = store.topics()
+    cache = broker.metadata_cache
+    if req.topics is not None and req.allow_auto_topic_creation and broker.config.get("auto.create.topics.enable"):
+        missing = list(dict.fromkeys(rt.name for rt in req.topics if rt.name is not None and cache.topic(rt.name) is None))
+        if missing:
+            async def create() -> dict[str, Any]:
+                return _answer(ctx, req, await broker.auto_create_topics(missing))
+
+            task = asyncio.ensure_future(create())
+            _WAITING.add(task)  # the loop holds tasks weakly
+            task.add_done_callback(_WAITING.discard)
+            return task
+    return _answer(ctx, req, {})
+
+
+def _answer(ctx: RequestContext, req: Struct, created: dict[str, TopicMetadata | KafkaError]) -> dict[str, Any]:
+    broker = ctx.broker
+    cache = broker.metadata_cache
+    topics = cache.topics()
     # v0: an empty list means all topics; v1+: null means all, empty means none.
     if req.topics is None or (ctx.version == 0 and not req.topics):
         out = [topic_entry(t) for t in topics.values()]
     else:
         out = []
-        allow_auto = req.allow_auto_topic_creation and broker.config.get("auto.create.topics.enable")
-        by_id: dict[uuid.UUID, TopicMetadata] | None = None
         for rt in req.topics:
             name = rt.name
             if name is None and ctx.version >= 12 and rt.topic_id.int:
                 # By topic id (v12+, as Kafka): KIP-848 consumers resolve the ids of their assignment this way.
-                if by_id is None:
-                    by_id = {t.topic_id: t for t in topics.values()}
-                found = by_id.get(rt.topic_id)
+                found = cache.topic_by_id(rt.topic_id)
                 if found is None:
                     out.append({"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": None, "topic_id": rt.topic_id,
                                 "partitions": []})
@@ -57,12 +73,12 @@ def handle_metadata(ctx: RequestContext, req: Struct) -> dict[str, Any]:
                     out.append(topic_entry(found))
                 continue
             t = topics.get(name) if name is not None else None
-            if t is None and name is not None and allow_auto:
-                try:
-                    t = broker.auto_create_topic(name)
-                except KafkaError as e:
-                    out.append({"error_code": e.code, "name": name, "partitions": []})
+            if t is None and name is not None and name in created:
+                made = created[name]
+                if isinstance(made, KafkaError):
+                    out.append({"error_code": made.code, "name": name, "partitions": []})
                     continue
+                t = made
             if t is None:
                 out.append({"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "name": name, "partitions": []})
             else:
@@ -79,8 +95,8 @@ def handle_metadata(ctx: RequestContext, req: Struct) -> dict[str, Any]:
                     part["offline_replicas"] = [broker.config.broker_id]
     return {
         "throttle_time_ms": 0,
-        "brokers": [{"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack} for b in store.brokers()],
-        "cluster_id": store.cluster_id,
-        "controller_id": store.controller_id(),
+        "brokers": [{"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack} for b in cache.brokers()],
+        "cluster_id": cache.cluster_id,
+        "controller_id": cache.controller_id,
         "topics": out,
     }

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from gregor.controller.controller import (
+from gregor.admin.topic_admin import (
     INTERNAL_TOPICS,  # only the broker appends to these (coordinators: ReplicaManager)
 )
 from gregor.protocol import compression

@@ -1,10 +1,12 @@
 """Topic administration: CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords.
 
-Layout decisions are the controller's; these handlers only translate requests and
-collect per-topic errors so one bad topic never fails the others.
+Layout decisions are TopicAdmin's; these handlers only translate requests and
+collect per-topic errors so one bad topic never fails the others. The checks run at once, on the
+loop; the request's changes are then written to the metadata store in one write, off the loop,
+and the response waits until the metadata cache has applied them.
 
-Creating and deleting logs happens off the event loop (ReplicaManager): the metadata changes at
-once, and with a positive `timeout_ms` the response is a future answered when the topic's logs are
+Creating and deleting logs happens off the event loop (ReplicaManager): once the metadata has
+changed, with a positive `timeout_ms` the response is a future answered when the topic's logs are
 created or deleted, or with REQUEST_TIMED_OUT for the topics still under way when the timeout ends
 (the work goes on, as in Kafka). A request with timeout_ms <= 0 is answered at once.
 """
@@ -12,9 +14,11 @@ created or deleted, or with REQUEST_TIMED_OUT for the topics still under way whe
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from typing import Any
 
 from gregor.config import TOPIC_CONFIGS, format_value
+from gregor.metadata.store import Change, CreateTopic, TopicMetadata
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.schema import Struct
 from gregor.server.dispatcher import RequestContext
@@ -26,12 +30,13 @@ DEFAULT_CONFIG = 5
 _WAITING: set[asyncio.Task[None]] = set()  # admin responses waiting for log work
 
 
-def handle_create_topics(ctx: RequestContext, req: Struct) -> dict[str, Any]:
-    broker = ctx.broker
+def handle_create_topics(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.Future[dict[str, Any]]:
+    admin = ctx.broker.topic_admin
     results = []
     seen: dict[str, int] = {}
     for t in req.topics:
         seen[t.name] = seen.get(t.name, 0) + 1
+    writes: list[tuple[dict[str, Any], TopicMetadata]] = []
     for t in req.topics:
         entry: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.NONE, "error_message": None,
                                  "num_partitions": -1, "replication_factor": -1, "configs": None}
@@ -40,65 +45,110 @@ def handle_create_topics(ctx: RequestContext, req: Struct) -> dict[str, Any]:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"Create topics request from client contains duplicate topic {t.name}")
             assignment = {a.partition_index: list(a.broker_ids) for a in t.assignments}
             configs = {c.name: c.value for c in t.configs}
-            meta = broker.controller.create_topic(
-                t.name, t.num_partitions, t.replication_factor, assignment, configs, req.validate_only
-            )
-            entry["topic_id"] = meta.topic_id
-            entry["num_partitions"] = len(meta.partitions)
-            entry["replication_factor"] = len(meta.partitions[0].replicas)
-            values = effective_topic_configs(broker.config, meta.configs)
-            entry["configs"] = [
-                {"name": k, "value": format_value(values[k]), "read_only": False,
-                 "config_source": DYNAMIC_TOPIC_CONFIG if k in meta.configs else DEFAULT_CONFIG, "is_sensitive": False}
-                for k in sorted(TOPIC_CONFIGS)
-            ]
+            meta = admin.prepare_topic(t.name, t.num_partitions, t.replication_factor, assignment, configs,
+                                       reserve=not req.validate_only)
+            _describe_created(ctx, entry, meta)
+            if not req.validate_only:
+                writes.append((entry, meta))
         except KafkaError as e:
-            entry["error_code"] = e.code
-            entry["error_message"] = e.message
+            _fail(entry, e)
         results.append(entry)
     body = {"throttle_time_ms": 0, "topics": results}
-    return body if req.validate_only else _when_logs_done(ctx, body, results, req.timeout_ms, "created")
+    if req.validate_only:
+        return body
+
+    async def write() -> dict[str, Any]:
+        errors = await admin.write([CreateTopic(meta) for _, meta in writes])
+        for (entry, _), err in zip(writes, errors, strict=True):
+            if err is not None:
+                _fail(entry, err)
+        return await _when_logs_done(ctx, body, results, req.timeout_ms, "created")
+
+    return _later(write())
 
 
-def handle_delete_topics(ctx: RequestContext, req: Struct) -> dict[str, Any]:
+def _describe_created(ctx: RequestContext, entry: dict[str, Any], meta: TopicMetadata) -> None:
+    entry["topic_id"] = meta.topic_id
+    entry["num_partitions"] = len(meta.partitions)
+    entry["replication_factor"] = len(meta.partitions[0].replicas)
+    values = effective_topic_configs(ctx.broker.config, meta.configs)
+    entry["configs"] = [
+        {"name": k, "value": format_value(values[k]), "read_only": False,
+         "config_source": DYNAMIC_TOPIC_CONFIG if k in meta.configs else DEFAULT_CONFIG, "is_sensitive": False}
+        for k in sorted(TOPIC_CONFIGS)
+    ]
+
+
+def _fail(entry: dict[str, Any], e: KafkaError) -> None:
+    entry["error_code"] = e.code
+    entry["error_message"] = e.message
+    if "num_partitions" in entry:  # CreateTopics: a failed topic reports no layout
+        entry.update({"num_partitions": -1, "replication_factor": -1, "configs": None})
+        entry.pop("topic_id", None)
+
+
+def handle_delete_topics(ctx: RequestContext, req: Struct) -> asyncio.Future[dict[str, Any]]:
     names: list[str | None] = list(req.topic_names) if ctx.version < 6 else [t.name for t in req.topics]
+    admin = ctx.broker.topic_admin
     results = []
+    writes: list[tuple[dict[str, Any], Change]] = []
     for name in names:
         entry: dict[str, Any] = {"name": name, "error_code": ErrorCode.NONE, "error_message": None}
         try:
             if name is None:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID, "Deleting topics by id is not supported yet")
-            meta = ctx.broker.store.topic(name)
+            meta = ctx.broker.metadata_cache.topic(name)
             if meta is not None:
                 entry["topic_id"] = meta.topic_id
-            ctx.broker.controller.delete_topic(name)
+            writes.append((entry, admin.prepare_delete(name)))
         except KafkaError as e:
-            entry["error_code"] = e.code
-            entry["error_message"] = e.message
+            _fail(entry, e)
         results.append(entry)
     body = {"throttle_time_ms": 0, "responses": results}
-    return _when_logs_done(ctx, body, results, req.timeout_ms, "deleted")
+    return _later(_write_then_wait(ctx, body, results, writes, req.timeout_ms, "deleted"))
 
 
-def handle_create_partitions(ctx: RequestContext, req: Struct) -> dict[str, Any]:
+def handle_create_partitions(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.Future[dict[str, Any]]:
+    admin = ctx.broker.topic_admin
     results = []
+    writes: list[tuple[dict[str, Any], Change]] = []
     for t in req.topics:
         entry: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.NONE, "error_message": None}
         try:
             assignment = None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]
-            ctx.broker.controller.create_partitions(t.name, t.count, assignment, req.validate_only)
+            change = admin.prepare_partitions(t.name, t.count, assignment, reserve=not req.validate_only)
+            if not req.validate_only:
+                writes.append((entry, change))
         except KafkaError as e:
-            entry["error_code"] = e.code
-            entry["error_message"] = e.message
+            _fail(entry, e)
         results.append(entry)
     body = {"throttle_time_ms": 0, "results": results}
-    return body if req.validate_only else _when_logs_done(ctx, body, results, req.timeout_ms, "created")
+    if req.validate_only:
+        return body
+    return _later(_write_then_wait(ctx, body, results, writes, req.timeout_ms, "created"))
 
 
-def _when_logs_done(ctx: RequestContext, body: dict[str, Any], entries: list[dict[str, Any]], timeout_ms: int,
-                    verb: str) -> dict[str, Any] | asyncio.Future[dict[str, Any]]:
-    """`body` now, or a future of it answered when the log work of its successful topics is done (at most
-    `timeout_ms`); topics whose logs are still being worked on then get REQUEST_TIMED_OUT."""
+async def _write_then_wait(ctx: RequestContext, body: dict[str, Any], entries: list[dict[str, Any]],
+                           writes: list[tuple[dict[str, Any], Change]], timeout_ms: int, verb: str) -> dict[str, Any]:
+    errors = await ctx.broker.topic_admin.write([change for _, change in writes])
+    for (entry, _), err in zip(writes, errors, strict=True):
+        if err is not None:
+            _fail(entry, err)
+    return await _when_logs_done(ctx, body, entries, timeout_ms, verb)
+
+
+def _later(coro: Coroutine[Any, Any, dict[str, Any]]) -> asyncio.Future[dict[str, Any]]:
+    """A response answered when `coro` is done (the dispatcher keeps the connection's answers in order)."""
+    task = asyncio.ensure_future(coro)
+    _WAITING.add(task)  # the loop holds tasks weakly
+    task.add_done_callback(_WAITING.discard)
+    return task
+
+
+async def _when_logs_done(ctx: RequestContext, body: dict[str, Any], entries: list[dict[str, Any]], timeout_ms: int,
+                          verb: str) -> dict[str, Any]:
+    """`body` once the log work of its successful topics is done (at most `timeout_ms`; at once when
+    timeout_ms <= 0); topics whose logs are still being worked on then get REQUEST_TIMED_OUT."""
     rm = ctx.broker.replica_manager
     waits: dict[int, asyncio.Future[None]] = {}
     for i, e in enumerate(entries):
@@ -108,28 +158,14 @@ def _when_logs_done(ctx: RequestContext, body: dict[str, Any], entries: list[dic
                 waits[i] = fut
     if not waits or timeout_ms <= 0:
         return body
-    answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-
-    async def wait() -> None:
-        try:
-            await asyncio.wait(list(waits.values()), timeout=timeout_ms / 1000)
-            for i, fut in waits.items():
-                if not fut.done():
-                    fut.cancel()  # a shield: the log work itself goes on
-                    entries[i]["error_code"] = ErrorCode.REQUEST_TIMED_OUT
-                    entries[i]["error_message"] = (
-                        f"The topic's partitions are still being {verb} after {timeout_ms} ms; that goes on.")
-            if not answer.done():
-                answer.set_result(body)
-        except BaseException:  # cancelled at shutdown: the connection closes unanswered, as any in flight
-            if not answer.done():
-                answer.cancel()
-            raise
-
-    task = asyncio.ensure_future(wait())
-    _WAITING.add(task)  # the loop holds tasks weakly
-    task.add_done_callback(_WAITING.discard)
-    return answer
+    await asyncio.wait(list(waits.values()), timeout=timeout_ms / 1000)
+    for i, fut in waits.items():
+        if not fut.done():
+            fut.cancel()  # a shield: the log work itself goes on
+            entries[i]["error_code"] = ErrorCode.REQUEST_TIMED_OUT
+            entries[i]["error_message"] = (
+                f"The topic's partitions are still being {verb} after {timeout_ms} ms; that goes on.")
+    return body
 
 
 def handle_delete_records(ctx: RequestContext, req: Struct) -> dict[str, Any]:

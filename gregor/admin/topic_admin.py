@@ -1,21 +1,39 @@
-"""The controller: the one place that decides topic layout and writes it to the metadata store.
+"""Topic administration: the one place that decides topic layout and writes it to the metadata store.
 
-Admin requests (CreateTopics, DeleteTopics, CreatePartitions, config changes) arrive at any
-broker and are validated and applied here. On a lone broker this broker is the controller;
-in a cluster the broker that wins /controller will run the same code against ZooKeeper.
+Kafka's ZooKeeper-mode AdminManager is the model: admin requests (CreateTopics, DeleteTopics,
+CreatePartitions, config changes, Metadata's auto topic creation) arrive at any broker and are
+validated and written here, by every broker. This is not the controller: the controller of issue 10
+(elections, partition state, ISR changes) will be gregor/controller/.
+
+Checks run on the event loop against the MetadataCache plus the writes still in flight (reserved
+names and partition counts), so two requests racing for one name or for the last partitions of a
+broker's budget cannot both pass. Writes go to the store on one writer thread (they block on fsync,
+or on ZooKeeper), and an operation completes only once the cache has applied its version, so the
+response that follows never names a topic Metadata does not show.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 import resource
 import uuid
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from gregor.config import BrokerConfig, ConfigError, validate_topic_configs
+from gregor.metadata.cache import MetadataCache, collision_key
 from gregor.metadata.store import (
+    AddPartitions,
+    BadVersionError,
+    Change,
+    CreateTopic,
+    DeleteTopic,
+    MetadataError,
     MetadataStore,
     NoSuchTopicError,
     PartitionState,
+    SetTopicConfigs,
     TopicExistsError,
     TopicMetadata,
 )
@@ -65,28 +83,29 @@ def validate_topic_name(name: str | None) -> None:
         )
 
 
-def _collision_key(name: str) -> str:
-    # '.' and '_' collide in metric names, so Kafka refuses topics that differ only by them.
-    return name.replace(".", "_")
-
-
-class Controller:
-    def __init__(self, store: MetadataStore, config: BrokerConfig) -> None:
+class TopicAdmin:
+    def __init__(self, store: MetadataStore, cache: MetadataCache, config: BrokerConfig) -> None:
         self.store = store
+        self.cache = cache
         self.config = config
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="metadata-writer")
+        # Writes in flight: their names (and collision keys) and replicas per broker, held until the cache has them.
+        self._pending_names: dict[str, str] = {}  # collision key -> name
+        self._pending_replicas: dict[int, int] = {}
 
-    # --- topics ----------------------------------------------------------------------
-    def create_topic(
+    # --- checks (on the loop, no I/O) --------------------------------------------------------
+    def prepare_topic(
         self,
         name: str,
         num_partitions: int = -1,
         replication_factor: int = -1,
         assignment: dict[int, list[int]] | None = None,
         configs: dict[str, str | None] | None = None,
-        validate_only: bool = False,
         internal_allowed: bool = False,
+        reserve: bool = True,
     ) -> TopicMetadata:
-        """Create a topic. Internal topics are the broker's own (`internal_allowed` is for it alone):
+        """Check a creation and lay the topic out; with `reserve`, hold its name and partitions until
+        `write` releases them. Internal topics are the broker's own (`internal_allowed` is for it alone):
         a client creating `__consumer_offsets` with its own layout would break the group coordinator."""
         validate_topic_name(name)
         if name in INTERNAL_TOPICS and not internal_allowed:
@@ -95,21 +114,17 @@ class Controller:
                 f"Topic {name} is a Kafka internal topic: the broker creates it when it is first needed, "
                 "clients may not create it.",
             )
-        existing = self.store.topics()
-        if name in existing:
+        key = collision_key(name)
+        if self.cache.topic(name) is not None or self._pending_names.get(key) == name:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
-        key = _collision_key(name)
-        for other in existing:
-            if _collision_key(other) == key:
-                raise KafkaError(
-                    ErrorCode.INVALID_TOPIC_EXCEPTION,
-                    f"Topic '{name}' collides with existing topic: {other}",
-                )
+        other = self.cache.colliding_topic(name) or self._pending_names.get(key)
+        if other is not None:
+            raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Topic '{name}' collides with existing topic: {other}")
         try:  # the one topic-config table: what is stored here is what the logs load at restart
             stored_configs = validate_topic_configs(dict(configs or {}), self.config.log_config)
         except ConfigError as e:
             raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
-        brokers = [b.broker_id for b in self.store.brokers()]
+        brokers = [b.broker_id for b in self.cache.brokers()]
         if assignment:
             if num_partitions != -1 or replication_factor != -1:
                 raise KafkaError(
@@ -132,22 +147,13 @@ class Controller:
             self._check_count_before_layout(n, rf, len(brokers))
             layout = self._assign(0, n, rf, brokers)
         self.check_partition_limits(len(layout), layout)
-        partitions = {p: PartitionState(replicas=r, leader=r[0], leader_epoch=0, isr=list(r)) for p, r in layout.items()}
-        topic = TopicMetadata(
-            name,
-            uuid.uuid4(),
-            partitions,
-            stored_configs,
-            internal=name in INTERNAL_TOPICS,
-        )
-        if not validate_only:
-            try:
-                self.store.create_topic(topic)
-            except TopicExistsError:
-                raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.") from None
+        partitions = {p: PartitionState(r, r[0], 0, r.copy()) for p, r in layout.items()}
+        topic = TopicMetadata(name, uuid.uuid4(), partitions, stored_configs, internal=name in INTERNAL_TOPICS)
+        if reserve:
+            self._reserve(name, layout, 1)
         return topic
 
-    def delete_topic(self, name: str) -> None:
+    def prepare_delete(self, name: str) -> DeleteTopic:
         if name in INTERNAL_TOPICS:
             raise KafkaError(
                 ErrorCode.INVALID_TOPIC_EXCEPTION,
@@ -155,21 +161,19 @@ class Controller:
             )
         if not self.config.get("delete.topic.enable"):
             raise KafkaError(ErrorCode.TOPIC_DELETION_DISABLED, "Topic deletion is disabled.")
-        try:
-            self.store.delete_topic(name)
-        except NoSuchTopicError:
-            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.") from None
+        if self.cache.topic(name) is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
+        return DeleteTopic(name)
 
-    def create_partitions(
-        self, name: str, count: int, assignment: list[list[int]] | None, validate_only: bool
-    ) -> None:
+    def prepare_partitions(self, name: str, count: int, assignment: list[list[int]] | None,
+                           reserve: bool = True) -> AddPartitions:
         if name in INTERNAL_TOPICS:
             raise KafkaError(
                 ErrorCode.INVALID_PARTITIONS,
                 f"Topic {name} is a Kafka internal topic: its number of partitions cannot be changed "
                 "(offsets.topic.num.partitions fixes it when the broker creates it).",
             )
-        topic = self.store.topic(name)
+        topic = self.cache.topic(name)
         if topic is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
         current = len(topic.partitions)
@@ -180,7 +184,7 @@ class Controller:
             )
         if count == current:
             raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partitions.")
-        brokers = [b.broker_id for b in self.store.brokers()]
+        brokers = [b.broker_id for b in self.cache.brokers()]
         rf = len(topic.partitions[0].replicas)
         if assignment is not None:
             if len(assignment) != count - current:
@@ -195,19 +199,82 @@ class Controller:
             self._check_count_before_layout(count - current, rf, len(brokers))
             layout = self._assign(current, count - current, rf, brokers)
         self.check_partition_limits(count - current, layout)
-        if not validate_only:
-            self.store.add_partitions(
-                name, {p: PartitionState(replicas=r, leader=r[0], isr=list(r)) for p, r in layout.items()}
-            )
+        if reserve:
+            self._reserve(None, layout, 1)
+        return AddPartitions(name, {p: PartitionState(replicas=r, leader=r[0], isr=list(r)) for p, r in layout.items()})
+
+    def prepare_configs(self, name: str, configs: dict[str, str]) -> SetTopicConfigs:
+        if self.cache.topic(name) is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist.")
+        if name in INTERNAL_TOPICS:
+            # Kafka lets an admin alter them; here they are the broker's, like their partitions: one
+            # min.insync.replicas=4096 (found by the fuzzer) stopped every group from storing its state.
+            raise KafkaError(ErrorCode.INVALID_CONFIG,
+                             f"The configs of internal topic {name} are the broker's (its offsets.topic.* "
+                             "properties); clients may not alter them.")
+        try:
+            stored_configs = validate_topic_configs(dict(configs), self.config.log_config)
+        except ConfigError as e:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
+        return SetTopicConfigs(name, stored_configs)
+
+    def _reserve(self, name: str | None, layout: dict[int, list[int]], sign: int) -> None:
+        if name is not None:
+            if sign > 0:
+                self._pending_names[collision_key(name)] = name
+            else:
+                self._pending_names.pop(collision_key(name), None)
+        for replicas in layout.values():
+            for b in replicas:
+                self._pending_replicas[b] = self._pending_replicas.get(b, 0) + sign
+
+    def _release(self, change: Change) -> None:
+        if isinstance(change, CreateTopic):
+            self._reserve(change.topic.name, {p: s.replicas for p, s in change.topic.partitions.items()}, -1)
+        elif isinstance(change, AddPartitions):
+            self._reserve(None, {p: s.replicas for p, s in change.partitions.items()}, -1)
+
+    # --- writes ----------------------------------------------------------------------------------
+    async def write(self, changes: Sequence[Change]) -> list[KafkaError | None]:
+        """Write prepared changes in one store call (one fsync) off the loop; per change its error or None,
+        once the cache holds every change that succeeded. Releases the changes' reservations."""
+        if not changes:
+            return []
+        try:
+            try:
+                results = await asyncio.get_running_loop().run_in_executor(self._writer, self.store.apply, list(changes))
+            except MetadataError as e:  # the store cannot write at all
+                return [KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"The metadata store failed: {e}")] * len(changes)
+            versions = [r for r in results if isinstance(r, int)]
+            if versions:
+                await self.cache.wait_for(max(versions))
+        finally:
+            for ch in changes:
+                self._release(ch)
+        return [None if isinstance(r, int) else _kafka_error(ch, r) for ch, r in zip(changes, results, strict=True)]
+
+    async def create_topic(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
+                           configs: dict[str, str | None] | None = None, internal_allowed: bool = False) -> TopicMetadata:
+        """Check, write and wait for one topic; raises KafkaError."""
+        topic = self.prepare_topic(name, num_partitions, replication_factor, None, configs, internal_allowed)
+        (err,) = await self.write([CreateTopic(topic)])
+        if err is not None:
+            raise err
+        created = self.cache.topic(name)
+        return created if created is not None else topic
+
+    def close(self) -> None:
+        """Finish the writes under way (the broker has stopped taking requests)."""
+        self._writer.shutdown(wait=True)
 
     # --- limits ----------------------------------------------------------------------
     def hosted_partitions(self) -> dict[int, int]:
-        """Partitions per broker (each replica is a log there, and about one open file)."""
-        counts: dict[int, int] = {}
-        for t in self.store.topics().values():
-            for s in t.partitions.values():
-                for b in s.replicas:
-                    counts[b] = counts.get(b, 0) + 1
+        """Partitions per broker (each replica is a log there, and about one open file), counting
+        creations still being written."""
+        counts = self.cache.hosted_partitions()
+        for b, n in self._pending_replicas.items():
+            if n:
+                counts[b] = counts.get(b, 0) + n
         return counts
 
     def _check_count_before_layout(self, adding: int, rf: int, n_brokers: int) -> None:
@@ -256,33 +323,16 @@ class Controller:
                 f"{current}. Raise the broker's open-file limit (ulimit -n) to host more.",
             )
 
-    # --- configs ---------------------------------------------------------------------
-    def set_topic_configs(self, name: str, configs: dict[str, str], validate_only: bool) -> None:
-        if self.store.topic(name) is None:
-            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist.")
-        if name in INTERNAL_TOPICS:
-            # Kafka lets an admin alter them; here they are the broker's, like their partitions: one
-            # min.insync.replicas=4096 (found by the fuzzer) stopped every group from storing its state.
-            raise KafkaError(ErrorCode.INVALID_CONFIG,
-                             f"The configs of internal topic {name} are the broker's (its offsets.topic.* "
-                             "properties); clients may not alter them.")
-        try:
-            stored_configs = validate_topic_configs(dict(configs), self.config.log_config)
-        except ConfigError as e:
-            raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
-        if not validate_only:
-            self.store.set_topic_configs(name, stored_configs)
-
     # --- assignment ------------------------------------------------------------------
     @staticmethod
     def _assign(first: int, count: int, rf: int, brokers: list[int]) -> dict[int, list[int]]:
         """Round-robin replica placement starting at a shifting broker, like Kafka's rack-unaware assignment."""
         ordered = sorted(brokers)
         n = len(ordered)
-        return {
-            first + i: [ordered[(first + i + j) % n] for j in range(rf)]
-            for i in range(count)
-        }
+        # Only n distinct lists exist (one per starting broker): build those once, copy them per partition.
+        starts = [[ordered[(s + j) % n] for j in range(rf)] for s in range(min(n, count))]
+        return {p: starts[p % n].copy() if n <= count else [ordered[(p + j) % n] for j in range(rf)]
+                for p in range(first, first + count)}
 
     @staticmethod
     def _check_assignment(
@@ -304,3 +354,14 @@ class Controller:
             if missing:
                 raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Unknown broker(s) {missing} in partition {p}.")
         return {p: list(r) for p, r in assignment.items()}
+
+
+def _kafka_error(change: Change, e: MetadataError) -> KafkaError:
+    """Kafka's error for a change the store refused (a race lost after the checks on the loop)."""
+    if isinstance(e, TopicExistsError):
+        return KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{e}' already exists.")
+    if isinstance(e, NoSuchTopicError):
+        return KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{e}' does not exist.")
+    if isinstance(e, BadVersionError) and isinstance(change, AddPartitions):
+        return KafkaError(ErrorCode.INVALID_PARTITIONS, f"The partitions of topic '{change.name}' changed meanwhile: {e}")
+    return KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"The metadata store refused the change: {e}")
