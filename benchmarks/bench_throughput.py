@@ -1,13 +1,19 @@
 """Produce and consume throughput against a real broker process, with the broker's CPU share.
 
 Usage: python benchmarks/bench_throughput.py [--records N] [--partitions 1 8] [--value-bytes 100]
-       [--compression none|gzip|snappy|lz4|zstd] [--rdkafka-performance PATH]
+       [--compression none|gzip|snappy|lz4|zstd] [--rdkafka-performance PATH] [--no-baseline]
 
 Clients: confluent-kafka (librdkafka) in this process, and optionally librdkafka's C
 rdkafka_performance example (built outside this repo) so the Python client is not the
 bottleneck. 100-byte values (--value-bytes; random hex, so about 2:1 compressible), acks=1, producer
 compression --compression. Prints records/s and MB/s for each run and the
 broker's CPU use (user+system seconds / wall seconds) while it ran.
+
+Before each produce run it writes the same volume (records x value bytes) sequentially into
+the broker's data directory's filesystem - buffered 1 MiB writes, fsync at the end, as `dd
+conv=fsync` does - and prints that rate and the produce rate as a share of it: disk and page
+cache speed vary several-fold between machines of the same kind and from hour to hour, so
+large-message produce throughput is judged against the disk measured in the same run.
 """
 
 from __future__ import annotations
@@ -55,8 +61,30 @@ def report(label: str, n: int, m: Measure, value_bytes: int = 100) -> None:
           f"   broker CPU {m.cpu / m.wall * 100:5.1f}% of one core ({m.wall:.2f} s)")
 
 
+def sequential_write(directory: Path, nbytes: int, chunk_bytes: int = 1 << 20) -> float:
+    """MB/s of a buffered sequential write of `nbytes` into `directory`, fsync included (the
+    file is removed after), so the dirty pages it made do not slow the run that follows."""
+    chunk = os.urandom(chunk_bytes)
+    path = directory / "sequential-write-baseline.tmp"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        t0 = time.perf_counter()
+        left = nbytes
+        while left > 0:
+            left -= os.write(fd, chunk if left >= chunk_bytes else chunk[:left])
+        os.fsync(fd)
+        wall = time.perf_counter() - t0
+    finally:
+        os.close(fd)
+        path.unlink()
+    mb_s = nbytes / wall / 1e6
+    print(f"{'sequential write, same volume, same filesystem':<48} {mb_s:>27.1f} MB/s"
+          f"   ({nbytes / 1e6:,.0f} MB in {wall:.2f} s, fsync at end)")
+    return mb_s
+
+
 def python_produce(bootstrap: str, topic: str, n: int, pid: int, value: bytes = VALUE,
-                   compression: str = "none") -> None:
+                   compression: str = "none", baseline_mb_s: float | None = None) -> None:
     p = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 5, "batch.size": 1_000_000,
                   "queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 2_000_000,
                   "compression.type": compression})
@@ -69,11 +97,14 @@ def python_produce(bootstrap: str, topic: str, n: int, pid: int, value: bytes = 
                 p.produce(topic, value)
         p.flush(120)
     report(f"produce confluent-kafka {topic} ({compression})", n, m, len(value))
+    if baseline_mb_s:
+        print(f"{'  produce / sequential write':<48} {n * len(value) / m.wall / 1e6 / baseline_mb_s * 100:>27.0f} %")
 
 
 def python_consume(bootstrap: str, topic: str, partitions: int, n: int, pid: int, value_bytes: int = 100) -> None:
     # librdkafka backs off fetching for fetch.queue.backoff.ms (1 s) whenever its local queue is over
-    # queued.min.messages; at these rates that idles the consumer most of the time, so keep it short.
+    # queued.min.messages or queued.max.messages.kbytes (64 MiB); at these rates that idles the
+    # consumer most of the time, so keep it short, as a user tuning for throughput would.
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
                   "fetch.queue.backoff.ms": 1, "queued.min.messages": 1_000_000})
     c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
@@ -110,6 +141,9 @@ def main() -> None:
     ap.add_argument("--compression", default="none", choices=("none", "gzip", "snappy", "lz4", "zstd"))
     ap.add_argument("--rdkafka-performance", default=os.environ.get("RDKAFKA_PERFORMANCE"))
     ap.add_argument("--bootstrap", help="use a running broker instead of starting one (CPU share not measured)")
+    ap.add_argument("--data-dir", type=Path, help="with --bootstrap: the broker's data dir, for the sequential-write "
+                    "baseline (default: a temporary directory)")
+    ap.add_argument("--no-baseline", action="store_true", help="skip the sequential-write baseline")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         broker = None
@@ -126,7 +160,9 @@ def main() -> None:
             for parts in args.partitions:
                 topic = f"bench-py-{parts}"
                 admin.create_topics([NewTopic(topic, parts, 1)])[topic].result(10)
-                python_produce(bootstrap, topic, args.records, pid, value, args.compression)
+                baseline = None if args.no_baseline else \
+                    sequential_write(args.data_dir or Path(d), args.records * args.value_bytes)
+                python_produce(bootstrap, topic, args.records, pid, value, args.compression, baseline)
                 python_consume(bootstrap, topic, parts, args.records, pid, args.value_bytes)
                 if args.rdkafka_performance:
                     topic = f"bench-c-{parts}"
