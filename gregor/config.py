@@ -137,6 +137,13 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
     _p("gregor.validation.offload.bytes", "int", 262144, lo=0,
        doc="compressed record sets at least this large (uncompressed: 8x this), and compressed batches expanding "
            "past 8x this, are validated on the gregor.validation.threads pool, so other clients keep being answered"),
+    # issue 9: speed
+    _p("max.incremental.fetch.session.cache.slots", "int", 1000, lo=0,
+       doc="fetch sessions (KIP-227) the broker keeps; when full, a new one evicts an idle or less valuable one, "
+           "else the fetch is answered without a session"),
+    _p("gregor.fetch.session.cache.max.partitions", "int", 200000, lo=0,
+       doc="partitions held in all fetch sessions together (~400 bytes each); a session that would pass it is "
+           "not created, or closed with FETCH_SESSION_ID_NOT_FOUND. Kafka has no such bound"),
 ]}
 
 

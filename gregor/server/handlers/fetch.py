@@ -1,7 +1,7 @@
 """Fetch: read below the high watermark, honouring size limits; park in purgatory for min bytes.
 
-Fetch sessions (KIP-227) are not kept: every response carries session id 0, which tells
-clients to send full fetch requests, as a Kafka broker does when its session cache is full.
+Fetch sessions (KIP-227) are gregor.server.fetch_session's: `resolve` says what to read and
+`filter` what an incremental response carries.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import Any
 
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.schema import Struct
+from gregor.server import fetch_session
 from gregor.server.dispatcher import RequestContext
 from gregor.server.purgatory import DelayedOperation
 from gregor.storage.errors import OffsetOutOfRangeError, StorageError
@@ -111,11 +112,15 @@ def handle_fetch(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.F
     if req.replica_id >= 0:
         # Follower fetching arrives with replication; a lone broker has no followers.
         return {"throttle_time_ms": 0, "error_code": ErrorCode.NOT_LEADER_OR_FOLLOWER, "session_id": 0, "responses": []}
-    partitions = unique_partitions(req)
+    session = fetch_session.resolve(fetch_session.cache_for(ctx.broker), req, ctx.version)
+    if session.error:
+        return {"throttle_time_ms": 0, "error_code": session.error, "session_id": 0, "responses": []}
+    partitions = session.read if session.read is not None else unique_partitions(req)
     topics, nbytes, errored = read_partitions(ctx, req, partitions)
 
     def response(topics_: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "session_id": 0, "responses": topics_}
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "session_id": session.session_id,
+                "responses": session.filter(topics_)}
 
     if req.max_wait_ms <= 0 or nbytes >= req.min_bytes or errored or not topics:
         return response(topics)
