@@ -7,7 +7,8 @@ Clients: confluent-kafka (librdkafka) in this process, and optionally librdkafka
 rdkafka_performance example (built outside this repo) so the Python client is not the
 bottleneck. 100-byte values (--value-bytes; random hex, so about 2:1 compressible), acks=1, producer
 compression --compression. Prints records/s and MB/s for each run and the
-broker's CPU use (user+system seconds / wall seconds) while it ran.
+broker's CPU use (user+system seconds / wall seconds) while it ran, and this process's (the
+client's), so it shows which side is the limit.
 
 Before each produce run it writes the same volume (records x value bytes) sequentially into
 the broker's data directory's filesystem - buffered 1 MiB writes, fsync at the end, as `dd
@@ -49,16 +50,25 @@ class Measure:
     def __enter__(self) -> Measure:
         self.t0 = time.perf_counter()
         self.c0 = cpu_seconds(self.pid)
+        self.own0 = _own_cpu_seconds()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.wall = time.perf_counter() - self.t0
         self.cpu = cpu_seconds(self.pid) - self.c0
+        self.own = _own_cpu_seconds() - self.own0
+
+
+def _own_cpu_seconds() -> float:
+    """This process's CPU (all threads: the Python client and librdkafka's), to show which side is the limit."""
+    t = os.times()
+    return t.user + t.system
 
 
 def report(label: str, n: int, m: Measure, value_bytes: int = 100) -> None:
     print(f"{label:<48} {n / m.wall:>12,.0f} rec/s {n * value_bytes / m.wall / 1e6:>8.1f} MB/s"
-          f"   broker CPU {m.cpu / m.wall * 100:5.1f}% of one core ({m.wall:.2f} s)")
+          f"   broker CPU {m.cpu / m.wall * 100:5.1f}%, client {m.own / m.wall * 100:5.1f}% of one core"
+          f" ({m.wall:.2f} s)")
 
 
 def sequential_write(directory: Path, nbytes: int, chunk_bytes: int = 1 << 20) -> float:
