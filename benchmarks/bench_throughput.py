@@ -8,7 +8,8 @@ rdkafka_performance example (built outside this repo) so the Python client is no
 bottleneck. 100-byte values (--value-bytes; random hex, so about 2:1 compressible), acks=1, producer
 compression --compression. Prints records/s and MB/s for each run and the
 broker's CPU use (user+system seconds / wall seconds) while it ran, and this process's (the
-client's), so it shows which side is the limit.
+client's), so it shows which side is the limit, and how long each waited for a CPU held by
+other processes (on a shared machine the figures are only as good as that wait is small).
 
 Before each produce run it writes the same volume (records x value bytes) sequentially into
 the broker's data directory's filesystem - buffered 1 MiB writes, fsync at the end, as `dd
@@ -51,12 +52,31 @@ class Measure:
         self.t0 = time.perf_counter()
         self.c0 = cpu_seconds(self.pid)
         self.own0 = _own_cpu_seconds()
+        self.wait0 = run_queue_wait_seconds(self.pid), run_queue_wait_seconds(os.getpid())
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.wall = time.perf_counter() - self.t0
         self.cpu = cpu_seconds(self.pid) - self.c0
         self.own = _own_cpu_seconds() - self.own0
+        self.wait = (run_queue_wait_seconds(self.pid) - self.wait0[0], run_queue_wait_seconds(os.getpid()) - self.wait0[1])
+
+
+def run_queue_wait_seconds(pid: int) -> float:
+    """Seconds the threads of `pid` were ready to run but waited for a CPU (schedstat's run delay): on
+    a shared machine this says how much of a run's time was lost to other processes."""
+    total = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0.0
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as fh:
+                total += int(fh.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            pass  # a thread that ended meanwhile
+    return total / 1e9
 
 
 def _own_cpu_seconds() -> float:
@@ -68,7 +88,8 @@ def _own_cpu_seconds() -> float:
 def report(label: str, n: int, m: Measure, value_bytes: int = 100) -> None:
     print(f"{label:<48} {n / m.wall:>12,.0f} rec/s {n * value_bytes / m.wall / 1e6:>8.1f} MB/s"
           f"   broker CPU {m.cpu / m.wall * 100:5.1f}%, client {m.own / m.wall * 100:5.1f}% of one core"
-          f" ({m.wall:.2f} s)")
+          f" ({m.wall:.2f} s; waited for a CPU: broker {m.wait[0] / m.wall * 100:.0f}%,"
+          f" client {m.wait[1] / m.wall * 100:.0f}%)")
 
 
 def sequential_write(directory: Path, nbytes: int, chunk_bytes: int = 1 << 20) -> float:
