@@ -141,7 +141,7 @@ class FrameDecoder:
                 start += 4 + size
                 continue
             frame = bytearray(size)
-            frame[:have] = buf[start + 4 : end]
+            frame[:have] = memoryview(buf)[start + 4 : end]  # no intermediate slice copy
             self._frame, self._filled = frame, have
             start = end = 0
             break

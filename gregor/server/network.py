@@ -39,9 +39,10 @@ The bound with default settings (max.connections 500, B 128 MiB, G 64 MiB, batch
 most message.max.bytes, 1 MiB): B + G + 500 x (64 KiB read buffer + one response beyond G:
 a batch, or a small non-Fetch answer) ~= 722 MiB, plus the Produce request being decoded
 (its records stay bytes; the decoder allows it few enough entries that even a 100 MiB one
-costs at most ~70 MB more, see gregor.protocol.frames.produce_entry_budget), plus the
-interpreter and the broker's state (~70-100 MiB with few partitions): under 1 GiB whatever
-clients do. It assumes responses other than Fetch stay small (Metadata grows with the
+costs at most ~70 MB more, see gregor.protocol.frames.produce_entry_budget), plus fetch
+sessions (at most gregor.fetch.session.cache.max.partitions partitions of ~300 bytes: ~60 MB,
+see gregor.server.fetch_session), plus the interpreter and the broker's state (~70-100 MiB
+with few partitions): under 1 GiB whatever clients do. It assumes responses other than Fetch stay small (Metadata grows with the
 topic count) and batches no larger than the default message.max.bytes.
 """
 

@@ -1,7 +1,7 @@
 """Fetch: consumers and followers read through the ReplicaManager, parked there for min bytes.
 
-Fetch sessions (KIP-227) are not kept: every response carries session id 0, which tells
-clients to send full fetch requests, as a Kafka broker does when its session cache is full.
+Fetch sessions (KIP-227) are gregor.server.fetch_session's: `resolve` says what to read and
+`filter` what an incremental response carries.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import Any
 
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.schema import Struct
+from gregor.server import fetch_session
 from gregor.server.dispatcher import RequestContext
 from gregor.server.partition import READ_COMMITTED, ReadResult
 from gregor.server.replica_manager import FetchParams, FetchPartition
@@ -53,7 +54,11 @@ def handle_fetch(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.F
         room, may_exceed = conn.response_room()
         return min(req_max, fetch_max, room), may_exceed
 
-    grouped = unique_partitions(req)
+    session = fetch_session.resolve(fetch_session.cache_for(ctx.broker), req, ctx.version,
+                                    privileged=req.replica_id >= 0)
+    if session.error:
+        return {"throttle_time_ms": 0, "error_code": session.error, "session_id": 0, "responses": []}
+    grouped = session.read if session.read is not None else unique_partitions(req)
     requests = [FetchPartition(topic, p.partition, p.fetch_offset, p.partition_max_bytes,
                                p.current_leader_epoch, p.last_fetched_epoch)
                 for topic, tparts in grouped for p in tparts]
@@ -81,6 +86,7 @@ def handle_fetch(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.F
                 parts.append(entry)
             topics.append({"topic": topic, "partitions": parts})
         conn.charge_response(correlation_id, total)
-        return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "session_id": 0, "responses": topics}
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "session_id": session.session_id,
+                "responses": session.filter(topics)}
 
     return ctx.broker.replica_manager.fetch_messages(params, requests, respond)
