@@ -11,7 +11,8 @@ client tops out near 1M records/s on its own, so the client here is librdkafka's
 
 Each run produces --records records (acks=1) to a fresh 1-partition topic, then consumes them from
 the beginning. Printed per run: rdkafka_performance's own rate (records/s and MB/s, from its summary
-line), and the broker process's CPU (user+system from /proc) as a share of a core and per record.
+line), the broker process's CPU (user+system from /proc) as a share of a core and per record, and
+the client's CPU.
 Then the medians. On a machine shared with other work the rates swing by 2x from run to run while
 the broker's CPU per record stays within ~20%: compare trees on that figure, alternating runs.
 
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -57,18 +59,28 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def children_cpu() -> float:
+    """User+system CPU of this process's finished children: the client runs' own CPU."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def run_client(args: list[str], pattern: re.Pattern[str], pid: int, records: int) -> tuple[float, float, float]:
-    """Run one rdkafka_performance; returns (records/s, MB/s, broker CPU seconds)."""
-    c0, t0 = cpu_seconds(pid), time.perf_counter()
+    """Run one rdkafka_performance; returns (records/s, MB/s, broker CPU seconds).
+
+    The client's CPU is printed too: on a 2-core machine client and broker share the cores, and
+    which of the two is saturated decides what the rate measures."""
+    c0, k0, t0 = cpu_seconds(pid), children_cpu(), time.perf_counter()
     res = subprocess.run(args, capture_output=True, text=True, timeout=600)
     cpu, wall = cpu_seconds(pid) - c0, time.perf_counter() - t0
+    client = children_cpu() - k0
     m = pattern.search(res.stdout)
     if res.returncode != 0 or m is None or int(m.group(1)) < records:
         raise SystemExit(f"rdkafka_performance failed (exit {res.returncode}):\n{res.stdout[-1500:]}{res.stderr[-1500:]}")
     rate, mbs = float(m.group(3)), float(m.group(4))
     print(f"  {'produce' if pattern is _PRODUCED else 'consume'} {rate:>12,.0f} rec/s {mbs:8.1f} MB/s"
           f"   broker CPU {cpu:5.2f} s = {cpu / wall * 100:3.0f}% of a core over {wall:5.2f} s,"
-          f" {cpu / records * 1e6:.3f} us/record", flush=True)
+          f" {cpu / records * 1e6:.3f} us/record; client CPU {client:5.2f} s", flush=True)
     return rate, mbs, cpu
 
 
