@@ -9,6 +9,8 @@ sync wait for the rest of the group) come back as futures that resolve to respon
 from __future__ import annotations
 
 import asyncio
+import functools
+from collections.abc import Callable
 from typing import Any
 
 from gregor.coordinator.group.consumer_protocol import HeartbeatRequest
@@ -39,29 +41,58 @@ def _then(result: Any, build: Any) -> Any:
     return build(result)
 
 
+def _after_offsets_topic(handler: Callable[[RequestContext, Struct], Any]) -> Callable[[RequestContext, Struct], Any]:
+    """A group handler that runs once __consumer_offsets exists: the topic is created on the first group
+    request, as Kafka does, in the background (its metadata write is off the loop), and the request waits
+    for that creation rather than failing with COORDINATOR_NOT_AVAILABLE."""
+
+    @functools.wraps(handler)
+    def run(ctx: RequestContext, req: Struct) -> Any:
+        pending = None if ctx.broker.log_manager.loading else ctx.broker.offsets_topic_creation()
+        if pending is None:
+            return handler(ctx, req)
+        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+        def created(_: asyncio.Future[None]) -> None:
+            if answer.done():
+                return
+            try:
+                result = handler(ctx, req)
+            except Exception as e:  # answered as any handler failure (logged, connection closed)
+                answer.set_exception(e)
+                return
+            if not isinstance(result, asyncio.Future):
+                answer.set_result(result)
+                return
+
+            def chained(f: asyncio.Future[Any]) -> None:
+                if answer.done():
+                    return
+                if f.cancelled():
+                    answer.cancel()
+                elif f.exception() is not None:
+                    answer.set_exception(f.exception())  # type: ignore[arg-type]
+                else:
+                    answer.set_result(f.result())
+
+            result.add_done_callback(chained)
+
+        pending.add_done_callback(created)
+        return answer
+
+    return run
+
+
 def _coordinator(ctx: RequestContext) -> Any:
     """The group coordinator, creating __consumer_offsets on first use as Kafka does."""
     return ctx.broker.group_coordinator_ready()
 
 
-def handle_find_coordinator(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.Future[dict[str, Any]]:
+def handle_find_coordinator(ctx: RequestContext, req: Struct) -> Any:
     """Answered once __consumer_offsets exists: its first creation is waited for, not failed."""
-    pending = None if req.key_type != KEY_TYPE_GROUP or ctx.broker.log_manager.loading else (
-        ctx.broker.offsets_topic_creation())
-    if pending is None:
+    if req.key_type != KEY_TYPE_GROUP:
         return _find_coordinator(ctx, req)
-    answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-
-    def done(_: asyncio.Future[None]) -> None:
-        if answer.done():
-            return
-        try:
-            answer.set_result(_find_coordinator(ctx, req))
-        except Exception as e:  # answered as any handler failure (logged, connection closed), never left hanging
-            answer.set_exception(e)
-
-    pending.add_done_callback(done)
-    return answer
+    return _after_offsets_topic(_find_coordinator)(ctx, req)
 
 
 def _find_coordinator(ctx: RequestContext, req: Struct) -> dict[str, Any]:
@@ -96,6 +127,7 @@ def _client_host(ctx: RequestContext) -> str:
     return "/" + ctx.connection.peer.rsplit(":", 1)[0]
 
 
+@_after_offsets_topic
 def handle_join_group(ctx: RequestContext, req: Struct) -> Any:
     try:
         gc = _coordinator(ctx)
@@ -123,6 +155,7 @@ def handle_join_group(ctx: RequestContext, req: Struct) -> Any:
     return _then(result, build)
 
 
+@_after_offsets_topic
 def handle_sync_group(ctx: RequestContext, req: Struct) -> Any:
     try:
         gc = _coordinator(ctx)
@@ -141,6 +174,7 @@ def handle_sync_group(ctx: RequestContext, req: Struct) -> Any:
     return _then(result, build)
 
 
+@_after_offsets_topic
 def handle_heartbeat(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     try:
         code = _coordinator(ctx).heartbeat(req.group_id, req.generation_id, req.member_id, req.group_instance_id)
@@ -149,6 +183,7 @@ def handle_heartbeat(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     return {"throttle_time_ms": 0, "error_code": code}
 
 
+@_after_offsets_topic
 def handle_leave_group(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     if ctx.version < 3:
         members = [(req.member_id, None)]
@@ -165,6 +200,7 @@ def handle_leave_group(ctx: RequestContext, req: Struct) -> dict[str, Any]:
                         for (m, i), c in zip(members, per_member, strict=True)]}
 
 
+@_after_offsets_topic
 def handle_offset_commit(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     topics_meta = ctx.broker.metadata_cache.topics()
     unknown: set[tuple[str, int]] = set()
@@ -222,6 +258,7 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: list[Struct] | None
     return ErrorCode.NONE, [{"name": t, "partitions": ps} for t, ps in by_topic.items()]
 
 
+@_after_offsets_topic
 def handle_offset_fetch(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     if ctx.version >= 8:
         groups = []
@@ -233,6 +270,7 @@ def handle_offset_fetch(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     return {"throttle_time_ms": 0, "topics": topics, "error_code": code}
 
 
+@_after_offsets_topic
 def handle_describe_groups(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     out = []
     for group_id in req.groups:
@@ -268,6 +306,7 @@ def handle_describe_groups(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     return {"throttle_time_ms": 0, "groups": out}
 
 
+@_after_offsets_topic
 def handle_list_groups(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     states = {s.lower() for s in (req.states_filter or [])}
     types = {t.lower() for t in (req.types_filter or [])}
@@ -287,6 +326,7 @@ def handle_list_groups(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "groups": out}
 
 
+@_after_offsets_topic
 def handle_delete_groups(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     results = []
     for group_id in req.groups_names:
@@ -298,6 +338,7 @@ def handle_delete_groups(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     return {"throttle_time_ms": 0, "results": results}
 
 
+@_after_offsets_topic
 def handle_offset_delete(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     wanted = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
     try:
@@ -313,6 +354,7 @@ def handle_offset_delete(ctx: RequestContext, req: Struct) -> dict[str, Any]:
 
 
 
+@_after_offsets_topic
 def handle_consumer_group_heartbeat(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     out: dict[str, Any] = {"throttle_time_ms": 0, "member_id": None, "member_epoch": 0, "heartbeat_interval_ms": 0,
                            "assignment": None}
@@ -336,6 +378,7 @@ def handle_consumer_group_heartbeat(ctx: RequestContext, req: Struct) -> dict[st
             "member_epoch": r.member_epoch, "heartbeat_interval_ms": r.heartbeat_interval_ms, "assignment": assignment}
 
 
+@_after_offsets_topic
 def handle_consumer_group_describe(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     names = {t.topic_id: name for name, t in ctx.broker.metadata_cache.topics().items()}
 
