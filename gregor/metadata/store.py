@@ -116,5 +116,11 @@ class MetadataStore(ABC):
     def update_partition_state(self, name: str, partition: int, state: PartitionState, expected_version: int) -> int:
         """Conditional write; returns the new version or raises BadVersionError."""
 
+    @abstractmethod
+    def allocate_producer_ids(self, block_size: int) -> tuple[int, int]:
+        """Reserve the next `block_size` producer ids for this broker: (first id, count). Durable
+        before it returns, so no id is handed out twice, across restarts and (with ZooKeeper's
+        /latest_producer_id_block, the next issue) across brokers."""
+
     def close(self) -> None:  # noqa: B027 - optional hook, most stores hold nothing to release
         """Release connections or files."""

@@ -20,13 +20,14 @@ without the lock and takes it only to swap cleaned segments in (`replace_segment
 from __future__ import annotations
 
 import bisect
+import copy
 import logging
 import os
 import shutil
 import struct
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -45,6 +46,7 @@ from gregor.storage.errors import (
 )
 from gregor.storage.index import NO_TIMESTAMP
 from gregor.storage.leader_epoch import LeaderEpochFileCache
+from gregor.storage.producer_state import ProducerStateEntry, ProducerStateManager
 from gregor.storage.segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -91,6 +93,7 @@ class AppendInfo:
     offset_of_max_timestamp: int  # for CreateTime the last offset of the batch holding it
     records_count: int
     size_bytes: int
+    duplicate: bool = False  # an idempotent producer's retry: nothing appended, the original's offsets
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +147,7 @@ class Log:
         self._pending_deletes: list[tuple[int, LogSegment]] = []  # (due ms, segment renamed .deleted)
         self._closed = False
         self.leader_epoch_cache = LeaderEpochFileCache(os.path.join(self.dir, LEADER_EPOCH_CHECKPOINT))
+        self.producer_state = ProducerStateManager(self.dir, f"{self.topic}-{self.partition}")
 
     def __repr__(self) -> str:
         return (
@@ -293,6 +297,7 @@ class Log:
         self.leader_epoch_cache.truncate_from_end(leo)
         self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
         segments[-1].load_indexes()
+        self.producer_state.load(self._log_start_offset, leo, self._recovery_point, clean_shutdown, self._batches_from)
         self._check_invariants()
         logger.debug("loaded %r", self)
 
@@ -419,6 +424,10 @@ class Log:
             if n > config.segment_bytes:
                 raise RecordListTooLargeError(f"record set of {n} bytes exceeds segment.bytes {config.segment_bytes}")
             log_append_time = now_ms if config.log_append_time else None
+            dup = self.producer_state.check(headers)
+            if dup is not None:  # a retry of a batch in the log: answered with the original's offsets
+                return AppendInfo(dup.first_offset, dup.last_offset, dup.timestamp if log_append_time else -1,
+                                  self._log_start_offset, dup.timestamp, dup.last_offset, 0, 0, duplicate=True)
             first = offset = self._log_end_offset
             max_ts, offset_of_max = NO_TIMESTAMP, -1
             position = count = 0
@@ -445,6 +454,7 @@ class Log:
             if log_append_time is not None:
                 offset_of_max = first
             self._append(records, headers, max_ts, now_ms)
+            self.producer_state.update(headers)
             assert self._log_end_offset == offset > first
             if leader_epoch >= 0:
                 latest = self.leader_epoch_cache.latest_epoch
@@ -490,6 +500,7 @@ class Log:
             if position != n:
                 raise ValueError(f"headers cover {position} of {n} bytes")
             self._append(records, headers, max_ts, now)
+            self.producer_state.update(headers)  # a follower takes the leader's word: no checks
             cache = self.leader_epoch_cache
             for h in headers:
                 latest = cache.latest_epoch
@@ -537,6 +548,7 @@ class Log:
         else:
             active.on_become_inactive()
             self._roll_flush_offset = max(self._roll_flush_offset, new_base)
+            self.producer_state.snapshot_at_roll(self._log_end_offset)
         assert not self._bases or new_base > self._bases[-1]
         try:
             seg = LogSegment.create(self.dir, new_base, self.config, now)
@@ -765,6 +777,8 @@ class Log:
         del self._bases[:k]
         for seg in doomed:
             self._schedule_delete(seg, now)
+        first_base = self._segments[0].base_offset  # snapshots below the log go with its segments
+        self.producer_state.delete_snapshots(lambda off: off >= first_base)
         logger.info(
             "%s-%d: deleted %d segments (%s), up to offset %d",
             self.topic, self.partition, k, reason, self._segments[0].base_offset,
@@ -927,6 +941,7 @@ class Log:
             self._recovery_point = min(self._recovery_point, leo)
             self._roll_flush_offset = min(self._roll_flush_offset, leo)
             self.leader_epoch_cache.truncate_from_end(leo)
+            self.producer_state.load(self._log_start_offset, leo, leo, False, self._batches_from)
             self._check_invariants()
             logger.info("%s-%d: truncated to offset %d", self.topic, self.partition, leo)
             return True
@@ -955,6 +970,7 @@ class Log:
         self._roll_flush_offset = 0
         self._dir_dirty = True
         self.leader_epoch_cache.clear()
+        self.producer_state.truncate_fully(offset)
         logger.info("%s-%d: truncated fully, starting at offset %d", self.topic, self.partition, offset)
 
     # --- flushing ------------------------------------------------------------------------------
@@ -1040,6 +1056,7 @@ class Log:
                 return
             self._closed = True
             try:
+                self.producer_state.close(self._log_end_offset)
                 for seg in self._segments:
                     seg.close()
                 self.leader_epoch_cache.flush()
@@ -1051,6 +1068,27 @@ class Log:
         """Close the log and remove its directory."""
         self.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+    # --- producer state ---------------------------------------------------------------------------
+
+    def _batches_from(self, offset: int) -> Iterator[BatchHeader]:
+        """The headers of the batches from the one holding `offset` to the LEO (producer state replay)."""
+        for i in range(max(bisect.bisect_right(self._bases, offset) - 1, 0), len(self._segments)):
+            seg = self._segments[i]
+            h = seg.translate_offset(offset) if offset > seg.base_offset else None
+            if offset > seg.base_offset and h is None:
+                continue
+            yield from seg.batches(h.position if h is not None else 0)
+
+    def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:
+        """producer.id.expiration.ms: forget producers idle that long. Returns how many."""
+        with self._lock:
+            return self.producer_state.remove_expired(now_ms, expiration_ms)
+
+    def active_producers(self) -> list[ProducerStateEntry]:
+        """DescribeProducers: a copy of every producer's entry."""
+        with self._lock:
+            return [copy.copy(e) for e in self.producer_state.producers.values()]
 
     def _check_open(self) -> None:
         if self._closed:

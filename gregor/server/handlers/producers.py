@@ -1,0 +1,91 @@
+"""InitProducerId (idempotent producers) and DescribeProducers.
+
+InitProducerId without a transactional id hands out a fresh producer id with epoch 0, as Kafka's
+transaction coordinator does for idempotent producers (also when a v3+ producer sends its current
+id and epoch: it gets a new id). Ids come from blocks reserved durably in the metadata store
+(`allocate_producer_ids`), so an id is never handed out twice, across restarts too. Transactional
+ids wait for the transaction coordinator (issue 11) and are refused with a clear error, as the
+Produce handler refuses transactional batches.
+
+DescribeProducers reports, per partition this broker leads, the producer state the log keeps
+(gregor.storage.producer_state).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.protocol.schema import Struct
+from gregor.metadata.store import MetadataError
+from gregor.server.dispatcher import RequestContext
+
+PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE
+
+
+class ProducerIdManager:
+    """Hands out producer ids from the current block; reserves the next block when it runs out
+    (one fsync of the metadata store per 1000 producers, on the caller's thread)."""
+
+    def __init__(self, store: Any, block_size: int = PRODUCER_ID_BLOCK_SIZE) -> None:
+        self._store = store
+        self._block_size = block_size
+        self._next = 0
+        self._end = 0  # exclusive
+
+    def generate(self) -> int:
+        if self._next >= self._end:
+            first, count = self._store.allocate_producer_ids(self._block_size)
+            assert count > 0 and first >= self._end, (first, count, self._end)
+            self._next, self._end = first, first + count
+        pid = self._next
+        self._next += 1
+        return pid
+
+
+_managers: weakref.WeakKeyDictionary[Any, ProducerIdManager] = weakref.WeakKeyDictionary()
+
+
+def _manager(broker: Any) -> ProducerIdManager:
+    m = _managers.get(broker)
+    if m is None:
+        m = _managers[broker] = ProducerIdManager(broker.store)
+    return m
+
+
+def handle_init_producer_id(ctx: RequestContext, req: Struct) -> dict[str, Any]:
+    def answer(code: ErrorCode, pid: int = -1, epoch: int = -1) -> dict[str, Any]:
+        return {"throttle_time_ms": 0, "error_code": code, "producer_id": pid, "producer_epoch": epoch}
+
+    if req.transactional_id is not None:
+        return answer(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)  # transactions: issue 11
+    if (req.get("producer_id", -1) == -1) != (req.get("producer_epoch", -1) == -1):
+        return answer(ErrorCode.INVALID_REQUEST)  # an id without an epoch or the reverse
+    try:
+        return answer(ErrorCode.NONE, _manager(ctx.broker).generate(), 0)
+    except (OSError, MetadataError):  # the store could not record a new block: the client retries
+        return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+
+
+def handle_describe_producers(ctx: RequestContext, req: Struct) -> dict[str, Any]:
+    rm = ctx.broker.replica_manager
+    topics = []
+    for t in req.topics:
+        parts = []
+        for index in t.partition_indexes:
+            entry: dict[str, Any] = {"partition_index": index, "error_code": ErrorCode.NONE,
+                                     "error_message": None, "active_producers": []}
+            try:
+                lg = rm.get_leader_partition(t.name, index).log
+                entry["active_producers"] = [
+                    {"producer_id": e.producer_id, "producer_epoch": e.producer_epoch, "last_sequence": e.last_seq,
+                     "last_timestamp": e.last_timestamp, "coordinator_epoch": e.coordinator_epoch,
+                     "current_txn_start_offset": e.current_txn_first_offset}
+                    for e in lg.active_producers()
+                ]
+            except KafkaError as e:
+                entry["error_code"], entry["error_message"] = e.code, e.message
+            parts.append(entry)
+        topics.append({"name": t.name, "partitions": parts})
+    return {"throttle_time_ms": 0, "topics": topics}
