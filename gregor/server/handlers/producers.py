@@ -16,9 +16,9 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+from gregor.metadata.store import MetadataError
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.schema import Struct
-from gregor.metadata.store import MetadataError
 from gregor.server.dispatcher import RequestContext
 
 PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE
