@@ -1,12 +1,14 @@
 """Produce and consume throughput against a real broker process, with the broker's CPU share.
 
 Usage: python benchmarks/bench_throughput.py [--records N] [--partitions 1 8] [--value-bytes 100]
-       [--compression none|gzip|snappy|lz4|zstd] [--rdkafka-performance PATH]
+       [--compression none|gzip|snappy|lz4|zstd] [--rdkafka-performance PATH] [--acks 1|all]
+       [--idempotence]
 
 Clients: confluent-kafka (librdkafka) in this process, and optionally librdkafka's C
 rdkafka_performance example (built outside this repo) so the Python client is not the
-bottleneck. 100-byte values (--value-bytes; random hex, so about 2:1 compressible), acks=1, producer
-compression --compression. Prints records/s and MB/s for each run and the
+bottleneck. 100-byte values (--value-bytes; random hex, so about 2:1 compressible), acks=1 (--acks),
+producer compression --compression. --idempotence turns on the idempotent producer (which needs
+acks=all: compare it with a plain run at --acks all). Prints records/s and MB/s for each run and the
 broker's CPU use (user+system seconds / wall seconds) while it ran.
 """
 
@@ -56,10 +58,10 @@ def report(label: str, n: int, m: Measure, value_bytes: int = 100) -> None:
 
 
 def python_produce(bootstrap: str, topic: str, n: int, pid: int, value: bytes = VALUE,
-                   compression: str = "none") -> None:
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 5, "batch.size": 1_000_000,
+                   compression: str = "none", acks: str = "1", idempotence: bool = False) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5, "batch.size": 1_000_000,
                   "queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 2_000_000,
-                  "compression.type": compression})
+                  "compression.type": compression, "enable.idempotence": idempotence})
     with Measure(pid) as m:
         for _ in range(n):
             try:
@@ -68,7 +70,8 @@ def python_produce(bootstrap: str, topic: str, n: int, pid: int, value: bytes = 
                 p.poll(0.01)
                 p.produce(topic, value)
         p.flush(120)
-    report(f"produce confluent-kafka {topic} ({compression})", n, m, len(value))
+    report(f"produce confluent-kafka {topic} ({compression}{', idempotent' if idempotence else ''})", n, m,
+           len(value))
 
 
 def python_consume(bootstrap: str, topic: str, partitions: int, n: int, pid: int, value_bytes: int = 100) -> None:
@@ -87,10 +90,12 @@ def python_consume(bootstrap: str, topic: str, partitions: int, n: int, pid: int
     report(f"consume confluent-kafka {topic}", got, m, value_bytes)
 
 
-def rdkafka_perf(binary: str, bootstrap: str, topic: str, n: int, pid: int, produce: bool, partitions: int) -> None:
+def rdkafka_perf(binary: str, bootstrap: str, topic: str, n: int, pid: int, produce: bool, partitions: int,
+                 acks: str = "1", idempotence: bool = False) -> None:
     if produce:
-        args = [binary, "-P", "-t", topic, "-b", bootstrap, "-s", "100", "-c", str(n), "-X", "acks=1",
-                "-X", "linger.ms=5", "-X", "batch.size=1000000", "-u"]
+        args = [binary, "-P", "-t", topic, "-b", bootstrap, "-s", "100", "-c", str(n), "-X", f"acks={acks}",
+                "-X", "linger.ms=5", "-X", "batch.size=1000000", "-u",
+                "-X", f"enable.idempotence={str(idempotence).lower()}"]
     else:
         args = [binary, "-C", "-t", topic, "-b", bootstrap, "-o", "beginning", "-c", str(n), "-u", "-e"]
         args += ["-p", ",".join(str(p) for p in range(partitions))] if partitions > 1 else ["-p", "0"]
@@ -110,7 +115,11 @@ def main() -> None:
     ap.add_argument("--compression", default="none", choices=("none", "gzip", "snappy", "lz4", "zstd"))
     ap.add_argument("--rdkafka-performance", default=os.environ.get("RDKAFKA_PERFORMANCE"))
     ap.add_argument("--bootstrap", help="use a running broker instead of starting one (CPU share not measured)")
+    ap.add_argument("--acks", default="1", choices=("0", "1", "all"))
+    ap.add_argument("--idempotence", action="store_true", help="idempotent producers (implies --acks all)")
     args = ap.parse_args()
+    if args.idempotence:
+        args.acks = "all"
     with tempfile.TemporaryDirectory() as d:
         broker = None
         if args.bootstrap:
@@ -126,12 +135,14 @@ def main() -> None:
             for parts in args.partitions:
                 topic = f"bench-py-{parts}"
                 admin.create_topics([NewTopic(topic, parts, 1)])[topic].result(10)
-                python_produce(bootstrap, topic, args.records, pid, value, args.compression)
+                python_produce(bootstrap, topic, args.records, pid, value, args.compression, args.acks,
+                               args.idempotence)
                 python_consume(bootstrap, topic, parts, args.records, pid, args.value_bytes)
                 if args.rdkafka_performance:
                     topic = f"bench-c-{parts}"
                     admin.create_topics([NewTopic(topic, parts, 1)])[topic].result(10)
-                    rdkafka_perf(args.rdkafka_performance, bootstrap, topic, args.records, pid, True, parts)
+                    rdkafka_perf(args.rdkafka_performance, bootstrap, topic, args.records, pid, True, parts,
+                                 args.acks, args.idempotence)
                     rdkafka_perf(args.rdkafka_performance, bootstrap, topic, args.records, pid, False, parts)
         finally:
             if broker is not None:
