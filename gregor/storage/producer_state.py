@@ -30,6 +30,7 @@ import struct
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from crc32c import crc32c
 
@@ -48,6 +49,7 @@ NO_SEQUENCE = -1
 NO_EPOCH = -1
 INT32_MAX = 2**31 - 1
 
+_new_tuple = tuple.__new__
 _MAGIC = b"GPSN"
 _VERSION = 1
 _FILE_HEADER = struct.Struct(">4sHI")  # magic, version, crc32c of everything after the header
@@ -78,8 +80,7 @@ def in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
 
 
-@dataclass(frozen=True, slots=True)
-class BatchMetadata:
+class BatchMetadata(NamedTuple):  # a tuple: made on every idempotent append, so cheap to build
     first_seq: int
     last_seq: int
     first_offset: int
@@ -108,7 +109,7 @@ class ProducerStateEntry:
         if epoch != self.producer_epoch:
             return None
         for b in self.batches:
-            if b.first_seq == first_seq and b.last_seq == last_seq:
+            if b[0] == first_seq and b[1] == last_seq:
                 return b
         return None
 
@@ -117,10 +118,13 @@ class ProducerStateEntry:
         if h.producer_epoch != self.producer_epoch:
             self.producer_epoch = h.producer_epoch
             self.batches.clear()
-        self.last_timestamp = h.max_timestamp
-        if h.base_sequence >= 0:  # control batches (transaction markers) carry no sequence
-            self.batches.append(BatchMetadata(h.base_sequence, last_sequence(h.base_sequence, h.last_offset_delta),
-                                              h.base_offset, h.last_offset, h.max_timestamp))
+        ts = self.last_timestamp = h.max_timestamp
+        seq = h.base_sequence
+        if seq >= 0:  # control batches (transaction markers) carry no sequence
+            delta = h.last_offset_delta
+            last = seq + delta if seq <= INT32_MAX - delta else seq - (INT32_MAX - delta) - 1
+            base = h.base_offset  # tuple.__new__: a third of the NamedTuple constructor's cost
+            self.batches.append(_new_tuple(BatchMetadata, (seq, last, base, base + delta, ts)))
 
 
 class ProducerStateManager:
@@ -130,7 +134,7 @@ class ProducerStateManager:
         self.dir = dir
         self.name = name  # "<topic>-<partition>", for messages
         self.producers: dict[int, ProducerStateEntry] = {}
-        self.map_end_offset = 0  # the state covers the log below this offset
+        self.map_end_offset = 0  # where the last load or truncation left the state (the LEO then)
         # What the last load did, for tests and logs: (snapshot offset or None, batches replayed).
         self.loaded_from: tuple[int | None, int] = (None, 0)
 
@@ -144,6 +148,15 @@ class ProducerStateManager:
         of the original if a batch duplicates one of its producer's last 5 batches (the whole
         append is then answered with it and nothing is appended, as Kafka does); raises
         OutOfOrderSequenceError or InvalidProducerEpochError. Changes nothing."""
+        if len(headers) == 1:  # a client's Produce: one batch per partition
+            h = headers[0]
+            if h.producer_id < 0:  # a plain producer
+                return None
+            entry = self.producers.get(h.producer_id)
+            if entry is not None and h.producer_epoch == entry.producer_epoch and entry.batches:
+                last = entry.batches[-1][1]
+                if h.base_sequence == last + 1 and last < INT32_MAX:  # the next batch, as nearly always
+                    return None
         staged: dict[int, tuple[int, int]] = {}  # producer id -> (epoch, last seq) of earlier batches of this append
         for h in headers:
             pid = h.producer_id
@@ -152,11 +165,12 @@ class ProducerStateManager:
             epoch, first_seq = h.producer_epoch, h.base_sequence
             if first_seq < 0:
                 raise RecordValidationError(f"{self.name}: batch of producer {pid} has no sequence number")
+            last_seq = last_sequence(first_seq, h.last_offset_delta)
             entry = self.producers.get(pid)
             if pid in staged:
                 cur_epoch, cur_last = staged[pid]
             elif entry is not None:
-                dup = entry.find_duplicate(epoch, first_seq, last_sequence(first_seq, h.last_offset_delta))
+                dup = entry.find_duplicate(epoch, first_seq, last_seq)
                 if dup is not None:
                     return dup
                 cur_epoch, cur_last = entry.producer_epoch, entry.last_seq
@@ -174,23 +188,19 @@ class ProducerStateManager:
                 raise OutOfOrderSequenceError(
                     f"{self.name}: out of order sequence number for producer {pid} epoch {epoch}: "
                     f"{first_seq} (incoming), {cur_last} (last appended)")
-            staged[pid] = (epoch, last_sequence(first_seq, h.last_offset_delta))
+            staged[pid] = (epoch, last_seq)
         return None
 
     def update(self, headers: Iterable[BatchHeader]) -> None:
         """Apply appended batches (leader after `check`, follower and replay without checks)."""
         producers = self.producers
-        end = self.map_end_offset
         for h in headers:
-            end = max(end, h.next_offset)
             pid = h.producer_id
-            if pid < 0:
-                continue
-            entry = producers.get(pid)
-            if entry is None:
-                entry = producers[pid] = ProducerStateEntry(pid)
-            entry.add(h)
-        self.map_end_offset = end
+            if pid >= 0:
+                entry = producers.get(pid)
+                if entry is None:
+                    entry = producers[pid] = ProducerStateEntry(pid)
+                entry.add(h)
 
     def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
         """Forget producers idle for producer.id.expiration.ms (measured from their last batch's
