@@ -255,3 +255,13 @@ def test_fault_hook_without_idempotence_duplicates(start_broker: Callable[..., B
     assert set(got["c"]) == set(range(n)) and set(got["k"]) == set(range(n))  # nothing lost...
     assert len(got["c"]) + len(got["k"]) > 2 * n  # ...but retried batches were written twice
 
+
+
+def test_producer_id_blocks_never_overlap_across_reopen(tmp_path: Path) -> None:
+    from gregor.metadata.embedded import EmbeddedMetadataStore
+
+    s = EmbeddedMetadataStore(str(tmp_path), 0)
+    assert s.allocate_producer_ids(1000) == (0, 1000)
+    assert s.allocate_producer_ids(10) == (1000, 10)
+    s.close()
+    assert EmbeddedMetadataStore(str(tmp_path), 0).allocate_producer_ids(1000) == (1010, 1000)
