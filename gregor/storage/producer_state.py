@@ -24,6 +24,7 @@ Threads: the owning Log calls every method under its lock.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import struct
@@ -137,6 +138,7 @@ class ProducerStateManager:
         self.map_end_offset = 0  # where the last load or truncation left the state (the LEO then)
         # What the last load did, for tests and logs: (snapshot offset or None, batches replayed).
         self.loaded_from: tuple[int | None, int] = (None, 0)
+        self._snapshots: list[int] | None = None  # offsets of the snapshot files, once listed
 
     def __len__(self) -> int:
         return len(self.producers)
@@ -214,16 +216,16 @@ class ProducerStateManager:
     # --- snapshots ----------------------------------------------------------------------
 
     def snapshot_offsets(self) -> list[int]:
-        out = []
-        try:
-            names = os.listdir(self.dir)
-        except FileNotFoundError:
-            return out
-        for name in names:
-            off = parse_snapshot_name(name)
-            if off is not None:
-                out.append(off)
-        return sorted(out)
+        """The offsets of the snapshot files, ascending. The directory is listed once (at load);
+        after that this manager is the only writer of its snapshots and keeps the list itself, so
+        a roll, a close or a retention pass costs no directory listing (10,000 logs: no 10,000 listings)."""
+        if self._snapshots is None:
+            try:
+                names = os.listdir(self.dir)
+            except FileNotFoundError:
+                names = []
+            self._snapshots = sorted(off for off in map(parse_snapshot_name, names) if off is not None)
+        return list(self._snapshots)
 
     def take_snapshot(self, offset: int, sync: bool = False) -> str:
         """Write the state as `<offset>.snapshot` (tmp file, then rename). Not fsynced unless
@@ -243,6 +245,9 @@ class ProducerStateManager:
                 fh.flush()
                 os.fsync(fh.fileno())
         os.replace(tmp, path)
+        known = self._snapshots
+        if known is not None and offset not in known:
+            bisect.insort(known, offset)
         return path
 
     def snapshot_at_roll(self, offset: int) -> None:
@@ -286,7 +291,12 @@ class ProducerStateManager:
     def delete_snapshots(self, keep: Callable[[int], bool]) -> None:
         for off in self.snapshot_offsets():
             if not keep(off):
-                _unlink(os.path.join(self.dir, snapshot_name(off)))
+                self._delete_snapshot(off)
+
+    def _delete_snapshot(self, offset: int) -> None:
+        _unlink(os.path.join(self.dir, snapshot_name(offset)))
+        if self._snapshots is not None and offset in self._snapshots:
+            self._snapshots.remove(offset)
 
     def latest_snapshot_offset(self) -> int | None:
         offs = self.snapshot_offsets()
@@ -313,7 +323,7 @@ class ProducerStateManager:
             except (OSError, ValueError) as e:
                 logger.warning("%s: producer state snapshot %s is unusable (%s); deleting it",
                                self.name, snapshot_name(off), e)
-                _unlink(os.path.join(self.dir, snapshot_name(off)))
+                self._delete_snapshot(off)
                 continue
             start = off
             break

@@ -19,6 +19,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka import TopicPartition as KTopicPartition
 
+from gregor.metadata.embedded import EmbeddedMetadataStore
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.records import Record, build_batch, iter_records
 from tests.broker_process import BrokerProcess
@@ -258,8 +259,6 @@ def test_fault_hook_without_idempotence_duplicates(start_broker: Callable[..., B
 
 
 def test_producer_id_blocks_never_overlap_across_reopen(tmp_path: Path) -> None:
-    from gregor.metadata.embedded import EmbeddedMetadataStore
-
     s = EmbeddedMetadataStore(str(tmp_path), 0)
     assert s.allocate_producer_ids(1000) == (0, 1000)
     assert s.allocate_producer_ids(10) == (1000, 10)

@@ -249,6 +249,10 @@ def handle_produce(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio
     _chains[conn] = task
     _tasks.add(task)
     task.add_done_callback(_tasks.discard)
+    if settings.drop_every and _fault_drop(broker, settings.drop_every):
+        task.add_done_callback(lambda _t: conn.close("test fault: connection dropped after the Produce was "
+                                                     "appended, before its response"))
+        return None
     return None if acks == 0 else task
 
 
