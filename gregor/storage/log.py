@@ -46,7 +46,7 @@ from gregor.storage.errors import (
 )
 from gregor.storage.index import NO_TIMESTAMP
 from gregor.storage.leader_epoch import LeaderEpochFileCache
-from gregor.storage.producer_state import ProducerStateEntry, ProducerStateManager
+from gregor.storage.producer_state import SNAPSHOT_SUFFIX, ProducerStateEntry, ProducerStateManager
 from gregor.storage.segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -199,6 +199,7 @@ class Log:
         logs: set[int] = set()
         swaps: list[int] = []
         index_files: list[tuple[int, str]] = []
+        snapshots: list[int] = []  # producer state snapshots, handed over so they are not listed again
         for name in sorted(os.listdir(self.dir)):
             path = os.path.join(self.dir, name)
             if name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX, ".tmp")):
@@ -217,6 +218,8 @@ class Log:
                 logs.add(base)
             elif name in (file_prefix(base) + INDEX_SUFFIX, file_prefix(base) + TIME_INDEX_SUFFIX):
                 index_files.append((base, path))
+            elif name == file_prefix(base) + SNAPSHOT_SUFFIX:
+                snapshots.append(base)
         for base, path in index_files:
             if base not in logs and base not in swaps:
                 logger.info("removing orphan index %s", path)
@@ -297,7 +300,8 @@ class Log:
         self.leader_epoch_cache.truncate_from_end(leo)
         self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
         segments[-1].load_indexes()
-        self.producer_state.load(self._log_start_offset, leo, self._recovery_point, clean_shutdown, self._batches_from)
+        self.producer_state.load(self._log_start_offset, leo, self._recovery_point, clean_shutdown, self._batches_from,
+                                 snapshots)
         self._check_invariants()
         logger.debug("loaded %r", self)
 

@@ -305,13 +305,16 @@ class ProducerStateManager:
     # --- loading and truncation -----------------------------------------------------------
 
     def load(self, log_start_offset: int, log_end_offset: int, recovery_point: int, clean_shutdown: bool,
-             batches_from: Callable[[int], Iterable[BatchHeader]]) -> None:
+             batches_from: Callable[[int], Iterable[BatchHeader]], snapshot_offsets: list[int] | None = None) -> None:
         """Rebuild the state: the latest valid snapshot at or below min(recovery point, LEO), then
         the batch headers from there to the LEO (`batches_from(offset)` yields them). Snapshots
         above the LEO (a truncated log) are deleted first, damaged ones when met. A log that has no
         snapshot after a clean shutdown never held producer state (close writes one whenever it
-        did), so nothing is replayed."""
+        did), so nothing is replayed. `snapshot_offsets`: the snapshot files the caller found in
+        its own listing of the directory (None: list it here)."""
         self.producers = {}
+        if snapshot_offsets is not None:
+            self._snapshots = sorted(snapshot_offsets)
         self.delete_snapshots(lambda off: off <= log_end_offset)
         offsets = self.snapshot_offsets()
         start: int | None = None
