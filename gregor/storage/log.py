@@ -1070,6 +1070,8 @@ class Log:
 
     def delete(self) -> None:
         """Close the log and remove its directory."""
+        with self._lock:
+            self.producer_state.truncate_fully(self._log_end_offset)  # so close writes no snapshot
         self.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
