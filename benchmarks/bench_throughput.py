@@ -2,11 +2,13 @@
 
 Usage: python benchmarks/bench_throughput.py [--records N] [--partitions 1 8] [--value-bytes 100]
        [--compression none|gzip|snappy|lz4|zstd] [--acks all|1] [--rdkafka-performance PATH] [--no-baseline]
+       [--idempotence]
 
 Clients: confluent-kafka (librdkafka) in this process, and optionally librdkafka's C
 rdkafka_performance example (built outside this repo) so the Python client is not the
 bottleneck. 100-byte values (--value-bytes; random hex, so about 2:1 compressible), acks=1 (--acks), producer
-compression --compression. Prints records/s and MB/s for each run and the
+compression --compression. --idempotence turns on the idempotent producer (which needs
+acks=all: compare it with a plain run at --acks all). Prints records/s and MB/s for each run and the
 broker's CPU use (user+system seconds / wall seconds) while it ran, and this process's (the
 client's), so it shows which side is the limit, and how long each waited for a CPU held by
 other processes (on a shared machine the figures are only as good as that wait is small).
@@ -115,14 +117,19 @@ def sequential_write(directory: Path, nbytes: int, chunk_bytes: int = 1 << 20) -
 
 
 def python_produce(bootstrap: str, topic: str, n: int, pid: int, value: bytes = VALUE,
-                   compression: str = "none", acks: str = "1", baseline_mb_s: float | None = None) -> None:
+                   compression: str = "none", acks: str = "1", baseline_mb_s: float | None = None,
+                   idempotence: bool = False) -> None:
     # A 64 MiB local queue, as a user tuning for throughput would keep it: with room for the whole
     # run (it was 2 GB), every 10 KiB value landed in fresh memory and the client spent more CPU in
     # page faults (system time) than the broker spent on the request; bounded, librdkafka reuses
     # freed buffers (client CPU ~1.26 s -> ~0.7 s for 1 GB at 10 KiB, measured).
     p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5, "batch.size": 1_000_000,
                   "queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 65536,
-                  "compression.type": compression})
+                  "compression.type": compression, "enable.idempotence": idempotence})
+    # One message first, outside the measure: an idempotent librdkafka producer waits for its producer
+    # id on a 500 ms timer when it starts (client-side), which is not the throughput being measured.
+    p.produce(topic, value)
+    p.flush(30)
     with Measure(pid) as m:
         for _ in range(n):
             while True:
@@ -132,7 +139,8 @@ def python_produce(bootstrap: str, topic: str, n: int, pid: int, value: bytes = 
                 except BufferError:  # the local queue is full: serve delivery reports, then retry
                     p.poll(0.005)
         p.flush(120)
-    report(f"produce confluent-kafka {topic} ({compression}, acks={acks})", n, m, len(value))
+    report(f"produce confluent-kafka {topic} ({compression}, acks={acks}{', idempotent' if idempotence else ''})",
+           n, m, len(value))
     if baseline_mb_s:
         print(f"{'  produce / sequential write':<48} {n * len(value) / m.wall / 1e6 / baseline_mb_s * 100:>27.0f} %")
 
@@ -155,10 +163,11 @@ def python_consume(bootstrap: str, topic: str, partitions: int, n: int, pid: int
 
 
 def rdkafka_perf(binary: str, bootstrap: str, topic: str, n: int, pid: int, produce: bool, partitions: int,
-                 acks: str = "1") -> None:
+                 acks: str = "1", idempotence: bool = False) -> None:
     if produce:
         args = [binary, "-P", "-t", topic, "-b", bootstrap, "-s", "100", "-c", str(n), "-X", f"acks={acks}",
-                "-X", "linger.ms=5", "-X", "batch.size=1000000", "-u"]
+                "-X", "linger.ms=5", "-X", "batch.size=1000000", "-u",
+                "-X", f"enable.idempotence={str(idempotence).lower()}"]
     else:
         args = [binary, "-C", "-t", topic, "-b", bootstrap, "-o", "beginning", "-c", str(n), "-u", "-e"]
         args += ["-p", ",".join(str(p) for p in range(partitions))] if partitions > 1 else ["-p", "0"]
@@ -182,7 +191,10 @@ def main() -> None:
     ap.add_argument("--data-dir", type=Path, help="with --bootstrap: the broker's data dir, for the sequential-write "
                     "baseline (default: a temporary directory)")
     ap.add_argument("--no-baseline", action="store_true", help="skip the sequential-write baseline")
+    ap.add_argument("--idempotence", action="store_true", help="idempotent producers (implies --acks all)")
     args = ap.parse_args()
+    if args.idempotence:
+        args.acks = "all"
     with tempfile.TemporaryDirectory() as d:
         broker = None
         if args.bootstrap:
@@ -200,12 +212,14 @@ def main() -> None:
                 admin.create_topics([NewTopic(topic, parts, 1)])[topic].result(10)
                 baseline = None if args.no_baseline else \
                     sequential_write(args.data_dir or Path(d), args.records * args.value_bytes)
-                python_produce(bootstrap, topic, args.records, pid, value, args.compression, args.acks, baseline)
+                python_produce(bootstrap, topic, args.records, pid, value, args.compression, args.acks, baseline,
+                               args.idempotence)
                 python_consume(bootstrap, topic, parts, args.records, pid, args.value_bytes)
                 if args.rdkafka_performance:
                     topic = f"bench-c-{parts}"
                     admin.create_topics([NewTopic(topic, parts, 1)])[topic].result(10)
-                    rdkafka_perf(args.rdkafka_performance, bootstrap, topic, args.records, pid, True, parts, args.acks)
+                    rdkafka_perf(args.rdkafka_performance, bootstrap, topic, args.records, pid, True, parts,
+                                 args.acks, args.idempotence)
                     rdkafka_perf(args.rdkafka_performance, bootstrap, topic, args.records, pid, False, parts)
         finally:
             if broker is not None:

@@ -156,6 +156,15 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
     _p("gregor.fetch.session.cache.max.partitions", "int", 200000, lo=0,
        doc="partitions held in all fetch sessions together (~300 bytes each, so ~60 MB at the default); a session that would pass it is "
            "not created, or closed with FETCH_SESSION_ID_NOT_FOUND. Kafka has no such bound"),
+    # issue 9: idem
+    _p("producer.id.expiration.ms", "int", 86400000, lo=1,
+       doc="how long a partition keeps an idle idempotent producer's state (measured from the timestamp of its "
+           "last batch); a producer expired and seen again may start at any sequence"),
+    _p("producer.id.expiration.check.interval.ms", "int", 600000, lo=1,
+       doc="how often producer state older than producer.id.expiration.ms is removed"),
+    _p("gregor.test.fault.drop.produce.response.after.append", "int", 0, lo=0,
+       doc="TEST ONLY, never set in production: N > 0 makes every Nth Produce close its connection after the "
+           "append and before the response (so clients retry batches already in the log); 0 (default) is off"),
 ]}
 
 

@@ -55,6 +55,7 @@ from gregor.metadata.store import (
 
 FILE_NAME = "gregor-metadata.json"
 JOURNAL_NAME = "gregor-metadata.journal"
+PRODUCER_ID_BLOCK_FILE = "gregor-producer-id-block.json"
 DEFAULT_SNAPSHOT_BYTES = 20 * 1024 * 1024  # metadata.log.max.record.bytes.between.snapshots
 
 log = logging.getLogger("gregor.metadata")
@@ -324,6 +325,30 @@ class EmbeddedMetadataStore(MetadataStore):
                     self._compact_locked()
             finally:
                 os.close(self._journal_fd)
+
+    # --- producer id blocks: a file of its own, like ZooKeeper's /latest_producer_id_block ---------
+    def allocate_producer_ids(self, block_size: int) -> tuple[int, int]:
+        """The block after the last one handed out, recorded (tmp, fsync, rename) before it is used."""
+        if block_size <= 0:
+            raise ValueError(f"producer id block size {block_size} must be positive")
+        path = os.path.join(os.path.dirname(self._path), PRODUCER_ID_BLOCK_FILE)
+        with self._lock:
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    doc = json.load(fh)
+                first = int(doc["block_start"]) + int(doc["block_length"])
+            except FileNotFoundError:
+                first = 0
+            if first > 2**63 - 1 - block_size:
+                raise MetadataError("producer ids are exhausted")
+            tmp = path + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump({"version": 1, "broker": self._broker_id, "block_start": first,
+                           "block_length": block_size}, fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        return first, block_size
 
 
 # --- journal encoding ---------------------------------------------------------------------------

@@ -211,6 +211,12 @@ class MetadataStore(ABC):
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> int:
         return _one(self.apply([SetTopicConfigs(name, configs)]))
 
+    @abstractmethod
+    def allocate_producer_ids(self, block_size: int) -> tuple[int, int]:
+        """Reserve the next `block_size` producer ids for this broker: (first id, count). Durable
+        before it returns, so no id is handed out twice, across restarts and (with ZooKeeper's
+        /latest_producer_id_block, the next issue) across brokers."""
+
     def close(self) -> None:  # noqa: B027 - optional hook, most stores hold nothing to release
         """Release connections or files."""
 

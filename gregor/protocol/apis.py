@@ -6,6 +6,7 @@ from gregor.protocol.messages.api_versions import API_VERSIONS
 from gregor.protocol.messages.cluster import DESCRIBE_CLUSTER
 from gregor.protocol.messages.configs import ALTER_CONFIGS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 from gregor.protocol.messages.consumer_group import CONSUMER_GROUP_DESCRIBE, CONSUMER_GROUP_HEARTBEAT
+from gregor.protocol.messages.describe_producers import DESCRIBE_PRODUCERS
 from gregor.protocol.messages.fetch import FETCH
 from gregor.protocol.messages.find_coordinator import FIND_COORDINATOR
 from gregor.protocol.messages.groups import (
@@ -65,6 +66,7 @@ ALL: list[Api] = [
     INCREMENTAL_ALTER_CONFIGS,
     OFFSET_DELETE,
     DESCRIBE_CLUSTER,
+    DESCRIBE_PRODUCERS,
     CONSUMER_GROUP_HEARTBEAT,
     CONSUMER_GROUP_DESCRIBE,
 ]

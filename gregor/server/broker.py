@@ -128,6 +128,7 @@ class Broker:
         self._every(max(1, min(flush_ms, 1000)), self._flush)
         self._every(self.config.get("replica.high.watermark.checkpoint.interval.ms"), self._checkpoint)
         self._every(self.config.get("offsets.retention.check.interval.ms"), self._expire_offsets)
+        self._every(self.config.get("producer.id.expiration.check.interval.ms"), self._expire_producers)
         log.info("all logs loaded: %d logs online, %d offline, in %.0f ms", len(self.log_manager.all_logs()),
                  len(self.log_manager.offline), (time.monotonic() - t0) * 1000)
 
@@ -182,6 +183,12 @@ class Broker:
 
     async def _expire_offsets(self) -> None:
         self.group_coordinator.expire_offsets()
+
+    async def _expire_producers(self) -> None:
+        # On the loop thread, where appends update the state; a dict scan per log, no I/O.
+        expiration_ms, now = self.config.get("producer.id.expiration.ms"), _now_ms()
+        for lg in self.log_manager.all_logs():
+            lg.remove_expired_producers(now, expiration_ms)
 
     # --- helpers for handlers --------------------------------------------------------
     def group_coordinator_ready(self) -> GroupCoordinator:

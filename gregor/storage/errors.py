@@ -87,3 +87,16 @@ class RecordValidationError(StorageError):
         self.record_index = record_index
         # Every offending record of the batch, for KIP-467 record_errors (the rest may be retried).
         self.record_indexes = record_indexes if record_indexes is not None else [record_index]
+
+
+class OutOfOrderSequenceError(StorageError):
+    """An idempotent producer's batch does not continue its sequence (a batch was lost in between),
+    or a new epoch does not start at sequence 0."""
+
+    error = "OUT_OF_ORDER_SEQUENCE_NUMBER"
+
+
+class InvalidProducerEpochError(StorageError):
+    """A batch from an older epoch of a producer than the partition has seen (a zombie producer)."""
+
+    error = "INVALID_PRODUCER_EPOCH"

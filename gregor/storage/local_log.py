@@ -23,7 +23,7 @@ import bisect
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from gregor.protocol.records import BatchHeader
 from gregor.storage.checkpoint import fsync_dir
@@ -47,6 +47,7 @@ class LocalLog:
         self.config = config
         self._max_segment_ms = config.max_segment_ms  # LogConfig is frozen; the property is not free
         self.lock = threading.RLock()
+        self.on_roll: Callable[[int], None] | None = None  # told the LEO when a non-empty segment is rolled
         self.flush_lock = threading.Lock()
         self.segments = segments
         self.bases = [s.base_offset for s in segments]
@@ -101,6 +102,8 @@ class LocalLog:
         else:
             active.on_become_inactive()
             self.roll_flush_offset = max(self.roll_flush_offset, new_base)
+            if self.on_roll is not None:
+                self.on_roll(self.log_end_offset)
         assert not self.bases or new_base > self.bases[-1], (new_base, self.bases)
         try:
             seg = LogSegment.create(self.dir, new_base, self.config, now)
@@ -342,6 +345,15 @@ class LocalLog:
                 if self.roll_flush_offset <= self.recovery_point:
                     self.roll_flush_offset = 0
                 self.check_invariants()
+
+    def batches_from(self, offset: int) -> Iterator[BatchHeader]:
+        """The headers of the batches from the one holding `offset` to the LEO (producer state replay)."""
+        for i in range(max(bisect.bisect_right(self.bases, offset) - 1, 0), len(self.segments)):
+            seg = self.segments[i]
+            h = seg.translate_offset(offset) if offset > seg.base_offset else None
+            if offset > seg.base_offset and h is None:
+                continue
+            yield from seg.batches(h.position if h is not None else 0)
 
     # --- lifecycle -----------------------------------------------------------------------------
 

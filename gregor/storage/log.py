@@ -36,6 +36,7 @@ duplicated descriptors without the lock and takes it only to swap cleaned segmen
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import shutil
@@ -58,6 +59,7 @@ from gregor.storage.leader_epoch import LeaderEpochFileCache
 from gregor.storage.local_log import LocalLog
 from gregor.storage.log_append import assign_offsets, check_follower_offsets, validate_follower_batches
 from gregor.storage.log_loader import LogLoader
+from gregor.storage.producer_state import ProducerStateEntry, ProducerStateManager
 from gregor.storage.segment import LogSegment, SegmentInfo
 
 logger = logging.getLogger(__name__)
@@ -93,6 +95,7 @@ class AppendInfo:
     offset_of_max_timestamp: int  # for CreateTime the last offset of the batch holding it
     records_count: int
     size_bytes: int
+    duplicate: bool = False  # an idempotent producer's retry: nothing appended, the original's offsets
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +129,8 @@ class TimestampAndOffset(NamedTuple):
 class Log:
     """One partition's log. Create with `Log.open`."""
 
-    def __init__(self, local: LocalLog, log_start_offset: int, leader_epoch_cache: LeaderEpochFileCache) -> None:
+    def __init__(self, local: LocalLog, log_start_offset: int, leader_epoch_cache: LeaderEpochFileCache,
+                 producer_state: ProducerStateManager | None = None) -> None:
         self._local = local
         self.dir = local.dir
         self.topic, self.partition = local.topic, local.partition
@@ -135,6 +139,8 @@ class Log:
         self._high_watermark = log_start_offset
         self._truncated_to: int | None = None  # lowest LEO after a truncation, until the cleaner looks
         self.leader_epoch_cache = leader_epoch_cache
+        self.producer_state = producer_state or ProducerStateManager(self.dir, f"{self.topic}-{self.partition}")
+        local.on_roll = self.producer_state.snapshot_at_roll  # a snapshot at every roll, for fast restarts
         self._check_invariants()
 
     def __repr__(self) -> str:
@@ -155,9 +161,16 @@ class Log:
         dir = os.path.abspath(dir)
         topic, partition = parse_topic_partition(dir)
         cache = LeaderEpochFileCache(os.path.join(dir, LEADER_EPOCH_CHECKPOINT))
-        loaded = LogLoader(dir, topic, partition, config, cache, now).load(
-            recovery_point, log_start_offset, clean_shutdown, segment_sizes)
-        log = cls(loaded.local, loaded.log_start_offset, cache)
+        loader = LogLoader(dir, topic, partition, config, cache, now)
+        loaded = loader.load(recovery_point, log_start_offset, clean_shutdown, segment_sizes)
+        local = loaded.local
+        log = cls(local, loaded.log_start_offset, cache)
+        try:
+            log.producer_state.load(loaded.log_start_offset, local.log_end_offset, local.recovery_point,
+                                    clean_shutdown, local.batches_from, loader.snapshot_offsets)
+        except BaseException:
+            local.close(lambda: None)
+            raise
         logger.debug("loaded %r", log)
         return log
 
@@ -241,9 +254,14 @@ class Log:
             if n > config.segment_bytes:
                 raise RecordListTooLargeError(f"record set of {n} bytes exceeds segment.bytes {config.segment_bytes}")
             log_append_time = now_ms if config.log_append_time else None
+            dup = self.producer_state.check(headers)
+            if dup is not None:  # a retry of a batch in the log: answered with the original's offsets
+                return AppendInfo(dup.first_offset, dup.last_offset, dup.timestamp if log_append_time else -1,
+                                  self._log_start_offset, dup.timestamp, dup.last_offset, 0, 0, duplicate=True)
             first, nxt, max_ts, offset_of_max, count = assign_offsets(
                 records, headers, local.log_end_offset, leader_epoch, log_append_time, config.max_message_bytes)
             local.append(records, headers, max_ts, now_ms)
+            self.producer_state.update(headers)
             assert local.log_end_offset == nxt > first, (local.log_end_offset, nxt, first)
             if leader_epoch >= 0:
                 latest = self.leader_epoch_cache.latest_epoch
@@ -282,6 +300,7 @@ class Log:
                 raise RecordListTooLargeError(f"record set of {n} bytes exceeds segment.bytes")
             first, nxt, max_ts, offset_of_max, count = check_follower_offsets(headers, n, local.log_end_offset)
             local.append(records, headers, max_ts, now)
+            self.producer_state.update(headers)  # a follower takes the leader's word: no checks
             cache = self.leader_epoch_cache
             for h in headers:
                 latest = cache.latest_epoch
@@ -443,6 +462,8 @@ class Log:
         if not doomed:
             return 0
         local.delete_oldest(doomed, now, reason)
+        first_base = local.bases[0]  # producer state snapshots below the log go with its segments
+        self.producer_state.delete_snapshots(lambda off: off >= first_base)
         if local.bases[0] > self._log_start_offset:
             self._increment_log_start_offset(local.bases[0])
         return len(doomed)
@@ -514,6 +535,7 @@ class Log:
             self._log_start_offset = min(self._log_start_offset, leo)
             self._high_watermark = min(self._high_watermark, leo)
             self.leader_epoch_cache.truncate_from_end(leo)
+            self.producer_state.load(self._log_start_offset, leo, leo, False, local.batches_from)
             self._check_invariants()
             logger.info("%s-%d: truncated to offset %d", self.topic, self.partition, leo)
             return True
@@ -531,6 +553,7 @@ class Log:
         self._note_truncation(offset)
         self._log_start_offset = self._high_watermark = offset
         self.leader_epoch_cache.clear()
+        self.producer_state.truncate_fully(offset)
         self._check_invariants()
         logger.info("%s-%d: truncated fully, starting at offset %d", self.topic, self.partition, offset)
 
@@ -564,12 +587,29 @@ class Log:
     def close(self) -> None:
         """Write pending index entries and the leader epoch checkpoint, close the files. No fsync
         of the log: call `flush()` first for a clean shutdown."""
+        with self._lock:
+            if not self._local.closed:
+                self.producer_state.close(self._local.log_end_offset)
         self._local.close(self._flush_checkpoints)
 
     def delete(self) -> None:
         """Close the log and remove its directory."""
+        with self._lock:
+            self.producer_state.truncate_fully(self._local.log_end_offset)  # so close writes no snapshot
         self.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+    # --- producer state ---------------------------------------------------------------------------
+
+    def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:
+        """producer.id.expiration.ms: forget producers idle that long. Returns how many."""
+        with self._lock:
+            return self.producer_state.remove_expired(now_ms, expiration_ms)
+
+    def active_producers(self) -> list[ProducerStateEntry]:
+        """DescribeProducers: a copy of every producer's entry."""
+        with self._lock:
+            return [copy.copy(e) for e in self.producer_state.producers.values()]
 
     def _check_invariants(self, offsets_only: bool = False) -> None:
         """log start <= HW <= LEO here; the recovery point and the segment order in LocalLog."""

@@ -30,6 +30,7 @@ from gregor.storage.config import LogConfig
 from gregor.storage.errors import StorageError
 from gregor.storage.leader_epoch import LeaderEpochFileCache
 from gregor.storage.local_log import LocalLog
+from gregor.storage.producer_state import SNAPSHOT_SUFFIX
 from gregor.storage.segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -62,6 +63,7 @@ class LogLoader:
         self.leader_epoch_cache = leader_epoch_cache
         self.now = now
         self._segments: list[LogSegment] = []
+        self.snapshot_offsets: list[int] = []  # producer state snapshots found by the directory listing
 
     def load(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool,
              segment_sizes: Mapping[int, int] | None) -> LoadedLog:
@@ -96,6 +98,8 @@ class LogLoader:
                 logs.add(base)
             elif name in (file_prefix(base) + INDEX_SUFFIX, file_prefix(base) + TIME_INDEX_SUFFIX):
                 index_files.append((base, path))
+            elif name == file_prefix(base) + SNAPSHOT_SUFFIX:
+                self.snapshot_offsets.append(base)
         for base, path in index_files:
             if base not in logs and base not in swaps:
                 logger.info("removing orphan index %s", path)

@@ -20,7 +20,7 @@ async def _roundtrip(bootstrap: str, topic: str, codec: str) -> None:
     finally:
         await admin.close()
     msgs = make_messages(300, seed=3)
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5,
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, enable_idempotence=True,
                                 compression_type=None if codec == "none" else codec)
     await producer.start()
     try:

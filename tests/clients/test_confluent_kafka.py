@@ -55,7 +55,8 @@ def test_produce_consume_every_codec(broker: BrokerProcess, codec: str) -> None:
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(10)
     msgs = make_messages(300, seed=1)
-    produced = produce(broker.bootstrap, topic, msgs, **{"compression.type": codec, "acks": "all"})
+    produced = produce(broker.bootstrap, topic, msgs,
+                       **{"compression.type": codec, "acks": "all", "enable.idempotence": True})
     assert len(produced) == len(msgs)
     consumed = consume_all(broker.bootstrap, topic, 3, len(msgs))
     assert_same(produced, consumed)

@@ -19,8 +19,8 @@ def test_produce_consume_every_codec(broker: BrokerProcess, codec: str) -> None:
     admin.create_topics([NewTopic(topic, 3, 1)])
     admin.close()
     msgs = make_messages(300, seed=2)
-    # kafka-python 3 turns idempotence on by default; InitProducerId arrives with the transactions wave.
-    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all", linger_ms=5, enable_idempotence=False,
+    # kafka-python 3 turns idempotence on by default: InitProducerId, then batches with sequences.
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all", linger_ms=5,
                              compression_type=None if codec == "none" else codec)
     futures = [(producer.send(topic, value=m.value, key=m.key, headers=m.headers), m) for m in msgs]
     producer.flush(30)

@@ -28,7 +28,7 @@ def test_produce_consume_every_codec(broker: BrokerProcess, codec: str) -> None:
     produced: list[tuple[int, int, Msg]] = []
     lines = b"".join(m.key + b"\t" + (m.value or b"") + b"\n" for m in msgs)
     kcat("-b", broker.bootstrap, "-P", "-t", topic, "-p", "0", "-K", "\t", "-z", codec,
-         "-X", "acks=all", "-H", "source=kcat", stdin=lines)
+         "-X", "acks=all", "-X", "enable.idempotence=true", "-H", "source=kcat", stdin=lines)
     out = kcat("-b", broker.bootstrap, "-C", "-t", topic, "-o", "beginning", "-e", "-J")
     consumed: list[tuple[int, int, Msg]] = []
     for line in out.decode().splitlines():

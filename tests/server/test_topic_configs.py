@@ -107,8 +107,7 @@ def _describe(admin: AdminClient, topics: list[str]) -> dict[str, dict[str, Any]
 def _produce_all(bootstrap: str, topics: list[str], tag: bytes) -> dict[str, str | None]:
     """One keyed record to each topic (acks=1: min.insync.replicas may be above what one broker holds).
     Returns each topic's delivery error name, or None."""
-    p = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 5, "message.timeout.ms": 30000,
-                  "enable.idempotence": False})
+    p = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 5, "message.timeout.ms": 30000})
     errors: dict[str, str | None] = {}
 
     def done(err: KafkaError | None, msg: Any) -> None:

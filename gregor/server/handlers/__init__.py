@@ -30,6 +30,7 @@ from gregor.server.handlers.list_offsets import handle_list_offsets
 from gregor.server.handlers.metadata import handle_metadata
 from gregor.server.handlers.offset_for_leader_epoch import handle_offset_for_leader_epoch
 from gregor.server.handlers.produce import handle_produce
+from gregor.server.handlers.producers import handle_describe_producers, handle_init_producer_id
 from gregor.server.handlers.topics import (
     handle_create_partitions,
     handle_create_topics,
@@ -55,6 +56,7 @@ HANDLERS: dict[int, Handler] = {
     19: handle_create_topics,
     20: handle_delete_topics,
     21: handle_delete_records,
+    22: handle_init_producer_id,
     23: handle_offset_for_leader_epoch,
     32: handle_describe_configs,
     33: handle_alter_configs,
@@ -63,6 +65,7 @@ HANDLERS: dict[int, Handler] = {
     44: handle_incremental_alter_configs,
     47: handle_offset_delete,
     60: handle_describe_cluster,
+    61: handle_describe_producers,
     68: handle_consumer_group_heartbeat,
     69: handle_consumer_group_describe,
 }

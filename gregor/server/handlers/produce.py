@@ -71,6 +71,7 @@ class _Settings:
     cap: int
     offload_bytes: int
     threads: int
+    drop_every: int  # gregor.test.fault.drop.produce.response.after.append (0: off)
 
 
 _settings_cache: weakref.WeakKeyDictionary[Any, tuple[_Settings, ThreadPoolExecutor]] = weakref.WeakKeyDictionary()
@@ -84,7 +85,8 @@ def _broker_settings(broker: Any) -> tuple[_Settings, ThreadPoolExecutor]:
     if got is None:
         c = broker.config
         s = _Settings(c.get("gregor.batch.decompressed.max.ratio"), c.get("gregor.batch.decompressed.max.bytes"),
-                      c.get("gregor.validation.offload.bytes"), c.get("gregor.validation.threads"))
+                      c.get("gregor.validation.offload.bytes"), c.get("gregor.validation.threads"),
+                      c.get("gregor.test.fault.drop.produce.response.after.append"))
         pool = ThreadPoolExecutor(max_workers=s.threads, thread_name_prefix="gregor-validate")
         got = _settings_cache[broker] = (s, pool)
     return got
@@ -122,10 +124,8 @@ def _prepare(records: memoryview, rules: ValidationRules, compression_type: str,
     if len(headers) != 1:
         raise KafkaError(ErrorCode.INVALID_RECORD,
                          f"Produce requests with version {version} must contain exactly one record batch per partition")
-    h = headers[0]
-    if h.producer_id >= 0 or h.is_transactional:
-        # InitProducerId is not served yet, so no client can hold a producer id from this broker.
-        raise KafkaError(ErrorCode.UNKNOWN_PRODUCER_ID, "idempotent and transactional producers are not supported yet")
+    if headers[0].is_transactional:  # idempotent batches are the log's to check (producer state)
+        raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactions are not supported by this broker yet")
     if compression_type != "producer":
         return _recompress(records, headers, compression_type, rules.max_decompressed_bytes)
     return records, headers
@@ -251,6 +251,9 @@ def handle_produce(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio
     previous = _chains.get(conn)
     if not offloaded and (previous is None or previous.done()):
         done = _append_all(rm, plan, acks, req.timeout_ms)
+        if settings.drop_every and _fault_drop(broker, settings.drop_every):
+            conn.close("test fault: connection dropped after the Produce was appended, before its response")
+            return None
         if acks == 0:
             return None
         if isinstance(done, asyncio.Future):  # acks=all waiting for the high watermark (DelayedProduce)
@@ -263,7 +266,23 @@ def handle_produce(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio
     _chains[conn] = appended
     _tasks.add(task)
     task.add_done_callback(_tasks.discard)
+    if settings.drop_every and _fault_drop(broker, settings.drop_every):
+        task.add_done_callback(lambda _t: conn.close("test fault: connection dropped after the Produce was "
+                                                     "appended, before its response"))
+        return None
     return None if acks == 0 else task
+
+
+_fault_counts: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+
+def _fault_drop(broker: Any, every: int) -> bool:
+    """Test-only fault (gregor.test.fault.drop.produce.response.after.append=N): every Nth Produce
+    is appended and its connection then closed instead of answered, as a network failure would,
+    so the client retries a batch that is already in the log."""
+    n = _fault_counts.get(broker, 0) + 1
+    _fault_counts[broker] = n
+    return n % every == 0
 
 
 def _heavy(records: memoryview, offload_bytes: int) -> bool:
