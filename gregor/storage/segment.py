@@ -588,7 +588,8 @@ class LogSegment:
         """Cheap checks that the index files exist and agree with the log: whole entries, last
         entries inside the segment (offsets below `next_offset_bound`, the next segment's base
         offset, or this segment's next offset). Raises CorruptIndexError."""
-        if not self.offset_index.exists() or not self.time_index.exists():
+        # An empty segment's index files may never have been written (index.py creates them lazily).
+        if self.size > 0 and (not self.offset_index.exists() or not self.time_index.exists()):
             raise CorruptIndexError(f"missing index file for {self.log_path}")
         self.offset_index.sanity_check(self.size)
         bound = self.next_offset if next_offset_bound is None else next_offset_bound
@@ -814,8 +815,9 @@ class LogSegment:
             self._preallocated = False
 
     def write_indexes(self) -> None:
-        self.offset_index.write_pending()
-        self.time_index.write_pending()
+        # The files of an empty segment stay unwritten (index.py): creating them costs more than the rest.
+        self.offset_index.write_pending(create_empty=self.size > 0)
+        self.time_index.write_pending(create_empty=self.size > 0)
 
     def flush(self) -> None:
         """Write pending index entries and fsync (for a caller that holds the segment alone)."""
