@@ -187,6 +187,20 @@ class Log:
             raise
         return log
 
+    @classmethod
+    def create_new(cls, dir: str, config: LogConfig, now_ms: int | None = None) -> Log:
+        """A new empty log in `dir`, which must not exist yet (FileExistsError): the bulk creation
+        path (LogManager), skipping the listing and recovery `open` does, which cost about a third
+        of creating a log. The caller fsyncs the parent directory."""
+        now = _now() if now_ms is None else now_ms
+        os.mkdir(dir)
+        log = cls(dir, config, now)
+        seg = LogSegment.create(log.dir, 0, config, now)
+        log._segments = [seg]
+        log._bases = [0]
+        log._check_invariants()
+        return log
+
     def _load(
         self, recovery_point: int, log_start_offset: int, now: int, clean_shutdown: bool,
         segment_sizes: Mapping[int, int] | None = None,

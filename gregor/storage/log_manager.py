@@ -391,8 +391,12 @@ class LogManager:
                                 counts[parent] = counts.get(parent, 0) + 1
                         d = min(self.log_dirs, key=lambda x: counts[x])  # type: ignore[index]
                         counts[d] += 1
+                    path = os.path.join(d, f"{topic}-{p}")
                     try:
-                        log = Log.open(os.path.join(d, f"{topic}-{p}"), cfg, now_ms=now)
+                        try:
+                            log = Log.create_new(path, cfg, now_ms=now)
+                        except FileExistsError:  # left behind (not a log the scan found): open what is there
+                            log = Log.open(path, cfg, now_ms=now)
                     except (StorageError, OSError) as e:
                         out.append((p, e))
                         continue
