@@ -14,6 +14,7 @@ parked fetches, flushes and writes recovery checkpoints with a clean-shutdown ma
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import logging
 import resource
@@ -125,9 +126,11 @@ class Broker:
         except Exception:  # one bad log goes offline inside; anything else is logged, the broker serves on
             log.exception("opening the logs of the last clean shutdown failed")
             return
-        if opened:
-            log.info("opened %d more logs of the last clean shutdown in the background in %.0f ms", opened,
-                     (time.monotonic() - t0) * 1000)
+        if self._shutting_down:
+            return
+        self.replica_manager.take_offline_logs()
+        log.info("every log open: %d opened in the background, %d offline, in %.0f ms", opened,
+                 len(self.log_manager.offline), (time.monotonic() - t0) * 1000)
 
     def request_stop(self) -> None:
         self._stopped.set()
@@ -145,8 +148,11 @@ class Broker:
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        # Stops a load in progress after the log being opened (waits for it, off the loop).
-        await asyncio.get_running_loop().run_in_executor(None, self.log_manager.shutdown)
+        # Stops a load in progress after the log being opened (waits for it, off the loop). On a thread of
+        # its own: the shared executor may hold a queue of log work (a restart's background opening of
+        # 10,000 logs) that would run first, only to be refused once the log manager is shut down.
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="log-shutdown") as pool:
+            await asyncio.get_running_loop().run_in_executor(pool, self.log_manager.shutdown)
         if self._load_task is not None:
             await asyncio.gather(self._load_task, return_exceptions=True)
         self.store.close()
@@ -204,8 +210,10 @@ class Broker:
 
     def _read_offsets_partition(self, p: int) -> Iterator[memoryview]:
         part = self.replica_manager.partitions.get((OFFSETS_TOPIC, p))
-        if part is None or not part.has_log:  # a log not created yet holds nothing to replay
+        if part is None:
             return
+        if not part.has_log and not self.log_manager.is_unopened(OFFSETS_TOPIC, p):
+            return  # a log not created yet holds nothing to replay (one left from a clean shutdown is opened)
         lg = part.log
         offset = lg.log_start_offset
         while offset < lg.log_end_offset:

@@ -37,6 +37,7 @@ import os
 import re
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping
 
@@ -240,12 +241,15 @@ class LogManager:
         if open_lazy:
             self.open_lazy_logs()
 
-    def open_lazy_logs(self, slice_size: int = 64) -> int:
+    def open_lazy_logs(self, slice_size: int = 16, pause_s: float = 0.001) -> int:
         """Open every log still waiting since a clean start (the ones no request opened first), in
-        slices under the lock so a first use on another thread waits for one slice at most, then start
-        the cleaner (which works on open logs). Returns how many it opened. Stops if shut down."""
+        slices under the lock so a first use on another thread waits for one slice at most, pausing
+        `pause_s` between slices so the event loop gets the GIL; then start the cleaner (which works
+        on open logs). Returns how many it opened. Stops if shut down."""
         opened = 0
         while True:
+            if opened:
+                time.sleep(pause_s)
             with self._lock:
                 if self._closed:
                     return opened
@@ -305,6 +309,11 @@ class LogManager:
     def is_loading(self, topic: str, partition: int) -> bool:
         """Whether the partition's log exists on disk but is not loaded yet."""
         return (topic, partition) in self._pending
+
+    def is_unopened(self, topic: str, partition: int) -> bool:
+        """Whether the partition's log is on disk from a clean shutdown and not opened yet (its first
+        user opens it with get_or_create_log)."""
+        return (topic, partition) in self._lazy
 
     def is_offline(self, topic: str, partition: int) -> bool:
         return (topic, partition) in self.offline
