@@ -158,10 +158,9 @@ class LogManager:
             offsets = {name: _read_offsets(d, name) for name in _CHECKPOINTS}
             self._offsets[d] = offsets
             found = 0
-            for name in sorted(os.listdir(d)):
-                path = os.path.join(d, name)
-                if not os.path.isdir(path):
-                    continue
+            with os.scandir(d) as listing:  # the entry types come with the listing: no stat per log
+                entries = sorted((e.name, e.path) for e in listing if e.is_dir())
+            for name, path in entries:
                 if name.endswith(DELETE_DIR_SUFFIX):
                     logger.info("finishing the deletion of %s", path)
                     shutil.rmtree(path, ignore_errors=True)
