@@ -38,14 +38,15 @@ from gregor.metadata.store import (
     TopicMetadata,
 )
 from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.storage.segment import OPEN_FILES
 
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
-# The open-file budget for partitions: each hosted partition holds about one descriptor (its
-# active segment's .log file; indexes are read into memory, inactive segments open lazily). The
-# rest of RLIMIT_NOFILE is kept for connections (a quarter of the limit, or max.connections if
+# The open-file budget for partitions: a hosted partition holds at most one descriptor (its active
+# segment's .log file; indexes are read into memory, other segments open lazily), and all of them go
+# through the bounded LRU of segment files (see partition_fd_budget). The rest of RLIMIT_NOFILE is kept for connections (a quarter of the limit, or max.connections if
 # smaller) and for the files the broker opens besides logs (checkpoints, metadata, the cleaner,
 # executor threads, the interpreter's own): FIXED_FD_RESERVE.
 FDS_PER_PARTITION = 1
@@ -58,10 +59,18 @@ def open_file_limit() -> int:
     return soft if soft != resource.RLIM_INFINITY else 2**31 - 1
 
 
-def partition_fd_budget(max_connections: int, nofile: int | None = None) -> tuple[int, int]:
-    """(partitions the open-file limit allows, descriptors reserved for everything else)."""
+def partition_fd_budget(max_connections: int, nofile: int | None = None, open_files_max: int | None = None
+                        ) -> tuple[int, int]:
+    """(partitions the open-file limit allows, descriptors reserved for everything else). Segment files
+    are held open through a bounded LRU (log.segment.open.files.max, `open_files_max`, default the
+    process's cache): the descriptors partitions actually need are min(partitions, that bound), so
+    when the bound fits beside the reserve any number of partitions fits (100,000 under a limit of
+    20,000); only a bound above what the limit leaves makes each partition count, as before."""
     limit = open_file_limit() if nofile is None else nofile
     reserved = min(max_connections, limit // 4) + FIXED_FD_RESERVE
+    cache = OPEN_FILES.capacity if open_files_max is None else open_files_max
+    if cache + reserved <= limit:
+        return 2**31 - 1, reserved
     return max(0, (limit - reserved) // FDS_PER_PARTITION), reserved
 
 

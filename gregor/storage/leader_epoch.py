@@ -30,16 +30,17 @@ class LeaderEpochFileCache:
     def __init__(self, path: str) -> None:
         self._file = LeaderEpochCheckpointFile(path)
         self._entries: list[EpochEntry] = []
-        self._dirty = False
+        corrupt = False
         try:
             loaded = [EpochEntry(e, o) for e, o in self._file.read()]
         except CorruptCheckpointError as e:
             log.warning("%s; starting with an empty leader epoch cache", e)
             loaded = []
-            self._dirty = True
+            corrupt = True
         for entry in loaded:  # keep only a strictly increasing prefix-consistent sequence
             self._assign(entry)
-        self._dirty = self._dirty or loaded != self._entries
+        # Dirty only if the file must be rewritten (each clean start used to rewrite every log's).
+        self._dirty = corrupt or loaded != self._entries
 
     @property
     def path(self) -> str:
@@ -120,11 +121,16 @@ class LeaderEpochFileCache:
     def truncate_from_start(self, start_offset: int) -> None:
         """The log now starts at `start_offset`: drop earlier entries, keeping the epoch in force there."""
         removed: EpochEntry | None = None
+        dropped = 0
         while self._entries and self._entries[0].start_offset <= start_offset:
             removed = self._entries.pop(0)
+            dropped += 1
         if removed is not None:
             self._entries.insert(0, EpochEntry(removed.epoch, start_offset))
-            self._dirty = True
+            # Unchanged (the one entry already started there, as at every load of a log starting at its
+            # first epoch): not dirty, or each clean start rewrote and fsynced every log's checkpoint.
+            if dropped > 1 or removed.start_offset != start_offset:
+                self._dirty = True
             self._check()
 
     def clear(self) -> None:

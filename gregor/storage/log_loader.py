@@ -63,6 +63,7 @@ class LogLoader:
         self.leader_epoch_cache = leader_epoch_cache
         self.now = now
         self._segments: list[LogSegment] = []
+        self._names: list[str] = []
         self.snapshot_offsets: list[int] = []  # producer state snapshots found by the directory listing
 
     def load(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool,
@@ -80,7 +81,8 @@ class LogLoader:
         logs: set[int] = set()
         swaps: list[int] = []
         index_files: list[tuple[int, str]] = []
-        for name in sorted(os.listdir(self.dir)):
+        self._names = sorted(os.listdir(self.dir))
+        for name in self._names:
             path = os.path.join(self.dir, name)
             if name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX, ".tmp")):
                 logger.info("removing stray file %s", path)
@@ -188,6 +190,13 @@ class LogLoader:
         cache.truncate_from_start(start)
         segments[-1].load_indexes()
         local = LocalLog(self.dir, self.topic, self.partition, config, segments, leo, rp, now)
+        if (clean_shutdown and not any_recovered and (len(segments) > 1 or segments[0].size > 0)
+                and sorted(os.listdir(self.dir)) == self._names):
+            # A clean shutdown fsynced the directory of every log holding data; a load that changed no
+            # file leaves it clean, so the next flush or shutdown needs no directory fsync for it (10,000
+            # of them cost seconds at shutdown). A log of one empty segment stays dirty: its directory may
+            # never have been fsynced, and its first data will need that.
+            local.dir_dirty = False
         return LoadedLog(local, start)
 
     def _sanity_check(

@@ -21,6 +21,15 @@ still pending, and `get_or_create_log` refuses them with LogNotLoadedError so a 
 creates an empty log over one not loaded yet. Checkpoints written meanwhile keep the pending
 logs' entries.
 
+Logs of a log dir shut down cleanly need no recovery, so they are not opened before the broker
+serves (opening 10,000 took seconds): each is opened by its first user (`get_or_create_log[s]`),
+or by `open_lazy_logs` on one background thread (`load_logs(open_lazy=True)`, the default, does it
+before returning). `is_unopened(topic, p)` tells them apart; checkpoints and the next clean-shutdown
+marker keep their entries. A crash before they are opened recovers them as any other log.
+
+New logs are created in batches (`get_or_create_logs`): one fsync of each parent dir per batch
+rather than per log. A clean shutdown flushes only the logs with something to make durable.
+
 Segment files are opened lazily through a bounded cache (segment.OPEN_FILES, capacity
 `open_files_max`), so the number of partitions is not bounded by RLIMIT_NOFILE.
 
@@ -31,11 +40,13 @@ threads, unless `cleaner_config.enable` (log.cleaner.enable) is false; `cleaner`
 from __future__ import annotations
 
 import fcntl
+import itertools
 import logging
 import os
 import re
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping
 
@@ -64,6 +75,8 @@ FUTURE_DIR_SUFFIX = "-future"
 STRAY_DIR_SUFFIX = "-stray"
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _CHECKPOINTS = (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT)
+# A log found on disk: (log dir, topic-partition, its directory, clean shutdown, segment sizes from the marker).
+_Plan = tuple[str, TopicPartition, str, bool, dict[int, int] | None]
 
 
 class LogNotLoadedError(StorageError):
@@ -110,6 +123,8 @@ class LogManager:
         self._now_ms = now_ms
         self.offline: dict[TopicPartition, str] = {}  # logs that could not be loaded, with why
         self._pending: dict[TopicPartition, str] = {}  # found on disk, not loaded yet
+        # Found in a log dir shut down cleanly: opened on first use (get_or_create_log[s]), not at start.
+        self._lazy: dict[TopicPartition, _Plan] = {}
         self._pending_offsets: dict[str, dict[TopicPartition, int]] = {name: {} for name in _CHECKPOINTS}
         self._unclean_dirs: set[str] = set()  # dirs whose last shutdown was not clean
         self._load_done = threading.Event()
@@ -134,7 +149,7 @@ class LogManager:
     def _scan(self) -> None:
         """Find every log directory, read the checkpoints and the clean-shutdown markers. Cheap
         (directory listings and a few small files): runs before the broker listens."""
-        self._plan: list[tuple[str, TopicPartition, str, bool, dict[int, int] | None]] = []
+        self._plan: list[_Plan] = []
         self._offsets: dict[str, dict[str, dict[TopicPartition, int]]] = {}
         for d in self.log_dirs:
             marker = os.path.join(d, CLEAN_SHUTDOWN_FILE)
@@ -143,10 +158,9 @@ class LogManager:
             offsets = {name: _read_offsets(d, name) for name in _CHECKPOINTS}
             self._offsets[d] = offsets
             found = 0
-            for name in sorted(os.listdir(d)):
-                path = os.path.join(d, name)
-                if not os.path.isdir(path):
-                    continue
+            with os.scandir(d) as listing:  # the entry types come with the listing: no stat per log
+                entries = sorted((e.name, e.path) for e in listing if e.is_dir())
+            for name, path in entries:
                 if name.endswith(DELETE_DIR_SUFFIX):
                     logger.info("finishing the deletion of %s", path)
                     shutil.rmtree(path, ignore_errors=True)
@@ -185,11 +199,22 @@ class LogManager:
         for tp in self.offline:
             self._pending.pop(tp, None)
         self._plan = [p for p in self._plan if p[1] not in self.offline]
+        # After a clean shutdown a log needs no recovery, so it need not be opened before its partition
+        # serves: it is opened by its first user (a request, or the replica manager's background work).
+        # A crash before then leaves it as it was: the next start recovers from its checkpointed recovery
+        # point, which the checkpoints written meanwhile keep.
+        for plan in self._plan:
+            if plan[3]:
+                self._lazy[plan[1]] = plan
+                del self._pending[plan[1]]
+        self._plan = [p for p in self._plan if not p[3]]
 
-    def load_logs(self) -> None:
-        """Load every log found by the scan, then start the cleaner. Blocking (it may recover
-        logs): the broker runs it on a worker thread. Never raises for one bad log. Stops early
-        if the manager is shut down meanwhile."""
+    def load_logs(self, open_lazy: bool = True) -> None:
+        """Load every log found by the scan that needs recovery (its log dir was not shut down
+        cleanly), which ends `loading`; then, with `open_lazy`, open the others too and start the
+        cleaner (`open_lazy_logs`). Blocking (it may recover logs): the broker runs it on a worker
+        thread, and `open_lazy_logs` after it has brought the partitions online. Never raises for one
+        bad log. Stops early if the manager is shut down meanwhile."""
         with self._lock:
             if self._load_started:
                 raise RuntimeError("load_logs() called twice")
@@ -213,16 +238,48 @@ class LogManager:
                     for cname in _CHECKPOINTS:
                         self._pending_offsets[cname].pop(tp, None)
                 loaded += 1
-            logger.info("loaded %d logs (%d offline)", loaded, len(self.offline))
+            logger.info("loaded %d logs (%d offline), %d more to open as they are used", loaded, len(self.offline),
+                        len(self._lazy))
             with self._lock:
                 if self._closed:
                     return
                 self.loading = False
-                if self._cleaner_config.enable:
-                    self.cleaner = LogCleaner(self.log_dirs, self.logs, self._cleaner_config)
-                    self.cleaner.start()
         finally:
             self._load_done.set()
+        if open_lazy:
+            self.open_lazy_logs()
+
+    def open_lazy_logs(self, slice_size: int = 16, pause_s: float = 0.001) -> int:
+        """Open every log still waiting since a clean start (the ones no request opened first), in
+        slices under the lock so a first use on another thread waits for one slice at most, pausing
+        `pause_s` between slices so the event loop gets the GIL; then start the cleaner (which works
+        on open logs). Returns how many it opened. Stops if shut down."""
+        opened = 0
+        while True:
+            if opened:
+                time.sleep(pause_s)
+            with self._lock:
+                if self._closed:
+                    return opened
+                todo = list(itertools.islice(self._lazy.values(), slice_size))
+                if not todo:
+                    break
+                now = _now() if self._now_ms is None else self._now_ms
+                for plan in todo:
+                    tp = plan[1]
+                    del self._lazy[tp]
+                    log = self._load_one(*plan, now)
+                    self._forget_pending_offsets(tp)
+                    if log is not None:
+                        self._logs[tp] = log
+                        opened += 1
+        with self._lock:
+            if self._closed or self.cleaner is not None:
+                return opened
+            if self._cleaner_config.enable:
+                self.cleaner = LogCleaner(self.log_dirs, self.logs, self._cleaner_config)
+                self.cleaner.start()
+        return opened
 
     def _load_one(
         self, d: str, tp: TopicPartition, path: str, clean: bool, sizes: dict[int, int] | None, now: int
@@ -261,6 +318,11 @@ class LogManager:
         """Whether the partition's log exists on disk but is not loaded yet."""
         return (topic, partition) in self._pending
 
+    def is_unopened(self, topic: str, partition: int) -> bool:
+        """Whether the partition's log is on disk from a clean shutdown and not opened yet (its first
+        user opens it with get_or_create_log)."""
+        return (topic, partition) in self._lazy
+
     def is_offline(self, topic: str, partition: int) -> bool:
         return (topic, partition) in self.offline
 
@@ -283,33 +345,109 @@ class LogManager:
     def get_or_create_log(
         self, topic: str, partition: int, config: LogConfig | None = None, now_ms: int | None = None
     ) -> Log:
-        """The partition's log, created empty in the log dir with the fewest logs if missing.
-        `config` (if given) becomes the topic's config."""
+        """The partition's log, created empty in the log dir with the fewest logs if missing (or
+        opened, if it is on disk waiting to be opened lazily). `config` (if given) becomes the topic's
+        config. Raises what `get_or_create_logs` reports for it."""
+        (_, result), = self.get_or_create_logs(topic, [partition], config, now_ms)
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def get_or_create_logs(
+        self, topic: str, partitions: list[int], config: LogConfig | None = None, now_ms: int | None = None
+    ) -> list[tuple[int, Log | Exception]]:
+        """The logs of `partitions` of `topic`, each existing one as it is, each one on disk not opened
+        yet (lazy, after a clean shutdown) opened now, each missing one created empty. Creation is
+        batched: the directories and segment files of the whole batch are created, then each parent log
+        dir is fsynced once (as Kafka flushes the parent on log creation) before any of them is handed
+        out: a directory fsync costs ~3 ms here, more than everything else a new log needs.
+
+        Raises LogNotLoadedError if one of them is still being loaded (recovered) at startup, and
+        StorageError once shut down; a partition that fails alone (offline, illegal, a disk error) gets
+        its exception in the result, so one bad log never stops the others."""
         with self._lock:
             self._check_open()
-            tp = (topic, partition)
-            log = self._logs.get(tp)
-            if log is not None:
-                return log
-            if tp in self._pending:
-                raise LogNotLoadedError(f"the log of {topic}-{partition} is still loading")
-            if tp in self.offline:
-                raise LogOfflineError(f"the log of {topic}-{partition} is offline: {self.offline[tp]}")
-            if not _LEGAL_TOPIC.fullmatch(topic) or topic in (".", "..") or partition < 0:
-                raise ValueError(f"illegal topic partition {topic!r} {partition}")
             if config is not None:
                 self._topic_configs[topic] = config
-            d = self.log_dirs[0]
-            if len(self.log_dirs) > 1:  # counting every log per creation made bulk creation quadratic
-                counts = {d: 0 for d in self.log_dirs}
-                for existing in self._logs.values():
-                    counts[os.path.dirname(existing.dir)] = counts.get(os.path.dirname(existing.dir), 0) + 1
-                d = min(self.log_dirs, key=lambda x: counts[x])
-            log = Log.open(os.path.join(d, f"{topic}-{partition}"), self.topic_config(topic), now_ms=now_ms)
-            fsync_dir(d)
+            cfg = self.topic_config(topic)
+            out: list[tuple[int, Log | Exception]] = []
+            created: list[tuple[TopicPartition, Log]] = []
+            counts: dict[str, int] | None = None
+            now = _now() if now_ms is None else now_ms
+            try:
+                for p in partitions:
+                    tp = (topic, p)
+                    log = self._logs.get(tp)
+                    if log is not None:
+                        out.append((p, log))
+                        continue
+                    if tp in self._pending:
+                        raise LogNotLoadedError(f"the log of {topic}-{p} is still loading")
+                    if tp in self.offline:
+                        out.append((p, LogOfflineError(f"the log of {topic}-{p} is offline: {self.offline[tp]}")))
+                        continue
+                    lazy = self._lazy.pop(tp, None)
+                    if lazy is not None:
+                        opened = self._load_one(*lazy, now)
+                        self._forget_pending_offsets(tp)
+                        if opened is None:
+                            out.append((p, LogOfflineError(f"the log of {topic}-{p} is offline: {self.offline[tp]}")))
+                        else:
+                            self._logs[tp] = opened
+                            out.append((p, opened))
+                        continue
+                    if not _LEGAL_TOPIC.fullmatch(topic) or topic in (".", "..") or p < 0:
+                        out.append((p, ValueError(f"illegal topic partition {topic!r} {p}")))
+                        continue
+                    d = self.log_dirs[0]
+                    if len(self.log_dirs) > 1:  # counted once per batch: per creation made bulk creation quadratic
+                        if counts is None:
+                            counts = {x: 0 for x in self.log_dirs}
+                            for existing in self._logs.values():
+                                parent = os.path.dirname(existing.dir)
+                                counts[parent] = counts.get(parent, 0) + 1
+                        d = min(self.log_dirs, key=lambda x: counts[x])  # type: ignore[index]
+                        counts[d] += 1
+                    path = os.path.join(d, f"{topic}-{p}")
+                    try:
+                        try:
+                            log = Log.create_new(path, cfg, now_ms=now)
+                        except FileExistsError:  # left behind (not a log the scan found): open what is there
+                            log = Log.open(path, cfg, now_ms=now)
+                    except (StorageError, OSError) as e:
+                        out.append((p, e))
+                        continue
+                    created.append((tp, log))
+                    out.append((p, log))
+            finally:
+                # Whatever was created so far becomes durable and known, even if a later partition raised.
+                self._commit_created(created, out)
+            for _, log in created:
+                logger.debug("created log %s", log.dir)  # callers summarize: one line per topic, not per partition
+            return out
+
+    def _commit_created(self, created: list[tuple[TopicPartition, Log]], out: list[tuple[int, Log | Exception]]
+                        ) -> None:
+        """fsync the parent dirs of the logs just created, then make them known. If the fsync fails,
+        they are closed and each gets the error instead (the next start finds their directories)."""
+        if not created:
+            return
+        try:
+            for d in sorted({os.path.dirname(log.dir) for _, log in created}):
+                fsync_dir(d)
+        except OSError as e:
+            failed = {id(log) for _, log in created}
+            for _, log in created:
+                log.close()
+            err = StorageError(f"cannot make new logs durable: {e}")
+            out[:] = [(p, err if id(r) in failed else r) for p, r in out]
+            return
+        for tp, log in created:
             self._logs[tp] = log
-            logger.debug("created log %s", log.dir)  # callers summarize: one line per topic, not per partition
-            return log
+
+    def _forget_pending_offsets(self, tp: TopicPartition) -> None:
+        for cname in _CHECKPOINTS:
+            self._pending_offsets[cname].pop(tp, None)
 
     def delete_log(self, topic: str, partition: int) -> bool:
         """Close the log, rename its directory to `<topic>-<partition>.<uuid>-delete`, remove it.
@@ -318,17 +456,24 @@ class LogManager:
             if (topic, partition) in self._pending:
                 raise LogNotLoadedError(f"the log of {topic}-{partition} is still loading")
             log = self._logs.pop((topic, partition), None)
-        if log is None:
+            lazy = self._lazy.pop((topic, partition), None) if log is None else None
+            if lazy is not None:
+                self._forget_pending_offsets((topic, partition))
+        if log is not None:
+            log.close()
+            path = log.dir
+        elif lazy is not None:  # on disk, never opened since the clean start: nothing to close
+            path = lazy[2]
+        else:
             return False
-        log.close()
-        parent = os.path.dirname(log.dir)
+        parent = os.path.dirname(path)
         # As Kafka does, the topic part is cut so the name fits NAME_MAX (255) for a 249-character topic.
         suffix = f"-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
         doomed = os.path.join(parent, topic[: 255 - len(suffix)] + suffix)
-        os.rename(log.dir, doomed)
+        os.rename(path, doomed)
         fsync_dir(parent)
         shutil.rmtree(doomed, ignore_errors=True)
-        logger.debug("deleted log %s", log.dir)  # callers summarize per topic
+        logger.debug("deleted log %s", path)  # callers summarize per topic
         return True
 
     def all_logs(self) -> list[Log]:
@@ -355,6 +500,10 @@ class LogManager:
         """Flush the logs that flush.messages / flush.ms / a recent roll call for. Returns how many."""
         flushed = 0
         for log in self.all_logs():
+            # Nothing past the recovery point: nothing due (read without the log's lock: a log appended to
+            # meanwhile is seen next time). Skips the lock and checks of most of 100,000 logs every second.
+            if log.log_end_offset <= log.recovery_point:
+                continue
             try:
                 flushed += log.maybe_flush(now_ms)
             except StorageError as e:
@@ -384,6 +533,8 @@ class LogManager:
             logs = dict(self._logs)
             pending = {tp: (os.path.dirname(self._pending[tp]), o)
                        for tp, o in self._pending_offsets[name].items() if tp in self._pending}
+            pending.update((tp, (lazy[0], o)) for tp, o in self._pending_offsets[name].items()
+                           if (lazy := self._lazy.get(tp)) is not None)
         for tp, (d, offset) in pending.items():  # not loaded yet: keep what the last run wrote
             by_dir.setdefault(d, {})[tp] = offset
         for tp, log in logs.items():
@@ -404,11 +555,14 @@ class LogManager:
             self._load_done.wait()  # the loader stops after the log it is opening
         with self._lock:
             logs = dict(self._logs)
+            lazy = dict(self._lazy)
             unloaded = {os.path.dirname(path) for path in self._pending.values()}
         if self.cleaner is not None:
             self.cleaner.shutdown()  # first: a clean in progress is abandoned, its .cleaned files removed
         failed_dirs: set[str] = set()
         for log in logs.values():
+            if not log.needs_flush_at_shutdown():  # most of 10,000 partitions: ~1 ms of fsyncs each saved
+                continue
             try:
                 log.flush()
             except StorageError as e:
@@ -425,6 +579,9 @@ class LogManager:
         for (topic, p), log in logs.items():
             lines = sizes.setdefault(os.path.dirname(log.dir), [])
             lines.extend(f"{topic} {p} {seg.base_offset} {seg.size}" for seg in log.segments)
+        for (topic, p), (d, _, _, _, seg_sizes) in lazy.items():  # never opened: as the last marker said
+            lines = sizes.setdefault(d, [])
+            lines.extend(f"{topic} {p} {base} {size}" for base, size in sorted((seg_sizes or {}).items()))
         for d in self.log_dirs:
             if d in failed_dirs:
                 continue
@@ -432,8 +589,8 @@ class LogManager:
                 logger.warning("no clean-shutdown marker for %s: some of its logs were never loaded and still "
                                "need recovery", d)
                 continue
-            # Logs never loaded after a clean start have no size lines: the next start checks them
-            # without sizes (framing and CRC of their last batches).
+            # Logs never loaded after an unclean start have no size lines: the next start checks them
+            # without sizes (framing and CRC of their last batches). Unopened ones keep the last marker's.
             write_lines(os.path.join(d, CLEAN_SHUTDOWN_FILE), sizes.get(d, []), version=SEGMENT_SIZES_VERSION)
         self._release_locks()
         logger.info("log manager shut down (%d logs)", len(logs))

@@ -450,8 +450,9 @@ class LogSegment(SegmentFile):
             self._preallocated = False
 
     def write_indexes(self) -> None:
-        self.offset_index.write_pending()
-        self.time_index.write_pending()
+        # The files of an empty segment stay unwritten (index.py): creating them costs more than the rest.
+        self.offset_index.write_pending(create_empty=self.size > 0)
+        self.time_index.write_pending(create_empty=self.size > 0)
 
     def flush(self) -> None:
         """Write pending index entries and fsync (for a caller that holds the segment alone)."""

@@ -149,7 +149,8 @@ def check_indexes(seg: LogSegment, next_offset_bound: int | None) -> None:
     """The index files exist and agree with the log: whole entries, last entries inside the
     segment (offsets below `next_offset_bound`, the next segment's base offset, or the segment's
     next offset). Raises CorruptIndexError."""
-    if not seg.offset_index.exists() or not seg.time_index.exists():
+    # An empty segment's index files may never have been written (index.py creates them lazily).
+    if seg.size > 0 and (not seg.offset_index.exists() or not seg.time_index.exists()):
         raise CorruptIndexError(f"missing index file for {seg.log_path}")
     seg.offset_index.sanity_check(seg.size)
     bound = seg.next_offset if next_offset_bound is None else next_offset_bound

@@ -182,3 +182,40 @@ def test_recreated_topic_starts_empty_while_old_logs_are_deleted(start_broker: C
             time.sleep(0.05)  # NOT_LEADER_OR_FOLLOWER while the old logs are being deleted: clients retry
         assert res.error_code == 0 and res.base_offset == 0, res
         assert [r.value for r in iter_records(bytes(fetch(c, "again", p).records))] == [b"new"]
+
+
+def test_killed_during_batched_creation_serves_every_partition_after_restart(
+        start_broker: Callable[..., BrokerProcess], tmp_path: Path) -> None:
+    """Logs are created in batches with one fsync of the log dir per batch. A SIGKILL in the middle
+    leaves directories of a batch never synced, some perhaps without their segment file: after the
+    restart every partition of the acknowledged topics serves its data, and every partition of the
+    topic in flight serves from offset 0 (nothing half-made is served, nothing goes offline)."""
+    data = tmp_path / "b"
+    broker = start_broker(data_dir=data)
+    c = WireClient(broker.bootstrap, timeout_s=120)
+    done = [f"done-{i}" for i in range(3)]
+    for name in done:
+        assert create_topic(c, name, 200).error_code == 0
+        for p in (0, 199):
+            assert produce(c, name, p, [b"kept"]).error_code == 0
+    n = 3000
+    c.send(19, 5, {"topics": [{"name": "flight", "num_partitions": n, "replication_factor": 1, "assignments": [],
+                               "configs": []}], "timeout_ms": 60_000, "validate_only": False})
+    assert _wait_for(lambda: _log_dirs(data, "flight") >= 300, 60)
+    broker.kill()
+    made = _log_dirs(data, "flight")
+    assert made < n, "the creation finished before the kill"
+    broker.restart()
+    c = WireClient(broker.bootstrap, timeout_s=60)
+    for name in done:
+        parts = metadata(c, name).topics[0].partitions
+        assert len(parts) == 200 and all(p.error_code == 0 and p.leader_id == 0 for p in parts)
+        for p in (0, 199):
+            assert [r.value for r in iter_records(bytes(fetch(c, name, p).records))] == [b"kept"]
+        res = produce(c, name, 100, [b"new"])
+        assert res.error_code == 0 and res.base_offset == 0
+    assert len(metadata(c, "flight").topics[0].partitions) == n
+    for p in sorted({*range(0, made, 7), made - 1, made, n - 1}):  # each once: a second produce is offset 1
+        res = produce(c, "flight", p, [b"x"])
+        assert res.error_code == 0 and res.base_offset == 0, (p, res)
+    assert " ERROR " not in broker.log_text() and "is offline" not in broker.log_text()

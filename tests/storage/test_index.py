@@ -70,9 +70,28 @@ def test_offset_index_sanity_check(tmp_path) -> None:
     path.write_bytes(struct.pack(">ii", -5, 0))
     with pytest.raises(CorruptIndexError):
         OffsetIndex(str(path), 0, 100, new=False).sanity_check(10000)
-    path.unlink()
-    with pytest.raises(CorruptIndexError):
-        OffsetIndex(str(path), 0, 100, new=False).sanity_check(10000)
+    path.unlink()  # never written (new indexes create their file lazily): an empty index
+    missing = OffsetIndex(str(path), 0, 100, new=False)
+    missing.sanity_check(10000)
+    assert missing.entries == 0 and missing.lookup(7) == (0, 0)
+
+
+def test_a_new_index_creates_its_file_at_its_first_write(tmp_path) -> None:
+    """Creating 10,000 logs made 20,000 empty index files: now a new index writes its file only with
+    entries, or empty when its segment (holding data) asks; a stale file of the name is removed."""
+    path = tmp_path / "00000000000000000000.index"
+    path.write_bytes(struct.pack(">ii", 5, 9000))  # stale
+    idx = OffsetIndex(str(path), 0, 100, new=True)
+    assert not path.exists()
+    idx.write_pending(create_empty=False)
+    idx.fsync()
+    assert not path.exists()
+    idx.write_pending()
+    assert path.exists() and path.stat().st_size == 0
+    idx.append(3, 100)
+    idx.write_pending()
+    idx.fsync()
+    assert OffsetIndex(str(path), 0, 100, new=False).lookup(3) == (3, 100)
 
 
 def test_time_index(tmp_path) -> None:
