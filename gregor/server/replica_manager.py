@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, TypeVar
 
@@ -24,6 +24,7 @@ from gregor.metadata.store import MetadataStore, TopicMetadata
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.records import BatchHeader
 from gregor.server.delayed import DelayedFetch, DelayedProduce, FetchPartitionStatus, ProducePartitionStatus
+from gregor.server.log_work import LogWorkQueue
 from gregor.server.partition import FETCH_LOG_END, AppendResult, Partition, ReadResult
 from gregor.server.purgatory import Clock, Purgatory, PurgatoryFullError, TopicPartition
 from gregor.storage.config import LogConfig
@@ -32,11 +33,6 @@ from gregor.storage.log import Log
 from gregor.storage.log_manager import LogManager, LogOfflineError
 
 log = logging.getLogger("gregor.replica")
-
-# Partitions whose logs one executor call creates or deletes: the loop attaches each slice's logs
-# between calls, so the first partitions are served from disk while later ones are still created.
-LOG_WORK_SLICE = 64
-
 
 T = TypeVar("T")
 
@@ -108,11 +104,13 @@ def effective_topic_configs(config: BrokerConfig, overrides: Mapping[str, str], 
 
 class ReplicaManager:
     """This broker's partitions. Metadata changes register and unregister partitions on the event loop
-    at once; creating and deleting their logs (files, directories, fsyncs) runs on executor threads in
-    slices of LOG_WORK_SLICE partitions, so a CreateTopics, CreatePartitions or DeleteTopics of
-    thousands of partitions, or a restart after a crash in the middle of one, never stops the loop
-    answering others. Log work is chained per topic (a deletion finishes before a re-creation of the
-    same name starts); `log_work_done(topic)` is a future admin responses wait on."""
+    at once; creating and deleting their logs (files, directories, fsyncs) is queued on `log_work`
+    (log_work.LogWorkQueue: executor threads, in slices), so a CreateTopics, CreatePartitions or
+    DeleteTopics of thousands of partitions, or a restart after a crash in the middle of one, never
+    stops the loop answering others. Log work is chained per topic (a deletion finishes before a
+    re-creation of the same name starts); `log_work_done(topic)` is a future admin responses wait on.
+    The `partitions` table is this class's alone: the queue only reads it (the dict is shared, never
+    rebound)."""
 
     def __init__(self, config: BrokerConfig, store: MetadataStore, log_manager: LogManager,
                  metadata_cache: MetadataCache, clock: Clock | None = None) -> None:
@@ -129,8 +127,8 @@ class ReplicaManager:
         self._deleted_while_loading: set[str] = set()
         # One purgatory for DelayedProduce and DelayedFetch, keyed by partition.
         self.purgatory = Purgatory(config.get("gregor.purgatory.max.operations"), clock)
-        self._log_work: dict[str, asyncio.Future[None]] = {}  # topic -> the last queued log work on it
-        self._deleting: dict[str, int] = {}  # topic -> deletions of its logs queued or running
+        # Creating and deleting logs, on executor threads, chained per topic.
+        self.log_work = LogWorkQueue(log_manager, self.partitions, self._set_offline)
 
     # --- metadata -> local state -----------------------------------------------------
     def sync_all(self) -> None:
@@ -176,7 +174,7 @@ class ReplicaManager:
                     continue
                 self.loading.discard(key)
                 self.offline.pop(key, None)
-                lg = None if self._deleting.get(t.name) else self.log_manager.get_log(t.name, p)
+                lg = None if self.log_work.is_deleting(t.name) else self.log_manager.get_log(t.name, p)
                 self.partitions[key] = Partition(t.name, p, lg, state, self.broker_id, min_isr, compression_type,
                                                  open_log=self._open_log_now, log_config=cfg,
                                                  now_ms=int(time.time() * 1000))
@@ -194,7 +192,7 @@ class ReplicaManager:
                 if part.has_log and part.log.config != cfg:
                     part.log.update_config(cfg)
         if missing:
-            self._queue_creation(t.name, missing, cfg)
+            self.log_work.queue_creation(t.name, missing, cfg)
 
     def on_logs_loaded(self) -> None:
         """Every log on disk is loaded: bring their partitions online, and delete the logs of
@@ -203,7 +201,7 @@ class ReplicaManager:
             if self.metadata_cache.topic(topic) is None:
                 doomed = sorted(p for (name, p) in self.log_manager.logs() if name == topic)
                 if doomed:
-                    self._queue_deletion(topic, doomed)
+                    self.log_work.queue_deletion(topic, doomed)
         self._deleted_while_loading.clear()
         self.loading.clear()
         self.sync_all()
@@ -224,7 +222,7 @@ class ReplicaManager:
             doomed.update(p for (name, p) in self.log_manager.logs() if name == topic)
             for p in doomed:
                 self.remove_partition(topic, p, delete=False)
-            self._queue_deletion(topic, sorted(doomed))
+            self.log_work.queue_deletion(topic, sorted(doomed))
             return
         t = self.metadata_cache.topic(topic)
         if t is not None:
@@ -236,18 +234,17 @@ class ReplicaManager:
             return
         self.purgatory.complete_all((topic, p))
         if delete:
-            self._queue_deletion(topic, [p])
+            self.log_work.queue_deletion(topic, [p])
 
-    # --- log creation and deletion, off the event loop -------------------------------
+    # --- log creation and deletion, off the event loop (log_work.LogWorkQueue) ---------
     def log_work_done(self, topic: str) -> asyncio.Future[None] | None:
         """A future done when the log work queued so far on `topic` is done; None when nothing is queued."""
-        fut = self._log_work.get(topic)
-        return None if fut is None or fut.done() else asyncio.shield(fut)
+        return self.log_work.done(topic)
 
     def _open_log_now(self, part: Partition) -> Log:
         """Create a partition's log on the calling thread (the first request for it came before the
         background work). Refused while a deletion of the topic's earlier logs is under way."""
-        if self._deleting.get(part.topic):
+        if self.log_work.is_deleting(part.topic):
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                              f"the logs of an earlier topic {part.topic} are still being deleted")
         try:
@@ -265,114 +262,12 @@ class ReplicaManager:
             if (topic, p) in self.partitions:
                 self._set_offline(topic, p, LogOfflineError(why))
 
-    def _chain(self, topic: str, work: Callable[[], Awaitable[None]]) -> None:
-        """Run `work` after the log work already queued on `topic`."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # no loop (tools, tests of the storage layer): do it now
-            asyncio.run(work())
-            return
-        prev = self._log_work.get(topic)
-
-        async def run() -> None:
-            if prev is not None:
-                await asyncio.wait([prev])
-            try:
-                await work()
-            except StorageError as e:  # the log manager shut down under it (broker stopping), or a disk error
-                log.warning("log work on topic %s stopped: %s", topic, e)
-            except Exception:
-                log.exception("log work on topic %s failed", topic)
-
-        fut = loop.create_task(run())
-        self._log_work[topic] = fut
-
-        def forget(f: asyncio.Future[None]) -> None:
-            if self._log_work.get(topic) is f:
-                del self._log_work[topic]
-
-        fut.add_done_callback(forget)
-
-    def _queue_creation(self, topic: str, ps: list[int], cfg: LogConfig) -> None:
-        # A log left by a clean shutdown is not this work's: its first user opens it, or the log manager's
-        # one background thread (this work, spread over every topic's chain, took the GIL from the loop for
-        # seconds after a restart of 10,000 partitions).
-        ps = [p for p in ps if not self.log_manager.is_unopened(topic, p)]
-        if not ps:
-            return
-
-        async def create() -> None:
-            loop = asyncio.get_running_loop()
-            t0 = time.monotonic()
-            for i in range(0, len(ps), LOG_WORK_SLICE):
-                todo = [p for p in ps[i:i + LOG_WORK_SLICE] if self._wants_log(topic, p)]
-                if not todo:
-                    continue
-                # The Partitions these logs are for: if the topic is deleted (and perhaps re-created) while
-                # the executor works, the logs belong to the deleted topic, whose deletion (queued after this
-                # work) closes them; a re-created topic's Partition must never be handed one (fuzz finding:
-                # a Fetch then met a closed log).
-                owners = {p: self.partitions.get((topic, p)) for p in todo}
-                logs = await loop.run_in_executor(None, self._create_logs, topic, todo, cfg)
-                for p, lg in logs:
-                    part = self.partitions.get((topic, p))
-                    if part is None or part is not owners[p]:
-                        continue
-                    if isinstance(lg, Exception):  # one partition's failure must not stop the others
-                        self._set_offline(topic, p, lg)
-                        continue
-                    part.attach_log(lg)
-            created = sum(1 for p in ps if self.partitions.get((topic, p)) is not None)  # some on first use
-            if created:
-                log.info("created %d log%s of %s in %.0f ms", created, "s" if created > 1 else "", topic,
-                         (time.monotonic() - t0) * 1000)
-
-        self._chain(topic, create)
-
-    def _wants_log(self, topic: str, p: int) -> bool:
-        part = self.partitions.get((topic, p))
-        return part is not None and not part.has_log
-
-    def _create_logs(self, topic: str, ps: list[int], cfg: LogConfig) -> list[tuple[int, Log | Exception]]:
-        """One slice's logs in one call: the log manager fsyncs the parent dir once for all of them (and
-        opens, rather than creates, the logs it holds on disk unopened since a clean start)."""
-        out = self.log_manager.get_or_create_logs(topic, ps, cfg)
-        if self.log_manager.closed:
-            raise StorageError("the log manager is shut down")
-        return out
-
     def _set_offline(self, topic: str, p: int, e: Exception) -> None:
         key = (topic, p)
         if key not in self.offline:
             log.error("partition %s-%d is offline: %s", topic, p, e)
         self.offline[key] = str(e)
         self.remove_partition(topic, p, delete=False)
-
-    def _queue_deletion(self, topic: str, ps: list[int]) -> None:
-        """Delete the topic's logs `ps` once the log work queued before on the topic is done. Until then no
-        log of the topic is created on first use (it could be one of these, about to be deleted)."""
-        self._deleting[topic] = self._deleting.get(topic, 0) + 1
-
-        async def delete() -> None:
-            try:
-                loop = asyncio.get_running_loop()
-                t0 = time.monotonic()
-                for i in range(0, len(ps), LOG_WORK_SLICE):
-                    await loop.run_in_executor(None, self._delete_logs, topic, ps[i:i + LOG_WORK_SLICE])
-                if len(ps) > 1:
-                    log.info("deleted %d logs of %s in %.0f ms", len(ps), topic, (time.monotonic() - t0) * 1000)
-            finally:
-                left = self._deleting[topic] - 1
-                if left:
-                    self._deleting[topic] = left
-                else:
-                    del self._deleting[topic]
-
-        self._chain(topic, delete)
-
-    def _delete_logs(self, topic: str, ps: list[int]) -> None:
-        for p in ps:
-            self.log_manager.delete_log(topic, p)
 
     # --- data path -------------------------------------------------------------------
     def get_partition(self, topic: str, p: int) -> Partition:
