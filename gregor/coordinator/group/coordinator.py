@@ -7,7 +7,9 @@ arriving); a SyncGroup is answered when the leader has sent the assignment. Sess
 expire on timers. Committed offsets and group metadata are written to the compacted
 internal topic __consumer_offsets (partition = hash of the group id) through the normal
 log, and replayed from it at startup: that is metadata_manager.py's GroupMetadataManager,
-which owns the group table; this class runs the classic membership protocol on it.
+which owns the group table; this class answers the classic membership requests on it. The
+rebalance state machine those requests drive, with its join and session timers, is
+classic_rebalance.py's ClassicRebalance (`self.rebalance`), which makes every transition.
 
 KIP-848 consumer groups (group.protocol=consumer) share the group table, the timers and
 the log; their protocol (ConsumerGroupHeartbeat) is in `consumer_protocol`, reached
@@ -21,10 +23,14 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from gregor.config import BrokerConfig
+from gregor.coordinator.group.classic_rebalance import (  # noqa: F401 - results imported from here by the handlers
+    ClassicRebalance,
+    JoinResult,
+    SyncResult,
+)
 from gregor.coordinator.group.consumer_protocol import ConsumerGroupProtocol
 from gregor.coordinator.group.metadata_manager import (  # noqa: F401 - imported from here by the broker and tests
     OFFSETS_TOPIC,
@@ -53,26 +59,10 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-@dataclass(slots=True)
-class JoinResult:
-    error: ErrorCode
-    generation_id: int = -1
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    leader: str = ""
-    member_id: str = ""
-    members: list[tuple[str, str | None, bytes]] | None = None  # only the leader gets them
-
-
-@dataclass(slots=True)
-class SyncResult:
-    error: ErrorCode
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    assignment: bytes = b""
-
-
 class GroupCoordinator:
+    """The requests of classic groups (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, ...):
+    it validates them and hands the group's rebalance to `self.rebalance`, its records to `self.metadata`."""
+
     def __init__(self, config: BrokerConfig, append: Callable[[str, int, bytes], None],
                  read_partition: Callable[[int], Iterable[memoryview]]) -> None:
         """`append(topic, partition, batch)` writes a batch to __consumer_offsets (raising KafkaError);
@@ -83,9 +73,11 @@ class GroupCoordinator:
         self.groups = self.metadata.groups
         self.min_session_ms: int = config.get("group.min.session.timeout.ms")
         self.max_session_ms: int = config.get("group.max.session.timeout.ms")
-        self.initial_delay_ms: int = config.get("group.initial.rebalance.delay.ms")
         self.max_group_size: int = config.get("group.max.size")
         self._loop: asyncio.AbstractEventLoop | None = None
+        # The classic rebalance state machine and its timers (Kafka's DelayedJoin, DelayedHeartbeat).
+        self.rebalance = ClassicRebalance(config.get("group.initial.rebalance.delay.ms"), self._later,
+                                          self._persist_group)
         # KIP-848 consumer groups live in the same table; their protocol is in consumer_protocol.
         self.consumer = ConsumerGroupProtocol(config, self.groups, self._later, self.metadata.write)
         self.metadata.consumer = self.consumer
@@ -102,19 +94,12 @@ class GroupCoordinator:
         n, skipped = self.metadata.load()
         for g in self.groups.values():
             for m in g.members.values():
-                self._schedule_heartbeat(g, m)
+                self.rebalance.schedule_heartbeat(g, m)
         log.info("loaded %d groups from %d %s records in %.0f ms%s", len(self.groups), n, OFFSETS_TOPIC,
                  (time.monotonic() - t0) * 1000, f" ({skipped} unreadable records skipped)" if skipped else "")
 
     def shutdown(self) -> None:
-        for g in self.groups.values():
-            if g.join_timer is not None:
-                g.join_timer.cancel()
-            for m in g.members.values():
-                if m.heartbeat_timer is not None:
-                    m.heartbeat_timer.cancel()
-            for t in g.pending_members.values():
-                t.cancel()
+        self.rebalance.cancel_timers(self.groups.values())
         self.consumer.shutdown()
 
     def partition_for(self, group_id: str) -> int:
@@ -127,21 +112,6 @@ class GroupCoordinator:
     def _later(self, delay_ms: int, fn: Callable[..., None], *args: Any) -> asyncio.TimerHandle:
         assert self._loop is not None
         return self._loop.call_later(max(delay_ms, 0) / 1000.0, fn, *args)
-
-    def _schedule_heartbeat(self, g: Group, m: Member) -> None:
-        if m.heartbeat_timer is not None:
-            m.heartbeat_timer.cancel()
-        m.heartbeat_timer = self._later(m.session_timeout_ms, self._on_session_expired, g, m)
-
-    def _on_session_expired(self, g: Group, m: Member) -> None:
-        if g.members.get(m.member_id) is not m:
-            return
-        if m.join_future is not None or m.sync_future is not None:
-            self._schedule_heartbeat(g, m)  # blocked in a rebalance: alive by definition
-            return
-        log.info("member %s of group %s expired after %d ms without a heartbeat", m.member_id, g.group_id,
-                 m.session_timeout_ms)
-        self._remove_member(g, m, "session timeout")
 
     # --- JoinGroup -------------------------------------------------------------------
     def join_group(self, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
@@ -184,13 +154,9 @@ class GroupCoordinator:
             return JoinResult(ErrorCode.GROUP_MAX_SIZE_REACHED, member_id="")
         if require_known_member_id and group_instance_id is None:
             # KIP-394: hand out the id first; the member must rejoin with it within its session timeout.
-            g.pending_members[new_id] = self._later(session_timeout_ms, self._expire_pending, g, new_id)
+            self.rebalance.add_pending(g, new_id, session_timeout_ms)
             return JoinResult(ErrorCode.MEMBER_ID_REQUIRED, member_id=new_id)
         return self._add_member_and_rebalance(g, new_member(new_id))
-
-    def _expire_pending(self, g: Group, member_id: str) -> None:
-        if g.pending_members.pop(member_id, None) is not None and g.state == PREPARING_REBALANCE:
-            self._try_complete_join(g)
 
     def _add_member_and_rebalance(self, g: Group, m: Member) -> asyncio.Future[Any]:
         assert self._loop is not None
@@ -205,9 +171,9 @@ class GroupCoordinator:
             g.protocol_type = m.protocol_type
         if g.state == PREPARING_REBALANCE and g.initial_delay_remaining_ms >= 0:
             g.new_member_joined_during_delay = True
-        self._schedule_heartbeat(g, m)
-        self._maybe_prepare_rebalance(g, f"member {m.member_id} joined")
-        self._try_complete_join(g)
+        self.rebalance.schedule_heartbeat(g, m)
+        self.rebalance.maybe_prepare_rebalance(g, f"member {m.member_id} joined")
+        self.rebalance.try_complete_join(g)
         return fut
 
     def _join_known_member(self, g: Group, member_id: str, instance_id: str | None,
@@ -223,16 +189,16 @@ class GroupCoordinator:
         if g.state == PREPARING_REBALANCE:
             m.protocols = protocols
             fut = m.join_future = self._loop.create_future()
-            self._try_complete_join(g)
+            self.rebalance.try_complete_join(g)
             return fut
         if g.state in (COMPLETING_REBALANCE, STABLE):
             if m.same_protocols(protocols) and (g.state == COMPLETING_REBALANCE or member_id != g.leader_id):
                 # Nothing changed: the member lost the join response. Answer with the current generation.
-                return self._join_result(g, m)
+                return self.rebalance.join_result(g, m)
             m.protocols = protocols
             fut = m.join_future = self._loop.create_future()
-            self._prepare_rebalance(g, f"member {member_id} rejoined with new metadata")
-            self._try_complete_join(g)
+            self.rebalance.prepare_rebalance(g, f"member {member_id} rejoined with new metadata")
+            self.rebalance.try_complete_join(g)
             return fut
         return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id)
 
@@ -252,107 +218,15 @@ class GroupCoordinator:
         g.static_members[instance_id] = new_id
         if g.leader_id == old_id:
             g.leader_id = new_id
-        self._schedule_heartbeat(g, m)
+        self.rebalance.schedule_heartbeat(g, m)
         if g.state == STABLE and old.same_protocols(protocols):
             self._persist_group(g)
-            return self._join_result(g, m)
+            return self.rebalance.join_result(g, m)
         assert self._loop is not None
         fut = m.join_future = self._loop.create_future()
-        self._maybe_prepare_rebalance(g, f"static member {instance_id} rejoined")
-        self._try_complete_join(g)
+        self.rebalance.maybe_prepare_rebalance(g, f"static member {instance_id} rejoined")
+        self.rebalance.try_complete_join(g)
         return fut
-
-    def _join_result(self, g: Group, m: Member) -> JoinResult:
-        members = None
-        if m.member_id == g.leader_id:
-            assert g.protocol_name is not None
-            members = [(x.member_id, x.group_instance_id, x.metadata_for(g.protocol_name)) for x in g.members.values()]
-        return JoinResult(ErrorCode.NONE, g.generation, g.protocol_type, g.protocol_name, g.leader_id or "",
-                          m.member_id, members)
-
-    # --- rebalance -------------------------------------------------------------------
-    def _maybe_prepare_rebalance(self, g: Group, reason: str) -> None:
-        if g.state in (EMPTY, STABLE, COMPLETING_REBALANCE):
-            self._prepare_rebalance(g, reason)
-
-    def _prepare_rebalance(self, g: Group, reason: str) -> None:
-        if g.state == COMPLETING_REBALANCE:
-            for m in g.members.values():  # their syncs belong to a generation that will not complete
-                if m.sync_future is not None and not m.sync_future.done():
-                    m.sync_future.set_result(SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
-                m.sync_future = None
-        was_empty = g.state == EMPTY
-        self._transition(g, PREPARING_REBALANCE)
-        log.info("preparing to rebalance group %s (generation %d): %s", g.group_id, g.generation, reason)
-        if g.join_timer is not None:
-            g.join_timer.cancel()
-        if was_empty and self.initial_delay_ms > 0:
-            g.initial_delay_remaining_ms = max(g.max_rebalance_timeout_ms() - self.initial_delay_ms, 0)
-            g.new_member_joined_during_delay = False
-            g.join_timer = self._later(min(self.initial_delay_ms, g.max_rebalance_timeout_ms()),
-                                       self._on_initial_delay, g)
-        else:
-            g.initial_delay_remaining_ms = -1
-            g.join_timer = self._later(g.max_rebalance_timeout_ms(), self._on_join_timeout, g)
-
-    def _on_initial_delay(self, g: Group) -> None:
-        g.join_timer = None
-        if g.state != PREPARING_REBALANCE:
-            return
-        if g.new_member_joined_during_delay and g.initial_delay_remaining_ms > 0:
-            step = min(self.initial_delay_ms, g.initial_delay_remaining_ms)
-            g.initial_delay_remaining_ms -= step
-            g.new_member_joined_during_delay = False
-            g.join_timer = self._later(step, self._on_initial_delay, g)
-            return
-        g.initial_delay_remaining_ms = -1
-        self._complete_join(g)
-
-    def _on_join_timeout(self, g: Group) -> None:
-        g.join_timer = None
-        if g.state == PREPARING_REBALANCE:
-            self._complete_join(g)
-
-    def _try_complete_join(self, g: Group) -> None:
-        if g.state != PREPARING_REBALANCE or g.initial_delay_remaining_ms >= 0:
-            return  # still in the initial delay: more members may be on their way
-        if g.all_rejoined():
-            if g.join_timer is not None:
-                g.join_timer.cancel()
-                g.join_timer = None
-            self._complete_join(g)
-
-    def _complete_join(self, g: Group) -> None:
-        for m in [m for m in g.members.values() if m.join_future is None]:
-            log.info("removing member %s from group %s: it did not rejoin in time", m.member_id, g.group_id)
-            self._drop_member(g, m)
-        for t in g.pending_members.values():
-            t.cancel()
-        g.pending_members.clear()
-        g.generation += 1
-        if not g.members:
-            g.protocol_name = None
-            g.leader_id = None
-            self._transition(g, EMPTY)
-            self._persist_group(g)
-            log.info("group %s is empty at generation %d", g.group_id, g.generation)
-            return
-        g.protocol_name = g.select_protocol()
-        if g.leader_id not in g.members:
-            g.leader_id = next(iter(g.members))
-        self._transition(g, COMPLETING_REBALANCE)
-        log.info("group %s formed generation %d with %d members (protocol %s)", g.group_id, g.generation,
-                 len(g.members), g.protocol_name)
-        for m in g.members.values():
-            fut, m.join_future = m.join_future, None
-            m.is_new = False
-            self._schedule_heartbeat(g, m)
-            if fut is not None and not fut.done():
-                fut.set_result(self._join_result(g, m))
-
-    def _transition(self, g: Group, state: str) -> None:
-        g.state = state
-        g.current_state_timestamp_ms = _now_ms()
 
     # --- SyncGroup -------------------------------------------------------------------
     def sync_group(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
@@ -377,14 +251,14 @@ class GroupCoordinator:
             return SyncResult(ErrorCode.NONE, g.protocol_type, g.protocol_name, m.assignment)
         if g.state != COMPLETING_REBALANCE:
             return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
-        self._schedule_heartbeat(g, m)
+        self.rebalance.schedule_heartbeat(g, m)
         m.sync_future = self._loop.create_future()
         fut = m.sync_future
         if member_id == g.leader_id:
             for mid, member in g.members.items():
                 member.assignment = assignments.get(mid, b"")
             self._persist_group(g)
-            self._transition(g, STABLE)
+            self.rebalance.transition(g, STABLE)
             for member in g.members.values():
                 if member.sync_future is not None and not member.sync_future.done():
                     member.sync_future.set_result(
@@ -412,7 +286,7 @@ class GroupCoordinator:
         m = g.members[member_id]
         if g.state == EMPTY:
             return ErrorCode.UNKNOWN_MEMBER_ID
-        self._schedule_heartbeat(g, m)
+        self.rebalance.schedule_heartbeat(g, m)
         if g.state == PREPARING_REBALANCE:
             return ErrorCode.REBALANCE_IN_PROGRESS
         if generation_id != g.generation:
@@ -442,28 +316,9 @@ class GroupCoordinator:
             if m is None:
                 out.append(ErrorCode.UNKNOWN_MEMBER_ID)
                 continue
-            self._remove_member(g, m, "left the group")
+            self.rebalance.remove_member(g, m, "left the group")
             out.append(ErrorCode.NONE)
         return ErrorCode.NONE, out
-
-    def _drop_member(self, g: Group, m: Member) -> None:
-        g.members.pop(m.member_id, None)
-        if m.group_instance_id is not None and g.static_members.get(m.group_instance_id) == m.member_id:
-            del g.static_members[m.group_instance_id]
-        if m.heartbeat_timer is not None:
-            m.heartbeat_timer.cancel()
-        for fut in (m.join_future, m.sync_future):
-            if fut is not None and not fut.done():
-                fut.set_result(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=m.member_id)
-                               if fut is m.join_future else SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))
-
-    def _remove_member(self, g: Group, m: Member, reason: str) -> None:
-        self._drop_member(g, m)
-        if g.state == PREPARING_REBALANCE:
-            self._try_complete_join(g)
-        elif g.state in (STABLE, COMPLETING_REBALANCE):
-            self._prepare_rebalance(g, f"member {m.member_id} {reason}")
-            self._try_complete_join(g)
 
     # --- offsets ---------------------------------------------------------------------
     def commit_offsets(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
@@ -492,7 +347,7 @@ class GroupCoordinator:
                 return err
             if generation_id != g.generation:
                 return ErrorCode.ILLEGAL_GENERATION
-            self._schedule_heartbeat(g, g.members[member_id])
+            self.rebalance.schedule_heartbeat(g, g.members[member_id])
         return self.metadata.store_offsets(g, group_id, offsets)
 
     def check_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:

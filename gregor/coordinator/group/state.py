@@ -8,8 +8,8 @@ The states and their transitions are Kafka's:
     PreparingRebalance --no members left--> Empty
     any --group deleted--> Dead
 
-Transitions are made by the coordinator; this module only holds the data and the rules
-that are pure functions of it (protocol selection, who has rejoined).
+Transitions are made (and checked) by classic_rebalance.ClassicRebalance; this module only
+holds the data and the rules that are pure functions of it (protocol selection, who has rejoined).
 
 A `Group` is also the entry of a KIP-848 consumer group in the coordinator's table: then
 `consumer` holds its state (gregor.coordinator.group.consumer_state), `state` one of Empty,
