@@ -39,14 +39,8 @@ tracemalloc measured 110-170 bytes per entry, the peak right after the dict grow
 old table is not yet freed; so the map stays within its share of log.cleaner.dedupe.buffer.size. That is ~10x less dense than Kafka's 24-byte entries: 128 MiB
 maps ~560k distinct keys per clean.
 
-Concurrency: the cleaner never blocks produce or fetch for long. It plans from
-`Log.cleaner_snapshot()`, reads segments through descriptors duplicated under the log's lock
-(`Log.open_segment_readers`; closed, non-active segments are immutable except by truncation),
-and takes the lock again only to swap: a few renames and one directory fsync. `Log.read`
-copies the bytes it returns while holding the lock, so no read can be in progress on a
-segment the swap closes. A clean planned before a truncation, a retention deletion, or
-the log's closing notices at the swap (`replace_segments` returns False) and is abandoned;
-the next one starts over.
+Concurrency (planning from a snapshot, reading through duplicated descriptors, swapping under the
+log's lock, abandoning a clean the log moved past): see gregor.storage.cleaner.
 """
 
 from __future__ import annotations
