@@ -44,39 +44,42 @@ import itertools
 import logging
 import os
 import re
-import shutil
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping
 
 from gregor.storage.checkpoint import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
-    OffsetCheckpointFile,
     TopicPartition,
     fsync_dir,
-    read_lines,
     write_lines,
 )
 from gregor.storage.cleaner import LogCleaner
 from gregor.storage.config import CleanerConfig, LogConfig
-from gregor.storage.errors import CorruptCheckpointError, LogDirInUseError, StorageError
-from gregor.storage.log import Log, now_ms, parse_topic_partition
+from gregor.storage.errors import LogDirInUseError, StorageError
+from gregor.storage.log import Log, now_ms
+from gregor.storage.log_dirs import (  # noqa: F401 - CLEAN_SHUTDOWN_FILE, SEGMENT_SIZES_VERSION: imported from here
+    CHECKPOINTS,
+    CLEAN_SHUTDOWN_FILE,
+    DELETE_DIR_SUFFIX,
+    SEGMENT_SIZES_VERSION,
+    Plan,
+    create_log,
+    logs_per_dir,
+    marker_lines,
+    open_found_log,
+    remove_log_dir,
+    scan_log_dirs,
+    write_offsets,
+)
 from gregor.storage.segment import OPEN_FILES, default_open_files_capacity
 
 logger = logging.getLogger(__name__)
 
-CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
-DELETE_DIR_SUFFIX = "-delete"
-FUTURE_DIR_SUFFIX = "-future"
-STRAY_DIR_SUFFIX = "-stray"
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
-_CHECKPOINTS = (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT)
-# A log found on disk: (log dir, topic-partition, its directory, clean shutdown, segment sizes from the marker).
-_Plan = tuple[str, TopicPartition, str, bool, dict[int, int] | None]
 
 
 class LogNotLoadedError(StorageError):
@@ -124,8 +127,8 @@ class LogManager:
         self.offline: dict[TopicPartition, str] = {}  # logs that could not be loaded, with why
         self._pending: dict[TopicPartition, str] = {}  # found on disk, not loaded yet
         # Found in a log dir shut down cleanly: opened on first use (get_or_create_log[s]), not at start.
-        self._lazy: dict[TopicPartition, _Plan] = {}
-        self._pending_offsets: dict[str, dict[TopicPartition, int]] = {name: {} for name in _CHECKPOINTS}
+        self._lazy: dict[TopicPartition, Plan] = {}
+        self._pending_offsets: dict[str, dict[TopicPartition, int]] = {name: {} for name in CHECKPOINTS}
         self._unclean_dirs: set[str] = set()  # dirs whose last shutdown was not clean
         self._load_done = threading.Event()
         self._load_started = False
@@ -147,67 +150,12 @@ class LogManager:
     # --- startup ------------------------------------------------------------------------------
 
     def _scan(self) -> None:
-        """Find every log directory, read the checkpoints and the clean-shutdown markers. Cheap
-        (directory listings and a few small files): runs before the broker listens."""
-        self._plan: list[_Plan] = []
-        self._offsets: dict[str, dict[str, dict[TopicPartition, int]]] = {}
-        for d in self.log_dirs:
-            marker = os.path.join(d, CLEAN_SHUTDOWN_FILE)
-            clean = os.path.exists(marker)
-            sizes = _read_segment_sizes(marker) if clean else {}
-            offsets = {name: _read_offsets(d, name) for name in _CHECKPOINTS}
-            self._offsets[d] = offsets
-            found = 0
-            with os.scandir(d) as listing:  # the entry types come with the listing: no stat per log
-                entries = sorted((e.name, e.path) for e in listing if e.is_dir())
-            for name, path in entries:
-                if name.endswith(DELETE_DIR_SUFFIX):
-                    logger.info("finishing the deletion of %s", path)
-                    shutil.rmtree(path, ignore_errors=True)
-                    continue
-                if name.endswith((FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)):
-                    logger.warning("ignoring %s", path)
-                    continue
-                try:
-                    tp = parse_topic_partition(name)
-                except ValueError:
-                    logger.warning("ignoring %s: not a <topic>-<partition> directory", path)
-                    continue
-                if tp in self._pending:
-                    reason = f"duplicate log directories for {tp[0]}-{tp[1]}: {path}, {self._pending[tp]}"
-                    logger.error("%s; leaving the partition offline", reason)
-                    self.offline[tp] = reason
-                    continue
-                self._pending[tp] = path
-                for cname in _CHECKPOINTS:
-                    if tp in offsets[cname]:
-                        self._pending_offsets[cname][tp] = offsets[cname][tp]
-                self._plan.append((d, tp, path, clean, sizes.get(tp) if sizes is not None else None))
-                found += 1
-            if not clean and (found or any(offsets.values())):
-                self._unclean_dirs.add(d)
-            if clean:  # from here until the next clean shutdown a crash means recovery
-                os.unlink(marker)
-                fsync_dir(d)
-            if clean:
-                how = "after a clean shutdown"
-            elif found or any(offsets.values()):
-                how = "after an unclean shutdown: logs will be recovered"
-            else:
-                how = "a new log dir"
-            logger.info("found %d logs in %s (%s)", found, d, how)
-        for tp in self.offline:
-            self._pending.pop(tp, None)
-        self._plan = [p for p in self._plan if p[1] not in self.offline]
-        # After a clean shutdown a log needs no recovery, so it need not be opened before its partition
-        # serves: it is opened by its first user (a request, or the replica manager's background work).
-        # A crash before then leaves it as it was: the next start recovers from its checkpointed recovery
-        # point, which the checkpoints written meanwhile keep.
-        for plan in self._plan:
-            if plan[3]:
-                self._lazy[plan[1]] = plan
-                del self._pending[plan[1]]
-        self._plan = [p for p in self._plan if not p[3]]
+        """What the log dirs hold (log_dirs.scan_log_dirs): cheap, before the broker listens."""
+        found = scan_log_dirs(self.log_dirs)
+        self._plan, self._lazy, self._pending = found.plan, found.lazy, found.pending
+        self._pending_offsets, self._offsets = found.pending_offsets, found.offsets
+        self.offline.update(found.offline)
+        self._unclean_dirs = found.unclean_dirs
 
     def load_logs(self, open_lazy: bool = True) -> None:
         """Load every log found by the scan that needs recovery (its log dir was not shut down
@@ -235,7 +183,7 @@ class LogManager:
                         log.close()
                         return
                     self._logs[tp] = log
-                    for cname in _CHECKPOINTS:
+                    for cname in CHECKPOINTS:
                         self._pending_offsets[cname].pop(tp, None)
                 loaded += 1
             logger.info("loaded %d logs (%d offline), %d more to open as they are used", loaded, len(self.offline),
@@ -284,27 +232,10 @@ class LogManager:
     def _load_one(
         self, d: str, tp: TopicPartition, path: str, clean: bool, sizes: dict[int, int] | None, now: int
     ) -> Log | None:
-        """One log: as found; if that fails, recovered from offset 0; if that fails too, offline."""
-        offsets = self._offsets[d]
-        start = offsets[LOG_START_OFFSET_CHECKPOINT].get(tp, 0)
-        try:
-            log = Log.open(path, self.topic_config(tp[0]), recovery_point=offsets[RECOVERY_POINT_CHECKPOINT].get(tp, 0),
-                           log_start_offset=start, now_ms=now, clean_shutdown=clean, segment_sizes=sizes)
-        except Exception as e:  # noqa: BLE001 - whatever it was, recovery from scratch is the answer
-            logger.error("%s-%d: loading %s failed (%s: %s); recovering the whole log from offset 0",
-                         tp[0], tp[1], path, type(e).__name__, e)
-            try:
-                log = Log.open(path, self.topic_config(tp[0]), recovery_point=0, log_start_offset=start,
-                               now_ms=now, clean_shutdown=False)
-            except Exception as e2:  # noqa: BLE001
-                reason = f"{type(e2).__name__}: {e2}"
-                logger.error("%s-%d: the log in %s cannot be loaded (%s); the partition stays offline and its "
-                             "files are left as they are", tp[0], tp[1], path, reason)
-                self.offline[tp] = reason
-                return None
-        hw = offsets[REPLICATION_OFFSET_CHECKPOINT].get(tp)
-        if hw is not None:
-            log.update_high_watermark(hw)
+        """One log found by the scan, or None: offline, with the reason (log_dirs.open_found_log)."""
+        log, reason = open_found_log((d, tp, path, clean, sizes), self._offsets[d], self.topic_config(tp[0]), now)
+        if log is None:
+            self.offline[tp] = reason
         return log
 
     @property
@@ -402,18 +333,12 @@ class LogManager:
                     d = self.log_dirs[0]
                     if len(self.log_dirs) > 1:  # counted once per batch: per creation made bulk creation quadratic
                         if counts is None:
-                            counts = {x: 0 for x in self.log_dirs}
-                            for existing in self._logs.values():
-                                parent = os.path.dirname(existing.dir)
-                                counts[parent] = counts.get(parent, 0) + 1
+                            counts = logs_per_dir(self.log_dirs, self._logs.values())
                         d = min(self.log_dirs, key=lambda x: counts[x])  # type: ignore[index]
                         counts[d] += 1
                     path = os.path.join(d, f"{topic}-{p}")
                     try:
-                        try:
-                            log = Log.create_new(path, cfg, now_ms=now)
-                        except FileExistsError:  # left behind (not a log the scan found): open what is there
-                            log = Log.open(path, cfg, now_ms=now)
+                        log = create_log(path, cfg, now)
                     except (StorageError, OSError) as e:
                         out.append((p, e))
                         continue
@@ -446,7 +371,7 @@ class LogManager:
             self._logs[tp] = log
 
     def _forget_pending_offsets(self, tp: TopicPartition) -> None:
-        for cname in _CHECKPOINTS:
+        for cname in CHECKPOINTS:
             self._pending_offsets[cname].pop(tp, None)
 
     def delete_log(self, topic: str, partition: int) -> bool:
@@ -466,13 +391,7 @@ class LogManager:
             path = lazy[2]
         else:
             return False
-        parent = os.path.dirname(path)
-        # As Kafka does, the topic part is cut so the name fits NAME_MAX (255) for a 249-character topic.
-        suffix = f"-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
-        doomed = os.path.join(parent, topic[: 255 - len(suffix)] + suffix)
-        os.rename(path, doomed)
-        fsync_dir(parent)
-        shutil.rmtree(doomed, ignore_errors=True)
+        remove_log_dir(path, topic, partition)
         logger.debug("deleted log %s", path)  # callers summarize per topic
         return True
 
@@ -539,8 +458,7 @@ class LogManager:
             by_dir.setdefault(d, {})[tp] = offset
         for tp, log in logs.items():
             by_dir.setdefault(os.path.dirname(log.dir), {})[tp] = value(tp, log)
-        for d, offsets in by_dir.items():
-            OffsetCheckpointFile(os.path.join(d, name)).write(offsets)
+        write_offsets(name, by_dir)
 
     # --- shutdown -------------------------------------------------------------------------------
 
@@ -575,13 +493,7 @@ class LogManager:
             except StorageError as e:
                 logger.error("close of %s failed: %s", log.dir, e)
                 failed_dirs.add(os.path.dirname(log.dir))
-        sizes: dict[str, list[str]] = {d: [] for d in self.log_dirs}
-        for (topic, p), log in logs.items():
-            lines = sizes.setdefault(os.path.dirname(log.dir), [])
-            lines.extend(f"{topic} {p} {seg.base_offset} {seg.size}" for seg in log.segments)
-        for (topic, p), (d, _, _, _, seg_sizes) in lazy.items():  # never opened: as the last marker said
-            lines = sizes.setdefault(d, [])
-            lines.extend(f"{topic} {p} {base} {size}" for base, size in sorted((seg_sizes or {}).items()))
+        sizes = marker_lines(self.log_dirs, logs, lazy)
         for d in self.log_dirs:
             if d in failed_dirs:
                 continue
@@ -613,33 +525,6 @@ def _lock_dir(d: str) -> int:
         os.close(fd)
         raise LogDirInUseError(f"log dir {d} is in use by another process (its {LOCK_FILE} is locked)") from None
     return fd
-
-
-SEGMENT_SIZES_VERSION = 0
-
-
-def _read_segment_sizes(marker: str) -> dict[TopicPartition, dict[int, int]] | None:
-    """The segment sizes a clean shutdown recorded in its marker, or None if it has none (an
-    empty marker, as Kafka writes) or they cannot be read."""
-    try:
-        if os.path.getsize(marker) == 0:
-            return None
-        entries = read_lines(marker, 4, version=SEGMENT_SIZES_VERSION)
-        out: dict[TopicPartition, dict[int, int]] = {}
-        for topic, p, base, size in entries or ():
-            out.setdefault((topic, int(p)), {})[int(base)] = int(size)
-        return out
-    except (OSError, ValueError, CorruptCheckpointError) as e:
-        logger.warning("cannot read the segment sizes in %s (%s): checking segments without them", marker, e)
-        return None
-
-
-def _read_offsets(d: str, name: str) -> dict[TopicPartition, int]:
-    try:
-        return OffsetCheckpointFile(os.path.join(d, name)).read()
-    except CorruptCheckpointError as e:
-        logger.error("%s; ignoring it (logs in %s are recovered from offset 0)", e, d)
-        return {}
 
 
 def _now() -> int:

@@ -1,0 +1,224 @@
+"""What a log dir holds on disk, read at startup: its `<topic>-<partition>` directories, checkpoint
+files and clean-shutdown marker (`scan_log_dirs`), and the opening of one log found there
+(`open_found_log`). The LogManager composes these with its own state (which logs are open, pending,
+lazy or offline); nothing here keeps state of its own. The marker format is in log_manager.py's
+docstring; `marker_lines` writes what `read_segment_sizes` reads.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from gregor.storage.checkpoint import (
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    OffsetCheckpointFile,
+    TopicPartition,
+    fsync_dir,
+    read_lines,
+)
+from gregor.storage.config import LogConfig
+from gregor.storage.errors import CorruptCheckpointError
+from gregor.storage.log import Log, parse_topic_partition
+
+logger = logging.getLogger("gregor.storage.log_manager")
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+DELETE_DIR_SUFFIX = "-delete"
+FUTURE_DIR_SUFFIX = "-future"
+STRAY_DIR_SUFFIX = "-stray"
+CHECKPOINTS = (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT)
+# A log found on disk: (log dir, topic-partition, its directory, clean shutdown, segment sizes from the marker).
+Plan = tuple[str, TopicPartition, str, bool, dict[int, int] | None]
+
+
+@dataclass(slots=True)
+class DirScan:
+    plan: list[Plan]  # logs to load before their partitions serve: their dir was not shut down cleanly
+    lazy: dict[TopicPartition, Plan]  # logs of cleanly shut down dirs: opened on first use
+    pending: dict[TopicPartition, str]  # logs in `plan`, by partition: their directory
+    pending_offsets: dict[str, dict[TopicPartition, int]]  # checkpoint name -> offsets of logs not open yet
+    offsets: dict[str, dict[str, dict[TopicPartition, int]]]  # log dir -> checkpoint name -> offsets
+    offline: dict[TopicPartition, str]  # partitions that cannot be served (duplicate directories), with why
+    unclean_dirs: set[str]  # dirs holding logs whose last shutdown was not clean
+
+
+def scan_log_dirs(log_dirs: list[str]) -> DirScan:
+    """Find every log directory, read the checkpoints and the clean-shutdown markers (each marker is
+    removed once read: from here until the next clean shutdown a crash means recovery). Cheap
+    (directory listings and a few small files): runs before the broker listens."""
+    pending: dict[TopicPartition, str] = {}
+    pending_offsets: dict[str, dict[TopicPartition, int]] = {name: {} for name in CHECKPOINTS}
+    offline: dict[TopicPartition, str] = {}
+    unclean_dirs: set[str] = set()
+    lazy: dict[TopicPartition, Plan] = {}
+    plan: list[Plan] = []
+    offsets_by_dir: dict[str, dict[str, dict[TopicPartition, int]]] = {}
+    for d in log_dirs:
+        marker = os.path.join(d, CLEAN_SHUTDOWN_FILE)
+        clean = os.path.exists(marker)
+        sizes = read_segment_sizes(marker) if clean else {}
+        offsets = {name: read_offsets(d, name) for name in CHECKPOINTS}
+        offsets_by_dir[d] = offsets
+        found = 0
+        with os.scandir(d) as listing:  # the entry types come with the listing: no stat per log
+            entries = sorted((e.name, e.path) for e in listing if e.is_dir())
+        for name, path in entries:
+            if name.endswith(DELETE_DIR_SUFFIX):
+                logger.info("finishing the deletion of %s", path)
+                shutil.rmtree(path, ignore_errors=True)
+                continue
+            if name.endswith((FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)):
+                logger.warning("ignoring %s", path)
+                continue
+            try:
+                tp = parse_topic_partition(name)
+            except ValueError:
+                logger.warning("ignoring %s: not a <topic>-<partition> directory", path)
+                continue
+            if tp in pending:
+                reason = f"duplicate log directories for {tp[0]}-{tp[1]}: {path}, {pending[tp]}"
+                logger.error("%s; leaving the partition offline", reason)
+                offline[tp] = reason
+                continue
+            pending[tp] = path
+            for cname in CHECKPOINTS:
+                if tp in offsets[cname]:
+                    pending_offsets[cname][tp] = offsets[cname][tp]
+            plan.append((d, tp, path, clean, sizes.get(tp) if sizes is not None else None))
+            found += 1
+        if not clean and (found or any(offsets.values())):
+            unclean_dirs.add(d)
+        if clean:  # from here until the next clean shutdown a crash means recovery
+            os.unlink(marker)
+            fsync_dir(d)
+        if clean:
+            how = "after a clean shutdown"
+        elif found or any(offsets.values()):
+            how = "after an unclean shutdown: logs will be recovered"
+        else:
+            how = "a new log dir"
+        logger.info("found %d logs in %s (%s)", found, d, how)
+    for tp in offline:
+        pending.pop(tp, None)
+    plan = [p for p in plan if p[1] not in offline]
+    # After a clean shutdown a log needs no recovery, so it need not be opened before its partition
+    # serves: it is opened by its first user (a request, or the replica manager's background work).
+    # A crash before then leaves it as it was: the next start recovers from its checkpointed recovery
+    # point, which the checkpoints written meanwhile keep.
+    for found_log in plan:
+        if found_log[3]:
+            lazy[found_log[1]] = found_log
+            del pending[found_log[1]]
+    plan = [p for p in plan if not p[3]]
+    return DirScan(plan, lazy, pending, pending_offsets, offsets_by_dir, offline, unclean_dirs)
+
+
+def open_found_log(plan: Plan, offsets: dict[str, dict[TopicPartition, int]], config: LogConfig,
+                   now: int) -> tuple[Log | None, str]:
+    """One log found by the scan: as found; if that fails, recovered from offset 0 as after a crash;
+    if that fails too, (None, the reason): the partition stays offline and its files untouched."""
+    _, tp, path, clean, sizes = plan
+    start = offsets[LOG_START_OFFSET_CHECKPOINT].get(tp, 0)
+    try:
+        log = Log.open(path, config, recovery_point=offsets[RECOVERY_POINT_CHECKPOINT].get(tp, 0),
+                       log_start_offset=start, now_ms=now, clean_shutdown=clean, segment_sizes=sizes)
+    except Exception as e:  # noqa: BLE001 - whatever it was, recovery from scratch is the answer
+        logger.error("%s-%d: loading %s failed (%s: %s); recovering the whole log from offset 0",
+                     tp[0], tp[1], path, type(e).__name__, e)
+        try:
+            log = Log.open(path, config, recovery_point=0, log_start_offset=start,
+                           now_ms=now, clean_shutdown=False)
+        except Exception as e2:  # noqa: BLE001
+            reason = f"{type(e2).__name__}: {e2}"
+            logger.error("%s-%d: the log in %s cannot be loaded (%s); the partition stays offline and its "
+                         "files are left as they are", tp[0], tp[1], path, reason)
+            return None, reason
+    hw = offsets[REPLICATION_OFFSET_CHECKPOINT].get(tp)
+    if hw is not None:
+        log.update_high_watermark(hw)
+    return log, ""
+
+
+
+def logs_per_dir(log_dirs: list[str], logs: Iterable[Log]) -> dict[str, int]:
+    """How many logs each log dir holds: a new log goes to the one with the fewest, as in Kafka."""
+    counts = {d: 0 for d in log_dirs}
+    for log in logs:
+        parent = os.path.dirname(log.dir)
+        counts[parent] = counts.get(parent, 0) + 1
+    return counts
+
+
+def create_log(path: str, config: LogConfig, now: int) -> Log:
+    """A new empty log at `path` (the caller fsyncs the parent dir); a directory left there that the
+    scan did not find as a log (a creation cut short) is opened as it is instead."""
+    try:
+        return Log.create_new(path, config, now_ms=now)
+    except FileExistsError:
+        return Log.open(path, config, now_ms=now)
+
+
+def remove_log_dir(path: str, topic: str, partition: int) -> None:
+    """Rename a closed log's directory to `<topic>-<partition>.<uuid>-delete` (fsynced), then remove it: a
+    crash in between is finished by the next scan. As Kafka does, the topic part is cut so the name fits
+    NAME_MAX (255) for a 249-character topic."""
+    parent = os.path.dirname(path)
+    suffix = f"-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+    doomed = os.path.join(parent, topic[: 255 - len(suffix)] + suffix)
+    os.rename(path, doomed)
+    fsync_dir(parent)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def write_offsets(name: str, by_dir: Mapping[str, Mapping[TopicPartition, int]]) -> None:
+    """Write the checkpoint file `name` (recovery points, log start offsets, high watermarks) of each dir."""
+    for d, offsets in by_dir.items():
+        OffsetCheckpointFile(os.path.join(d, name)).write(dict(offsets))
+
+
+def marker_lines(log_dirs: list[str], logs: Mapping[TopicPartition, Log],
+                 lazy: Mapping[TopicPartition, Plan]) -> dict[str, list[str]]:
+    """Each log dir's clean-shutdown marker lines (`topic partition base_offset size`): the open logs'
+    segments, and for logs never opened since a clean start, what the last marker said of them."""
+    sizes: dict[str, list[str]] = {d: [] for d in log_dirs}
+    for (topic, p), log in logs.items():
+        lines = sizes.setdefault(os.path.dirname(log.dir), [])
+        lines.extend(f"{topic} {p} {seg.base_offset} {seg.size}" for seg in log.segments)
+    for (topic, p), (d, _, _, _, seg_sizes) in lazy.items():
+        lines = sizes.setdefault(d, [])
+        lines.extend(f"{topic} {p} {base} {size}" for base, size in sorted((seg_sizes or {}).items()))
+    return sizes
+
+
+SEGMENT_SIZES_VERSION = 0
+
+
+def read_segment_sizes(marker: str) -> dict[TopicPartition, dict[int, int]] | None:
+    """The segment sizes a clean shutdown recorded in its marker, or None if it has none (an
+    empty marker, as Kafka writes) or they cannot be read."""
+    try:
+        if os.path.getsize(marker) == 0:
+            return None
+        entries = read_lines(marker, 4, version=SEGMENT_SIZES_VERSION)
+        out: dict[TopicPartition, dict[int, int]] = {}
+        for topic, p, base, size in entries or ():
+            out.setdefault((topic, int(p)), {})[int(base)] = int(size)
+        return out
+    except (OSError, ValueError, CorruptCheckpointError) as e:
+        logger.warning("cannot read the segment sizes in %s (%s): checking segments without them", marker, e)
+        return None
+
+
+def read_offsets(d: str, name: str) -> dict[TopicPartition, int]:
+    try:
+        return OffsetCheckpointFile(os.path.join(d, name)).read()
+    except CorruptCheckpointError as e:
+        logger.error("%s; ignoring it (logs in %s are recovered from offset 0)", e, d)
+        return {}
