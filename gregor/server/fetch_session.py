@@ -227,9 +227,11 @@ class FetchContext:
         return out
 
 
-def _request_partitions(req: Any) -> dict[tuple[str, int], CachedPartition]:
-    """A full fetch's partitions in request order (a partition named twice keeps its last entry)."""
-    out: dict[tuple[str, int], CachedPartition] = {}
+def _request_partitions(req: Any, into: dict[tuple[str, int], CachedPartition] | None = None
+                        ) -> dict[tuple[str, int], CachedPartition]:
+    """The request's partitions merged into `into` (a session's, or a new dict for a full fetch), in
+    request order; a partition already there, or named twice, takes the request's last entry."""
+    out: dict[tuple[str, int], CachedPartition] = {} if into is None else into
     for t in req.topics:
         for p in t.partitions:
             key = (t.topic, p.partition)
@@ -265,13 +267,7 @@ def resolve(cache: FetchSessionCache, req: Any, version: int, privileged: bool =
         return FetchContext(error=ErrorCode.INVALID_FETCH_SESSION_EPOCH)
     parts = session.partitions
     before = len(parts)
-    for t in req.topics:
-        for p in t.partitions:
-            key = (t.topic, p.partition)
-            cp = parts.get(key)
-            if cp is None:
-                parts[key] = cp = CachedPartition(p.partition, p.fetch_offset, p.partition_max_bytes)
-            cp.update_request(p)
+    _request_partitions(req, parts)
     for t in req.forgotten_topics_data:
         for idx in t.partitions:
             parts.pop((t.topic, idx), None)
