@@ -180,7 +180,7 @@ def remove_log_dir(path: str, topic: str, partition: int) -> None:
 def write_offsets(name: str, by_dir: Mapping[str, Mapping[TopicPartition, int]]) -> None:
     """Write the checkpoint file `name` (recovery points, log start offsets, high watermarks) of each dir."""
     for d, offsets in by_dir.items():
-        OffsetCheckpointFile(os.path.join(d, name)).write(dict(offsets))
+        OffsetCheckpointFile(os.path.join(d, name)).write(offsets)
 
 
 def marker_lines(log_dirs: list[str], logs: Mapping[TopicPartition, Log],

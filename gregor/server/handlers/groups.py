@@ -46,39 +46,17 @@ def _after_offsets_topic(handler: Callable[[RequestContext, Struct], Any]) -> Ca
     request, as Kafka does, in the background (its metadata write is off the loop), and the request waits
     for that creation rather than failing with COORDINATOR_NOT_AVAILABLE."""
 
+    async def after(pending: asyncio.Future[None], ctx: RequestContext, req: Struct) -> Any:
+        await asyncio.wait([pending])  # the creation's outcome is the handler's to find in the cache
+        result = handler(ctx, req)
+        return await result if isinstance(result, asyncio.Future) else result
+
     @functools.wraps(handler)
     def run(ctx: RequestContext, req: Struct) -> Any:
         pending = None if ctx.broker.log_manager.loading else ctx.broker.offsets_topic_creation()
         if pending is None:
             return handler(ctx, req)
-        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-
-        def created(_: asyncio.Future[None]) -> None:
-            if answer.done():
-                return
-            try:
-                result = handler(ctx, req)
-            except Exception as e:  # answered as any handler failure (logged, connection closed)
-                answer.set_exception(e)
-                return
-            if not isinstance(result, asyncio.Future):
-                answer.set_result(result)
-                return
-
-            def chained(f: asyncio.Future[Any]) -> None:
-                if answer.done():
-                    return
-                if f.cancelled():
-                    answer.cancel()
-                elif f.exception() is not None:
-                    answer.set_exception(f.exception())  # type: ignore[arg-type]
-                else:
-                    answer.set_result(f.result())
-
-            result.add_done_callback(chained)
-
-        pending.add_done_callback(created)
-        return answer
+        return asyncio.ensure_future(after(pending, ctx, req))
 
     return run
 
