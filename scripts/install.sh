@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what Gregor and its tests need on a fresh Debian machine: system packages
-# (kcat for the client tests, strace for the durability tests) and a virtualenv in .venv with
+# (kcat for the client tests, strace for the durability tests, zookeeper for clusters) and a virtualenv in .venv with
 # the package and test extras.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +11,8 @@ command -v kcat >/dev/null 2>&1 || missing+=(kcat)
 command -v strace >/dev/null 2>&1 || missing+=(strace)
 # Spark (the gregor.spark connector and pipeline) needs a Java runtime; 17 is what pyspark 4.3 targets.
 java -version >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
+# Clusters keep their metadata in Apache ZooKeeper; tests and `gregor cluster up` start their own.
+[ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
 if [ ${#missing[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -q

@@ -19,6 +19,7 @@ the replay with a warning and is cut off, since it was never acknowledged.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import logging
 import os
@@ -40,6 +41,7 @@ from gregor.metadata.store import (
     BadVersionError,
     BrokerInfo,
     Change,
+    ControllerMovedError,
     CreateTopic,
     DeleteTopic,
     MetadataError,
@@ -48,7 +50,9 @@ from gregor.metadata.store import (
     MetadataStore,
     NoSuchTopicError,
     PartitionState,
+    ReassignPartitions,
     SetTopicConfigs,
+    StateUpdate,
     TopicExistsError,
     TopicMetadata,
 )
@@ -72,6 +76,8 @@ class EmbeddedMetadataStore(MetadataStore):
         self._snapshot_bytes = snapshot_bytes
         self._lock = threading.Lock()  # every read and write of the state below
         self._brokers: dict[int, BrokerInfo] = {}
+        self._controller = broker_id  # a lone broker is its own controller once registered
+        self._controller_epoch = 0
         self._topics: dict[str, TopicMetadata] = {}
         self._cluster_id = ""
         self._version = 0
@@ -230,16 +236,50 @@ class EmbeddedMetadataStore(MetadataStore):
         return tuple(sorted(self._brokers.values(), key=lambda b: b.broker_id))
 
     def _controller_id(self) -> int:
-        return self._broker_id if self._broker_id in self._brokers else -1
+        return self._controller if self._controller in self._brokers else -1
 
-    # --- writes --------------------------------------------------------------------------
     def register_broker(self, info: BrokerInfo) -> int:
+        """Live registrations are not persisted, as with ephemeral znodes. Several brokers may register
+        with one embedded store (in-process clusters in tests); the broker epoch is the version."""
         with self._lock:
-            self._brokers[info.broker_id] = info  # live registrations are not persisted, as with ephemeral znodes
             self._version += 1
-            self._publish(MetadataEvent(self._version, BROKERS, brokers=self._brokers_tuple(),
-                                        controller_id=self._controller_id()))
+            self._brokers[info.broker_id] = dataclasses.replace(info, epoch=self._version)
+            self._publish_brokers()
             return self._version
+
+    def unregister_broker(self, broker_id: int) -> None:
+        with self._lock:
+            if self._brokers.pop(broker_id, None) is None:
+                return
+            if self._controller == broker_id:  # its ephemeral /controller goes with it
+                self._controller = -1
+            self._version += 1
+            self._publish_brokers()
+
+    def _publish_brokers(self) -> None:
+        self._publish(MetadataEvent(self._version, BROKERS, brokers=self._brokers_tuple(),
+                                    controller_id=self._controller_id()))
+
+    def elect_controller(self, broker_id: int) -> int | None:
+        with self._lock:
+            if self._controller_id() not in (-1, broker_id):
+                return None
+            if broker_id not in self._brokers:
+                raise MetadataError(f"broker {broker_id} is not registered")
+            self._controller = broker_id
+            # Not persisted (a lone broker's epochs start above every partition state's controller epoch).
+            self._controller_epoch = max([self._controller_epoch] + [
+                s.controller_epoch for t in self._topics.values() for s in t.partitions.values()]) + 1
+            self._version += 1
+            self._publish_brokers()
+            return self._controller_epoch
+
+    def resign_controller(self, broker_id: int, controller_epoch: int) -> None:
+        with self._lock:
+            if self._controller == broker_id and self._controller_epoch == controller_epoch:
+                self._controller = -1
+                self._version += 1
+                self._publish_brokers()
 
     def apply(self, changes: Sequence[Change]) -> list[int | MetadataError]:
         with self._lock:
@@ -285,31 +325,62 @@ class EmbeddedMetadataStore(MetadataStore):
             cur.partitions.update(added)
             record = _record({"v": v, "op": "partitions", "name": ch.name}, partitions=_partitions_to_journal(added))
             return record, MetadataEvent(v, PARTITIONS, ch.name, cur.copy())
+        if isinstance(ch, ReassignPartitions):
+            missing = [p for p in ch.partitions if p not in cur.partitions]
+            if missing:
+                raise NoSuchTopicError(f"{ch.name} has no partitions {missing}")
+            changed = {}
+            for p, s in ch.partitions.items():
+                new = cur.partitions[p].copy()  # the state (leader, epoch, ISR, version) stays the store's
+                new.replicas, new.adding_replicas, new.removing_replicas = (
+                    list(s.replicas), list(s.adding_replicas), list(s.removing_replicas))
+                cur.partitions[p] = changed[p] = new
+            record = _record({"v": v, "op": "state", "name": ch.name}, partitions=_partitions_to_journal(changed))
+            return record, MetadataEvent(v, PARTITIONS, ch.name, cur.copy())
         if not isinstance(ch, SetTopicConfigs):
             raise MetadataError(f"unknown change {ch!r}")
         cur.configs = dict(ch.configs)
         record = _record({"v": v, "op": "configs", "name": ch.name, "configs": cur.configs})
         return record, MetadataEvent(v, CONFIGS, ch.name, cur.copy())
 
-    def update_partition_state(self, name: str, partition: int, state: PartitionState, expected_version: int) -> int:
+    def update_partition_states(self, updates: Sequence[StateUpdate],
+                                controller_epoch: int | None = None) -> list[int | MetadataError]:
         with self._lock:
             if self._failed is not None:
                 raise MetadataError(self._failed)
-            t = self._topics.get(name)
-            if t is None or partition not in t.partitions:
-                raise NoSuchTopicError(f"{name}-{partition}")
-            cur = t.partitions[partition]
-            if cur.version != expected_version:
-                raise BadVersionError(f"{name}-{partition}: version {cur.version}, expected {expected_version}")
-            new = state.copy()
-            new.version = expected_version + 1
-            t.partitions[partition] = new
-            self._version += 1
-            self._append([_record({"v": self._version, "op": "state", "name": name},
-                                  partitions=_partitions_to_journal({partition: new}))])
-            self._publish(MetadataEvent(self._version, STATE, name, partitions={partition: new.copy()}))
-            state.version = new.version
-            return new.version
+            results: list[int | MetadataError] = []
+            records: list[str] = []
+            events: list[MetadataEvent] = []
+            for u in updates:
+                if controller_epoch is not None and (controller_epoch != self._controller_epoch
+                                                     or self._controller_id() == -1):
+                    results.append(ControllerMovedError(
+                        f"controller epoch {controller_epoch} is not the current {self._controller_epoch}"))
+                    continue
+                t = self._topics.get(u.topic)
+                if t is None or u.partition not in t.partitions:
+                    results.append(NoSuchTopicError(f"{u.topic}-{u.partition}"))
+                    continue
+                cur = t.partitions[u.partition]
+                if cur.version != u.expected_version:
+                    results.append(BadVersionError(
+                        f"{u.topic}-{u.partition}: version {cur.version}, expected {u.expected_version}"))
+                    continue
+                new = u.state.copy()  # the assignment is not the state's to change (ReassignPartitions is)
+                new.replicas, new.adding_replicas, new.removing_replicas = (
+                    list(cur.replicas), list(cur.adding_replicas), list(cur.removing_replicas))
+                new.version = u.expected_version + 1
+                t.partitions[u.partition] = new
+                self._version += 1
+                records.append(_record({"v": self._version, "op": "state", "name": u.topic},
+                                       partitions=_partitions_to_journal({u.partition: new})))
+                events.append(MetadataEvent(self._version, STATE, u.topic, partitions={u.partition: new.copy()}))
+                results.append(new.version)
+            if records:
+                self._append(records)
+            for ev in events:  # only once durable
+                self._publish(ev)
+            return results
 
     def close(self) -> None:
         """Fold the journal into the snapshot (a cleanly stopped broker leaves one self-contained file)."""
@@ -352,7 +423,7 @@ class EmbeddedMetadataStore(MetadataStore):
 
 
 # --- journal encoding ---------------------------------------------------------------------------
-# A partition is [id, replicas, leader, leader epoch, isr, controller epoch, version], or just [id, replicas]
+# A partition is [id, replicas, leader, leader epoch, isr, controller epoch, version(, adding, removing)], or [id, replicas]
 # for a new partition (leader the first replica, isr the replicas, epochs and version 0): a third of the
 # bytes and of the encoding time, which is most of a 10,000-partition creation's cost here.
 _ROWS_PER_DUMPS = 2000  # json.dumps holds the GIL for a whole call: encode large topics in slices
@@ -362,6 +433,7 @@ def _partitions_to_journal(parts: dict[int, PartitionState]) -> str:
     rows = [[p, s.replicas] if (s.leader_epoch == 0 and s.controller_epoch == 0 and s.version == 0 and s.replicas
                                 and s.leader == s.replicas[0] and s.isr == s.replicas)
             else [p, s.replicas, s.leader, s.leader_epoch, s.isr, s.controller_epoch, s.version]
+            + ([s.adding_replicas, s.removing_replicas] if s.adding_replicas or s.removing_replicas else [])
             for p, s in sorted(parts.items())]
     return "[" + ",".join(json.dumps(rows[i:i + _ROWS_PER_DUMPS], separators=(",", ":"))[1:-1]
                           for i in range(0, len(rows), _ROWS_PER_DUMPS)) + "]"
@@ -373,7 +445,8 @@ def _partitions_from_journal(rows: list[list[Any]]) -> dict[int, PartitionState]
         if len(r) == 2:
             out[int(r[0])] = PartitionState(list(r[1]), r[1][0], 0, list(r[1]), 0, 0)
         else:
-            out[int(r[0])] = PartitionState(list(r[1]), r[2], r[3], list(r[4]), r[5], r[6])
+            out[int(r[0])] = PartitionState(list(r[1]), r[2], r[3], list(r[4]), r[5], r[6],
+                                            list(r[7]) if len(r) > 7 else [], list(r[8]) if len(r) > 8 else [])
     return out
 
 

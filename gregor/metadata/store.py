@@ -45,12 +45,20 @@ class BadVersionError(MetadataError):
     """A conditional update lost a race: the znode (or record) changed since it was read."""
 
 
+class ControllerMovedError(MetadataError):
+    """A write fenced by a controller epoch that is no longer the current one: another broker became
+    the controller meanwhile (ZooKeeper: the multi's check on /controller_epoch failed)."""
+
+
 @dataclass(frozen=True)
 class BrokerInfo:
     broker_id: int
     host: str
     port: int
     rack: str | None = None
+    # The broker epoch: ZooKeeper's czxid of the registration znode (grows with each registration),
+    # so a controlled shutdown request from a previous incarnation is recognised (STALE_BROKER_EPOCH).
+    epoch: int = -1
 
 
 @dataclass
@@ -63,10 +71,15 @@ class PartitionState:
     isr: list[int] = field(default_factory=list)
     controller_epoch: int = 0
     version: int = 0  # bumped on every write; updates are conditional on it
+    # A reassignment under way (KIP-455, kept with the assignment in /brokers/topics/<t>): `replicas`
+    # is then the union of the old and the target replicas, these the ones being added and removed.
+    adding_replicas: list[int] = field(default_factory=list)
+    removing_replicas: list[int] = field(default_factory=list)
 
     def copy(self) -> PartitionState:
         return PartitionState(list(self.replicas), self.leader, self.leader_epoch, list(self.isr),
-                              self.controller_epoch, self.version)
+                              self.controller_epoch, self.version, list(self.adding_replicas),
+                              list(self.removing_replicas))
 
 
 @dataclass
@@ -108,12 +121,37 @@ class SetTopicConfigs:
     configs: dict[str, str]
 
 
-Change = CreateTopic | DeleteTopic | AddPartitions | SetTopicConfigs
+@dataclass(frozen=True)
+class ReassignPartitions:
+    """Replace the assignment (replicas, adding_replicas, removing_replicas) of some partitions of a
+    topic; their leader, epoch and ISR are the state znodes' and are not changed by this."""
+
+    name: str
+    partitions: dict[int, PartitionState]
+
+
+Change = CreateTopic | DeleteTopic | AddPartitions | SetTopicConfigs | ReassignPartitions
+
+
+@dataclass(frozen=True)
+class StateUpdate:
+    """One conditional partition-state write (leader, leader epoch, ISR, controller epoch): it succeeds
+    only if the state's version is still `expected_version`."""
+
+    topic: str
+    partition: int
+    state: PartitionState
+    expected_version: int
 
 
 # --- events (what subscribers see) ----------------------------------------------------------
 # Kinds: the topic listeners' event names (ReplicaManager.on_metadata_change) plus "brokers".
 CREATED, DELETED, PARTITIONS, CONFIGS, STATE, BROKERS = "created", "deleted", "partitions", "configs", "state", "brokers"
+# The store's own session with the cluster (ZooKeeper): "lost" when it expired (this broker's
+# registration and any controllership are gone: it must stop acting as leader or controller), then
+# "restored" once it registered again and the cache was reloaded. The embedded store never loses it.
+SESSION = "session"
+SESSION_LOST, SESSION_RESTORED = "lost", "restored"
 
 
 @dataclass(frozen=True)
@@ -130,6 +168,7 @@ class MetadataEvent:
     brokers: tuple[BrokerInfo, ...] | None = None
     controller_id: int | None = None
     partitions: dict[int, PartitionState] | None = None
+    session: str | None = None  # SESSION events: SESSION_LOST or SESSION_RESTORED
 
 
 @dataclass(frozen=True)
@@ -184,7 +223,34 @@ class MetadataStore(ABC):
 
     # --- writes (blocking: off the event loop) ----------------------------------------------
     @abstractmethod
-    def register_broker(self, info: BrokerInfo) -> int: ...
+    def register_broker(self, info: BrokerInfo) -> int:
+        """Register this broker as live (ZooKeeper: the ephemeral /brokers/ids/<id>, gone with the
+        session). Returns the broker epoch. Raises MetadataError if another live broker has the id."""
+
+    @abstractmethod
+    def unregister_broker(self, broker_id: int) -> None:
+        """Remove a live registration (a clean shutdown's last step; ZooKeeper: delete the ephemeral)."""
+
+    # --- the controller -------------------------------------------------------------------
+    @abstractmethod
+    def elect_controller(self, broker_id: int) -> int | None:
+        """Try to become the controller (ZooKeeper: create the ephemeral /controller, then bump
+        /controller_epoch conditionally). Returns the new controller epoch if `broker_id` is now the
+        controller, None if another broker is. Every broker calls this at start and whenever the
+        controller goes away (a BROKERS event with controller_id -1)."""
+
+    @abstractmethod
+    def resign_controller(self, broker_id: int, controller_epoch: int) -> None:
+        """Give up the controllership if `broker_id` still holds it at `controller_epoch`."""
+
+    @abstractmethod
+    def update_partition_states(self, updates: Sequence[StateUpdate],
+                                controller_epoch: int | None = None) -> list[int | MetadataError]:
+        """Conditional writes of partition states, each on its own (one losing its race leaves the others):
+        per update the state's new version, or BadVersionError / NoSuchTopicError. With `controller_epoch`
+        (the controller's writes), each write is also fenced by it: ControllerMovedError once another
+        controller was elected. A leader's ISR change passes None (Kafka's ZooKeeper-mode leaders write
+        the ISR themselves, conditional on the version). Events follow as for any change."""
 
     @abstractmethod
     def apply(self, changes: Sequence[Change]) -> list[int | MetadataError]:
@@ -192,10 +258,6 @@ class MetadataStore(ABC):
         per change, the metadata version holding it, or its error (TopicExistsError, NoSuchTopicError).
         The objects in `changes` are handed over: the store may pass them on in events (to the caller's
         loop) but keeps none of them itself, so the caller must not change them afterwards."""
-
-    @abstractmethod
-    def update_partition_state(self, name: str, partition: int, state: PartitionState, expected_version: int) -> int:
-        """Conditional write; returns the partition state's new version or raises BadVersionError."""
 
     def create_topic(self, topic: TopicMetadata) -> int:
         """Raises TopicExistsError."""
@@ -210,6 +272,15 @@ class MetadataStore(ABC):
 
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> int:
         return _one(self.apply([SetTopicConfigs(name, configs)]))
+
+    def update_partition_state(self, name: str, partition: int, state: PartitionState, expected_version: int) -> int:
+        """One conditional write without fencing; returns the new version or raises BadVersionError.
+        `state.version` is set to the new version."""
+        r = self.update_partition_states([StateUpdate(name, partition, state, expected_version)])[0]
+        if isinstance(r, MetadataError):
+            raise r
+        state.version = r
+        return r
 
     @abstractmethod
     def allocate_producer_ids(self, block_size: int) -> tuple[int, int]:

@@ -240,11 +240,17 @@ class Broker:
         return asyncio.shield(self._offsets_topic_creation)
 
     async def _create_offsets_topic(self) -> None:
+        rf = self.config.get("offsets.topic.replication.factor")
+        live = len(self.metadata_cache.brokers())
+        if rf > live:  # Kafka refuses until enough brokers are up; a lone broker could then never serve groups
+            log.warning("creating %s with replication factor %d: offsets.topic.replication.factor is %d but only %d "
+                        "brokers are live", OFFSETS_TOPIC, max(live, 1), rf, live)
+            rf = max(live, 1)
         try:
             await self.topic_admin.create_topic(
                 OFFSETS_TOPIC,
                 self.config.get("offsets.topic.num.partitions"),
-                self.config.get("offsets.topic.replication.factor"),
+                rf,
                 configs={"cleanup.policy": "compact",
                          "segment.bytes": str(self.config.get("offsets.topic.segment.bytes"))},
                 internal_allowed=True,
