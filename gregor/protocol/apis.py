@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from gregor.protocol.messages.api_versions import API_VERSIONS
 from gregor.protocol.messages.cluster import DESCRIBE_CLUSTER
+from gregor.protocol.messages.cluster_admin import (
+    ALTER_PARTITION_REASSIGNMENTS,
+    CONTROLLED_SHUTDOWN,
+    ELECT_LEADERS,
+    LIST_PARTITION_REASSIGNMENTS,
+)
 from gregor.protocol.messages.configs import ALTER_CONFIGS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 from gregor.protocol.messages.consumer_group import CONSUMER_GROUP_DESCRIBE, CONSUMER_GROUP_HEARTBEAT
 from gregor.protocol.messages.describe_producers import DESCRIBE_PRODUCERS
@@ -69,6 +75,10 @@ ALL: list[Api] = [
     DESCRIBE_PRODUCERS,
     CONSUMER_GROUP_HEARTBEAT,
     CONSUMER_GROUP_DESCRIBE,
+    CONTROLLED_SHUTDOWN,
+    ELECT_LEADERS,
+    ALTER_PARTITION_REASSIGNMENTS,
+    LIST_PARTITION_REASSIGNMENTS,
 ]
 
 BY_KEY: dict[int, Api] = {a.key: a for a in ALL}
