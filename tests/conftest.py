@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from gregor.tools.local_zookeeper import ZooKeeperServer, zookeeper_available
 from tests.broker_process import BrokerProcess
 
 
@@ -32,3 +34,20 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     b = BrokerProcess(tmp_path_factory.mktemp("broker")).start()
     yield b
     b.kill()
+
+
+@pytest.fixture(scope="session")
+def zookeeper_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    """One real ZooKeeper for the whole run (started on first use, ~1 s); tests keep apart by chroot."""
+    why = zookeeper_available()
+    if why is not None:
+        pytest.fail(f"ZooKeeper cannot start: {why}; scripts/install.sh installs it")
+    zk = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper")).start()
+    yield zk
+    zk.kill()
+
+
+@pytest.fixture
+def zk_connect(zookeeper_server: ZooKeeperServer) -> str:
+    """A `zookeeper.connect` value with a chroot of this test's own (brokers create it)."""
+    return f"{zookeeper_server.connect}/gregor-test-{uuid.uuid4().hex[:12]}"
