@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterable, Mapping
 from gregor.metadata.store import (
     BROKERS,
     DELETED,
+    SESSION,
+    SESSION_RESTORED,
     BrokerInfo,
     MetadataEvent,
     MetadataImage,
@@ -36,7 +38,9 @@ from gregor.metadata.store import (
 
 log = logging.getLogger("gregor.metadata")
 
-# (event kind, topic name): ReplicaManager.on_metadata_change's signature.
+# (event kind, topic name): ReplicaManager.on_metadata_change's signature. Listeners are also told
+# (BROKERS, "") after the live brokers or the controller changed, and (SESSION, SESSION_LOST or
+# SESSION_RESTORED) when the store's session with the cluster was lost or restored.
 Listener = Callable[[str, str], None]
 
 
@@ -50,6 +54,7 @@ class MetadataCache:
         self.version = -1
         self.cluster_id = ""
         self.controller_id = -1
+        self.session = SESSION_RESTORED  # SESSION_LOST while the store has no session (ZooKeeper expired it)
         self._brokers: tuple[BrokerInfo, ...] = ()
         self._topics: dict[str, TopicMetadata] = {}
         self._by_id: dict[uuid.UUID, TopicMetadata] = {}
@@ -94,6 +99,10 @@ class MetadataCache:
             self._brokers = event.brokers or ()
             if event.controller_id is not None:
                 self.controller_id = event.controller_id
+            self._notify(BROKERS, "")
+        elif event.kind == SESSION:  # the store's session was lost or restored: listeners get its state
+            self.session = event.session or ""
+            self._notify(SESSION, self.session)
         elif event.partitions is not None:  # partition states changed in place: the cache owns its objects
             t = self._topics.get(event.topic or "")
             if t is None:

@@ -52,6 +52,7 @@ class Broker:
     def __init__(self, config: BrokerConfig, store: MetadataStore | None = None) -> None:
         self.config = config
         t0 = time.monotonic()
+        self._owns_store = store is None  # a store handed in (in-process clusters in tests) is its owner's to close
         self.store = store or EmbeddedMetadataStore(
             config.log_dirs[0], config.broker_id,
             snapshot_bytes=config.get("metadata.log.max.record.bytes.between.snapshots"))
@@ -177,7 +178,10 @@ class Broker:
 
     def _close_metadata(self) -> None:
         self.topic_admin.close()  # the writes under way finish first
-        self.store.close()
+        if self._owns_store:
+            self.store.close()
+        else:
+            self.store.unregister_broker(self.config.broker_id)
 
     # --- periodic jobs ---------------------------------------------------------------
     def _every(self, interval_ms: int, job: Callable[[], Awaitable[None]]) -> None:

@@ -20,7 +20,7 @@ from typing import NamedTuple, TypeVar
 
 from gregor.config import BrokerConfig
 from gregor.metadata.cache import MetadataCache
-from gregor.metadata.store import MetadataStore, TopicMetadata
+from gregor.metadata.store import BROKERS, SESSION, MetadataStore, TopicMetadata
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.records import BatchHeader
 from gregor.server.delayed import DelayedFetch, DelayedProduce, FetchPartitionStatus, ProducePartitionStatus
@@ -210,6 +210,8 @@ class ReplicaManager:
         return (topic, p) in self.loading
 
     def on_metadata_change(self, event: str, topic: str) -> None:
+        if event in (BROKERS, SESSION):  # not a topic's change
+            return
         if event == "deleted":
             if self.log_manager.loading:
                 self._deleted_while_loading.add(topic)
