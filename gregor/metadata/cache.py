@@ -21,7 +21,7 @@ import itertools
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 
 from gregor.metadata.store import (
     BROKERS,
@@ -54,6 +54,9 @@ class MetadataCache:
         self.version = -1
         self.cluster_id = ""
         self.controller_id = -1
+        # While listeners are told of a STATE event: the partitions it changed (only those need a look;
+        # a 1,000-partition topic's leader moves arrive as 1,000 events). None for every other event.
+        self.changed_partitions: Collection[int] | None = None
         self.session = SESSION_RESTORED  # SESSION_LOST while the store has no session (ZooKeeper expired it)
         self._brokers: tuple[BrokerInfo, ...] = ()
         self._topics: dict[str, TopicMetadata] = {}
@@ -111,7 +114,11 @@ class MetadataCache:
                 self._count([t.partitions[p] for p in event.partitions if p in t.partitions], -1)
                 t.partitions.update(event.partitions)
                 self._count(event.partitions.values(), 1)
-                self._notify(event.kind, t.name)
+                self.changed_partitions = event.partitions.keys()
+                try:
+                    self._notify(event.kind, t.name)
+                finally:
+                    self.changed_partitions = None
         elif event.topic is not None:
             old = self._topics.get(event.topic)
             if old is not None:
