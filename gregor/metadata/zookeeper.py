@@ -103,6 +103,9 @@ BROKER_IDS, TOPICS, CONFIG_TOPICS = "/brokers/ids", "/brokers/topics", "/config/
 CONTROLLER, CONTROLLER_EPOCH = "/controller", "/controller_epoch"
 CLUSTER_ID, PRODUCER_ID_BLOCK = "/cluster/id", "/latest_producer_id_block"
 PERSISTENT_PATHS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, "/cluster")
+# Partitions created or deleted per multi (~250 bytes each), so a request stays under ZooKeeper's 1 MB
+# jute.maxbuffer, beyond which the server drops the connection.
+PARTITIONS_PER_MULTI = 2000
 # Partition-state writes per multi: ~150 bytes each, well under ZooKeeper's 1 MB request limit (jute.maxbuffer).
 STATE_MULTI_CHUNK = 500
 
@@ -166,6 +169,9 @@ class _Topic:
     """The reader's image of one topic with the znode versions that built it."""
 
     meta: TopicMetadata
+    # Partitions in the assignment whose state znode did not exist yet when read (a creation larger than
+    # one multi writes them after the topic znode): an exists watch brings each in once it does.
+    pending: dict[int, tuple[list[int], list[int], list[int]]] = dataclasses.field(default_factory=dict)
     assignment_mzxid: int = -1
     config_mzxid: int = -1
     state_mzxid: dict[int, int] = dataclasses.field(default_factory=dict)
@@ -406,10 +412,12 @@ class ZooKeeperMetadataStore(MetadataStore):
             except NoNodeError:
                 configs, cmzxid = {}, -1
             new_states: dict[int, tuple[PartitionState, int]] = {}
+            missing: dict[int, tuple[list[int], list[int], list[int]]] = {}
             for p, r in state_reads[n].items():
                 try:
                     sdata, sstat = r.get()
-                except NoNodeError:  # created after its topic znode (AddPartitions is one multi: not by us)
+                except NoNodeError:  # written after its topic znode (a large creation): watched for
+                    missing[p] = parts[p]
                     continue
                 replicas, adding, removing = parts[p]
                 new_states[p] = (_parse_state(sdata, sstat, replicas, adding, removing), sstat.mzxid)
@@ -421,9 +429,12 @@ class ZooKeeperMetadataStore(MetadataStore):
                     cur = None
                 if cur is None:
                     meta = TopicMetadata(n, tid, {p: s for p, (s, _) in new_states.items()}, configs, n in INTERNAL_TOPICS)
-                    self._topics[n] = _Topic(meta, stat.mzxid, cmzxid, {p: z for p, (_, z) in new_states.items()})
+                    self._topics[n] = _Topic(meta, missing, stat.mzxid, cmzxid, {p: z for p, (_, z) in new_states.items()})
                     self._publish_locked(CREATED, topic=n, snapshot=meta.copy())
+                    self._watch_missing(n, missing)
                     continue
+                cur.pending.update(missing)
+                self._watch_missing(n, missing)
                 changed = False
                 if cmzxid != cur.config_mzxid:
                     cur.meta.configs, cur.config_mzxid = configs, cmzxid
@@ -441,6 +452,13 @@ class ZooKeeperMetadataStore(MetadataStore):
                     changed = True
                 if changed:
                     self._publish_locked(PARTITIONS, topic=n, snapshot=cur.meta.copy())
+
+    def _watch_missing(self, name: str, missing: dict[int, Any]) -> None:
+        """An exists watch on each missing state znode; one created meanwhile is queued for a read now."""
+        checks = [(p, self._zk.exists_async(_state_path(name, p), watch=self._on_watch)) for p in missing]
+        for p, r in checks:
+            if r.get() is not None:
+                self._queue.put(("path", _state_path(name, p)))
 
     def _read_configs(self, names: set[str]) -> None:
         reads = {n: self._zk.get_async(f"{CONFIG_TOPICS}/{n}", watch=self._on_watch) for n in names}
@@ -471,18 +489,29 @@ class ZooKeeperMetadataStore(MetadataStore):
         """State znodes' data, read or just written: the ones newer than the image (by mzxid) become one
         STATE event per topic."""
         changed: dict[str, dict[int, PartitionState]] = {}
+        appeared: set[str] = set()
         with self._lock:
             for (n, p), (data, stat) in results.items():
                 cur = self._topics.get(n)
-                old = cur.meta.partitions.get(p) if cur is not None else None
-                if cur is None or old is None or cur.state_mzxid.get(p, -1) >= stat.mzxid:
+                if cur is None or cur.state_mzxid.get(p, -1) >= stat.mzxid:
                     continue
-                s = _parse_state(data, stat, old.replicas, old.adding_replicas, old.removing_replicas)
+                old = cur.meta.partitions.get(p)
+                if old is not None:
+                    assignment = (old.replicas, old.adding_replicas, old.removing_replicas)
+                elif p in cur.pending:
+                    assignment = cur.pending.pop(p)
+                    appeared.add(n)
+                else:
+                    continue
+                s = _parse_state(data, stat, *assignment)
                 cur.meta.partitions[p] = s
                 cur.state_mzxid[p] = stat.mzxid
                 changed.setdefault(n, {})[p] = s.copy()
             for n, parts in changed.items():
-                self._publish_locked(STATE, topic=n, partitions=parts)
+                if n in appeared:  # new partitions: the whole topic, as for AddPartitions
+                    self._publish_locked(PARTITIONS, topic=n, snapshot=self._topics[n].meta.copy())
+                else:
+                    self._publish_locked(STATE, topic=n, partitions=parts)
 
     def _publish_locked(self, kind: str, **fields: Any) -> None:
         self._version += 1
@@ -709,9 +738,8 @@ class ZooKeeperMetadataStore(MetadataStore):
             tx = self._zk.transaction()
             tx.create(_topic_path(t.name), topic_znode(t))
             tx.create(f"{_topic_path(t.name)}/partitions", b"")
-            for p, s in sorted(t.partitions.items()):
-                tx.create(f"{_topic_path(t.name)}/partitions/{p}", b"")
-                tx.create(_state_path(t.name, p), state_znode(s))
+            items = sorted(t.partitions.items())
+            _create_states(tx, t.name, items[:PARTITIONS_PER_MULTI])
             config_path = f"{CONFIG_TOPICS}/{t.name}"
             if self._zk.exists(config_path) is not None:  # left by a deletion Kafka-style: replaced
                 tx.set_data(config_path, config_znode(t.configs))
@@ -721,6 +749,7 @@ class ZooKeeperMetadataStore(MetadataStore):
             if isinstance(results[0], NodeExistsError):
                 raise TopicExistsError(t.name)
             _raise_first(results, f"creating topic {t.name}")
+            self._create_rest(t.name, items[PARTITIONS_PER_MULTI:])
             return [_topic_path(t.name)]
         path = _topic_path(ch.name)
         if isinstance(ch, DeleteTopic):
@@ -731,6 +760,9 @@ class ZooKeeperMetadataStore(MetadataStore):
                     parts = []
                     if self._zk.exists(path) is None:
                         raise NoSuchTopicError(ch.name) from None
+                if len(parts) > PARTITIONS_PER_MULTI:  # beyond one request's size: the partitions first
+                    self._delete_partitions(path, parts[PARTITIONS_PER_MULTI:])
+                    parts = parts[:PARTITIONS_PER_MULTI]
                 tx = self._zk.transaction()
                 for p in parts:
                     tx.delete(f"{path}/partitions/{p}/state")
@@ -773,9 +805,8 @@ class ZooKeeperMetadataStore(MetadataStore):
                 raise BadVersionError(f"{ch.name} has {len(parts)} partitions now")
             meta.partitions.update(ch.partitions)
             tx.set_data(path, topic_znode(meta), version=stat.version)
-            for p, s in sorted(ch.partitions.items()):
-                tx.create(f"{path}/partitions/{p}", b"")
-                tx.create(_state_path(ch.name, p), state_znode(s))
+            added = sorted(ch.partitions.items())
+            _create_states(tx, ch.name, added[:PARTITIONS_PER_MULTI])
         elif isinstance(ch, ReassignPartitions):
             missing = [p for p in ch.partitions if p not in parts]
             if missing:
@@ -793,7 +824,31 @@ class ZooKeeperMetadataStore(MetadataStore):
         if isinstance(results[0], NoNodeError):
             raise NoSuchTopicError(ch.name)
         _raise_first(results, f"changing topic {ch.name}")
+        if isinstance(ch, AddPartitions):
+            self._create_rest(ch.name, added[PARTITIONS_PER_MULTI:])
         return [path]
+
+    def _create_rest(self, name: str, items: list[tuple[int, PartitionState]]) -> None:
+        """The partition states beyond the first multi (its size is bounded by jute.maxbuffer), pipelined.
+        Readers that saw the assignment before them watch for their creation (see _read_topics)."""
+        pending = []
+        for i in range(0, len(items), PARTITIONS_PER_MULTI):
+            tx = self._zk.transaction()
+            _create_states(tx, name, items[i:i + PARTITIONS_PER_MULTI])
+            pending.append(tx.commit_async())
+        for r in pending:
+            _raise_first(r.get(), f"creating the partition states of topic {name}")
+
+    def _delete_partitions(self, path: str, parts: list[str]) -> None:
+        pending = []
+        for i in range(0, len(parts), PARTITIONS_PER_MULTI):
+            tx = self._zk.transaction()
+            for p in parts[i:i + PARTITIONS_PER_MULTI]:
+                tx.delete(f"{path}/partitions/{p}/state")
+                tx.delete(f"{path}/partitions/{p}")
+            pending.append(tx.commit_async())
+        for r in pending:
+            r.get()  # a failure (deleted meanwhile) shows in the final multi, which is retried
 
     # --- producer ids ----------------------------------------------------------------------
     def allocate_producer_ids(self, block_size: int) -> tuple[int, int]:
@@ -847,6 +902,12 @@ def _parse_state(data: bytes, stat: ZnodeStat, replicas: list[int], adding: list
     doc = json.loads(data)
     return PartitionState(list(replicas), int(doc["leader"]), int(doc["leader_epoch"]), list(doc["isr"]),
                           int(doc["controller_epoch"]), int(stat.version), list(adding), list(removing))
+
+
+def _create_states(tx: Any, name: str, items: list[tuple[int, PartitionState]]) -> None:
+    for p, s in items:
+        tx.create(f"{_topic_path(name)}/partitions/{p}", b"")
+        tx.create(_state_path(name, p), state_znode(s))
 
 
 def _failed(r: Any) -> bool:

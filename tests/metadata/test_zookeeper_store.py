@@ -346,3 +346,18 @@ def test_scale_100_topics_and_a_1000_partition_topic(stores: StoreFactory, capsy
               f"a new store loads 2,000 partitions in {t_load * 1000:.0f} ms; 1,000 fenced state updates "
               f"{t_upd * 1000:.0f} ms (published included), seen by the other store {t_seen * 1000:.0f} ms later")
     assert t_upd < 10  # pipelined: not 1,000 sequential round trips with their re-reads
+
+
+def test_a_topic_larger_than_one_multi_is_created_seen_and_deleted(stores: StoreFactory, raw_zk: KazooClient) -> None:
+    """5,000 partitions exceed one request (jute.maxbuffer): written in several multis; a store watching
+    meanwhile ends with every partition, and the deletion removes every znode."""
+    a, b = stores(1), stores(2)
+    a.create_topic(_topic("huge", 5000))
+    assert len(a.snapshot().topics["huge"].partitions) == 5000
+    _wait(lambda: "huge" in b.snapshot().topics and len(b.snapshot().topics["huge"].partitions) == 5000, 30)
+    assert b.snapshot().topics["huge"].partitions[4999].isr == [1, 2, 3]
+    a.add_partitions("huge", {p: PartitionState([2], 2, isr=[2]) for p in range(5000, 7500)})
+    _wait(lambda: len(b.snapshot().topics["huge"].partitions) == 7500, 30)
+    a.delete_topic("huge")
+    assert raw_zk.exists("/brokers/topics/huge") is None and raw_zk.exists("/config/topics/huge") is None
+    _wait(lambda: "huge" not in b.snapshot().topics, 30)
