@@ -295,13 +295,18 @@ class ZooKeeperMetadataStore(MetadataStore):
                 return
             try:
                 self._process(batch)
-            except Exception as e:  # connection loss mid-read: the same reads again once connected
+            except KazooException as e:  # connection loss mid-read: the same reads again once connected
                 if self._closed:
                     return
                 log.warning("reading ZooKeeper metadata failed (%s: %s); retrying", type(e).__name__, e)
                 time.sleep(0.2)
                 for item in batch:
                     self._queue.put(item)
+            except Exception:  # a znode this code cannot parse: reported, not retried forever
+                log.exception("could not apply ZooKeeper metadata changes %s", [i for i in batch if i[0] == "path"][:20])
+                for item in batch:
+                    if item[0] == "sync":
+                        item[1].set()
 
     def _process(self, batch: list[tuple[Any, ...]]) -> None:
         paths: set[str] = set()

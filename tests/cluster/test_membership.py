@@ -93,6 +93,10 @@ def test_a_duplicate_broker_id_refuses_to_start(start_broker: Callable[..., Brok
     cmd[-1] = "log.retention.check.interval.ms=300000"
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert out.returncode != 0 and "broker.id must be set explicitly" in out.stderr
+    # and an unreachable ZooKeeper is named
+    cmd[-1], cmd[-3] = "zookeeper.connection.timeout.ms=500", "zookeeper.connect=127.0.0.1:1/nowhere"
+    out = subprocess.run(cmd + ["--override", "broker.id=3"], capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "cannot connect to ZooKeeper at 127.0.0.1:1" in out.stderr, out.stderr[-2000:]
 
 
 def test_a_sigkilled_broker_leaves_metadata_after_its_session_timeout(
