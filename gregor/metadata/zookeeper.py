@@ -36,8 +36,9 @@ Python) is what bounds throughput: a 1,000-partition topic loads in ~0.5-1 s, so
 100,000 partitions would read for about a minute (every broker reads every state znode here, where a
 Kafka broker had its controller's UpdateMetadata).
 
-Session. SUSPENDED (disconnected, the session still alive) changes nothing: kazoo resends the watches
-on reconnection and ZooKeeper fires the ones missed. LOST (expired) publishes SESSION "lost": the
+Session. SUSPENDED (disconnected, the session still alive) changes nothing: kazoo drops its watches
+when the connection drops, so on reconnection the reader reads everything again with its watches and
+publishes only what changed meanwhile. LOST (expired) publishes SESSION "lost": the
 registration and any controllership are gone. When kazoo connects again it is with a new session: the
 reader registers the broker again (a new epoch), re-reads everything, publishes the full picture and
 then SESSION "restored".
@@ -299,6 +300,8 @@ class ZooKeeperMetadataStore(MetadataStore):
         elif state == KazooState.CONNECTED and self._session_lost:
             self._session_lost = False
             self._queue.put(("restored",))
+        elif state == KazooState.CONNECTED:  # the same session again: kazoo dropped every watch meanwhile
+            self._queue.put(("resync",))
 
     def _run_reader(self) -> None:
         while True:
@@ -340,6 +343,8 @@ class ZooKeeperMetadataStore(MetadataStore):
                 log.warning("ZooKeeper session expired: this broker is no longer registered")
             elif kind == "restored":
                 self._restore()
+            elif kind == "resync":
+                self._resync()
             elif kind == "path":
                 paths.add(item[1])
             elif kind == "sync":
@@ -554,6 +559,20 @@ class ZooKeeperMetadataStore(MetadataStore):
         with self._lock:
             for n in sorted(old - set(self._topics)):
                 self._publish_locked(DELETED, topic=n)
+
+    def _resync(self) -> None:
+        """After a disconnection of the same session: kazoo forgot every watch (it fires them with no path
+        when the connection drops), and changes made meanwhile were never signalled. Everything is read
+        again with its watch; only what changed is published (by mzxid), so nothing else moves."""
+        self._read_brokers()
+        names = set(self._zk.get_children(TOPICS, watch=self._on_watch))
+        with self._lock:
+            gone = [n for n in self._topics if n not in names]
+            states = {n: set(t.meta.partitions) for n, t in self._topics.items() if n in names}
+        for n in gone:
+            self._topic_gone(n)
+        self._read_topics(names)
+        self._read_states(states)
 
     def _restore(self) -> None:
         """A new session: register again (a new broker epoch), re-read everything, publish, then "restored"."""

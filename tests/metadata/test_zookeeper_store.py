@@ -361,3 +361,29 @@ def test_a_topic_larger_than_one_multi_is_created_seen_and_deleted(stores: Store
     a.delete_topic("huge")
     assert raw_zk.exists("/brokers/topics/huge") is None and raw_zk.exists("/config/topics/huge") is None
     _wait(lambda: "huge" not in b.snapshot().topics, 30)
+
+
+def test_a_zookeeper_restart_within_the_session_timeout_changes_nothing(tmp_path: object) -> None:
+    """SUSPENDED, not LOST: the session outlives a ZooKeeper restart (its sessions are in the data dir),
+    so no SESSION event, the same registration, and the watches still work afterwards."""
+    zk = ZooKeeperServer(str(tmp_path)).start()
+    s = t = None
+    try:
+        props = {"zookeeper.connect": zk.connect + "/c", "zookeeper.session.timeout.ms": "15000"}
+        s = ZooKeeperMetadataStore(BrokerConfig({**props, "broker.id": "1"}))
+        ev = Events(s)
+        epoch = s.register_broker(BrokerInfo(1, "h", 1))
+        zk.kill()
+        time.sleep(1.0)
+        zk.start()
+        t = ZooKeeperMetadataStore(BrokerConfig({**props, "broker.id": "2"}))
+        _wait(lambda: [b.epoch for b in t.snapshot().brokers] == [epoch], 10)  # the same registration
+        t.create_topic(_topic("after", 1))
+        _wait(lambda: "after" in s.snapshot().topics, 15)  # s's watches survived the reconnection
+        assert not any(e.kind == SESSION for e in ev.items)
+        ev.close()
+    finally:
+        for x in (s, t):
+            if x is not None:
+                x.close()
+        zk.kill()
