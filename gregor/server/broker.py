@@ -28,12 +28,12 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from gregor.admin.topic_admin import TopicAdmin
-from gregor.config import BrokerConfig, ConfigError, parse_listener
+from gregor.config import BrokerConfig, ConfigError, parse_listener  # issue 10: zk (ConfigError)
 from gregor.coordinator.group.coordinator import OFFSETS_TOPIC, GroupCoordinator, append_via
 from gregor.metadata.cache import MetadataCache
 from gregor.metadata.embedded import EmbeddedMetadataStore
 from gregor.metadata.store import SESSION, SESSION_RESTORED, BrokerInfo, CreateTopic, MetadataStore, TopicMetadata
-from gregor.metadata.zookeeper import ZooKeeperMetadataStore
+from gregor.metadata.zookeeper import ZooKeeperMetadataStore  # issue 10: zk
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.server.dispatcher import Dispatcher
 from gregor.server.handlers import HANDLERS
