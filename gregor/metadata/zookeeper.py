@@ -324,7 +324,8 @@ class ZooKeeperMetadataStore(MetadataStore):
                 log.warning("reading ZooKeeper metadata failed (%s: %s); retrying", type(e).__name__, e)
                 time.sleep(0.2)
                 for item in batch:
-                    self._queue.put(item)
+                    if item[0] != "lost":  # published already (it comes first and reads nothing)
+                        self._queue.put(item)
             except Exception:  # a znode this code cannot parse: reported, not retried forever
                 log.exception("could not apply ZooKeeper metadata changes %s", [i for i in batch if i[0] == "path"][:20])
                 for item in batch:
