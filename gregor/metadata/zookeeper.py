@@ -324,7 +324,7 @@ class ZooKeeperMetadataStore(MetadataStore):
                 log.warning("reading ZooKeeper metadata failed (%s: %s); retrying", type(e).__name__, e)
                 time.sleep(0.2)
                 for item in batch:
-                    if item[0] != "lost":  # published already (it comes first and reads nothing)
+                    if item[0] != "lost":  # published already (first, before any read)
                         self._queue.put(item)
             except Exception:  # a znode this code cannot parse: reported, not retried forever
                 log.exception("could not apply ZooKeeper metadata changes %s", [i for i in batch if i[0] == "path"][:20])
@@ -335,14 +335,14 @@ class ZooKeeperMetadataStore(MetadataStore):
     def _process(self, batch: list[tuple[Any, ...]]) -> None:
         paths: set[str] = set()
         syncs: list[threading.Event] = []
+        if any(item[0] == "lost" for item in batch):  # first: nothing read in this batch can undo it
+            with self._lock:
+                self._controller_epoch = None
+                self._publish_locked(SESSION, session=SESSION_LOST)
+            log.warning("ZooKeeper session expired: this broker is no longer registered")
         for item in batch:
             kind = item[0]
-            if kind == "lost":
-                with self._lock:
-                    self._controller_epoch = None
-                    self._publish_locked(SESSION, session=SESSION_LOST)
-                log.warning("ZooKeeper session expired: this broker is no longer registered")
-            elif kind == "restored":
+            if kind == "restored":
                 self._restore()
             elif kind == "resync":
                 self._resync()
