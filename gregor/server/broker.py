@@ -28,11 +28,12 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from gregor.admin.topic_admin import TopicAdmin
-from gregor.config import BrokerConfig, parse_listener
+from gregor.config import BrokerConfig, ConfigError, parse_listener  # issue 10: zk (ConfigError)
 from gregor.coordinator.group.coordinator import OFFSETS_TOPIC, GroupCoordinator, append_via
 from gregor.metadata.cache import MetadataCache
 from gregor.metadata.embedded import EmbeddedMetadataStore
-from gregor.metadata.store import BrokerInfo, CreateTopic, MetadataStore, TopicMetadata
+from gregor.metadata.store import SESSION, SESSION_RESTORED, BrokerInfo, CreateTopic, MetadataStore, TopicMetadata
+from gregor.metadata.zookeeper import ZooKeeperMetadataStore  # issue 10: zk
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.server.dispatcher import Dispatcher
 from gregor.server.handlers import HANDLERS
@@ -53,6 +54,12 @@ class Broker:
         self.config = config
         t0 = time.monotonic()
         self._owns_store = store is None  # a store handed in (in-process clusters in tests) is its owner's to close
+        if store is None and config.get("zookeeper.connect"):  # issue 10: zk
+            if "broker.id" not in config.explicit:  # issue 10: zk
+                raise ConfigError("broker.id must be set explicitly when zookeeper.connect is set (each broker of a "  # issue 10: zk
+                                  "cluster needs its own id)")  # issue 10: zk
+            store = ZooKeeperMetadataStore(config)  # issue 10: zk
+        self.broker_epoch = -1  # issue 10: zk: this registration's epoch (the znode's czxid); renewed with the session
         self.store = store or EmbeddedMetadataStore(
             config.log_dirs[0], config.broker_id,
             snapshot_bytes=config.get("metadata.log.max.record.bytes.between.snapshots"))
@@ -101,9 +108,11 @@ class Broker:
             adv_port = self.bound_ports[0]
         # Registered on the loop, once, before anything is read: a request accepted meanwhile must find this
         # broker in the cache, so the cache catches up from the store right after (attach), not by event.
-        self.store.register_broker(BrokerInfo(self.config.broker_id, adv_host or "127.0.0.1", adv_port))
+        self.broker_epoch = self.store.register_broker(BrokerInfo(self.config.broker_id, adv_host or "127.0.0.1", adv_port,  # issue 10: zk
+                                                                  self.config.get("broker.rack")))  # issue 10: zk
         self.metadata_cache.attach(self.store, asyncio.get_running_loop())
         self.metadata_cache.add_listener(self.replica_manager.on_metadata_change)
+        self.metadata_cache.add_listener(self._on_session_change)  # issue 10: zk
         self.replica_manager.sync_all()  # new partitions only: the ones on disk are still loading
         self._load_task = asyncio.ensure_future(self._load_logs())
         log.info(
@@ -159,6 +168,7 @@ class Broker:
     async def shutdown(self) -> None:
         log.info("shutting down")
         self._shutting_down = True
+        # issue 10: ctl: the controlled shutdown goes here, first; the registration is removed last (_close_metadata)
         self.socket_server.stop_accepting()
         self.replica_manager.shutdown()
         self.group_coordinator.shutdown()
@@ -178,10 +188,17 @@ class Broker:
 
     def _close_metadata(self) -> None:
         self.topic_admin.close()  # the writes under way finish first
+        self.store.unregister_broker(self.config.broker_id)  # issue 10: zk: the registration goes last
         if self._owns_store:
             self.store.close()
-        else:
-            self.store.unregister_broker(self.config.broker_id)
+
+    def _on_session_change(self, kind: str, what: str) -> None:  # issue 10: zk
+        """The store registered this broker again on a new ZooKeeper session: a new broker epoch."""
+        if kind == SESSION and what == SESSION_RESTORED:
+            me = next((b for b in self.metadata_cache.brokers() if b.broker_id == self.config.broker_id), None)
+            if me is not None:
+                self.broker_epoch = me.epoch
+                log.info("registered again after the ZooKeeper session expired: broker epoch %d", me.epoch)
 
     # --- periodic jobs ---------------------------------------------------------------
     def _every(self, interval_ms: int, job: Callable[[], Awaitable[None]]) -> None:
