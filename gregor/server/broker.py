@@ -105,6 +105,7 @@ class Broker:
         self.metadata_cache.attach(self.store, asyncio.get_running_loop())
         self.metadata_cache.add_listener(self.replica_manager.on_metadata_change)
         self.replica_manager.sync_all()  # new partitions only: the ones on disk are still loading
+        self.replica_manager.start_replication()  # issue 10: repl
         self._load_task = asyncio.ensure_future(self._load_logs())
         log.info(
             "Gregor broker %d started: listening on %s (cluster id %s)",
@@ -160,6 +161,7 @@ class Broker:
         log.info("shutting down")
         self._shutting_down = True
         self.socket_server.stop_accepting()
+        await self.replica_manager.stop_replication()  # issue 10: repl
         self.replica_manager.shutdown()
         self.group_coordinator.shutdown()
         await self.socket_server.drain(timeout_s=5.0)
