@@ -62,6 +62,16 @@ def truncation_offset(cache: LeaderEpochFileCache, log_end_offset: int, high_wat
     return min(diverging_end_offset, ours_end, log_end_offset)
 
 
+def follow_log_start(part: Partition, leader_log_start_offset: int, now_ms: int) -> None:
+    """A follower's log start follows the leader's (retention and DeleteRecords happened there), never
+    past its own HW: the segments wholly below it go, as on the leader."""
+    lg = part.log
+    if leader_log_start_offset > lg.log_start_offset:
+        target = min(leader_log_start_offset, lg.high_watermark)
+        if target > lg.log_start_offset:
+            lg.delete_records(target, now_ms)
+
+
 @dataclass(slots=True)
 class FetchState:
     """One partition in a fetcher: the leader epoch it fetches at, and whether it waits."""
@@ -208,6 +218,7 @@ class ReplicaFetcher:
                     m.on_follower_progress(key)
                 else:
                     part.update_follower_high_watermark(a.high_watermark)
+                follow_log_start(part, a.log_start_offset, now_ms)
                 return
             if err == ErrorCode.OFFSET_OUT_OF_RANGE:
                 lg = part.log

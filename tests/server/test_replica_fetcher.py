@@ -14,7 +14,7 @@ from gregor.metadata.store import PartitionState
 from gregor.protocol.errors import KafkaError
 from gregor.protocol.records import Record, build_batch, iter_headers
 from gregor.server.partition import FETCH_LOG_END, Partition
-from gregor.server.replica_fetcher import truncation_offset
+from gregor.server.replica_fetcher import follow_log_start, truncation_offset
 from gregor.storage.config import LogConfig
 from gregor.storage.leader_epoch import LeaderEpochFileCache
 from gregor.storage.log import Log
@@ -58,8 +58,10 @@ def _replicate(leader: Partition, follower: Partition, replica: int, now: int = 
                                                epoch, end), now)
     elif len(res.records):
         follower.append_records_as_follower(memoryview(res.records), None, res.high_watermark, now)
+        follow_log_start(follower, res.log_start_offset, now)
     else:
         follower.update_follower_high_watermark(res.high_watermark)
+        follow_log_start(follower, res.log_start_offset, now)
 
 
 def test_truncation_offset_takes_the_smaller_end_of_the_epoch(tmp_path: Path) -> None:
@@ -179,3 +181,15 @@ def test_fenced_leader_refuses_appends_and_follower_fetches(logs: dict[int, Log]
         a.fetch_records(B, 0, 1 << 20, FETCH_LOG_END, True, NOW)
     a.fenced = False
     _append(a, 1)
+
+
+def test_follower_log_start_follows_the_leader_below_its_hw(logs: dict[int, Log]) -> None:
+    a = _part(logs[A], A, A, 0, [A, B])
+    b = _part(logs[B], B, A, 0, [A, B])
+    _append(a, 10)
+    _replicate(a, b, B)  # B has 10, its HW still 0
+    _replicate(a, b, B)  # A's HW now 10, and B's
+    assert a.high_watermark == 10
+    logs[A].delete_records(6)
+    _replicate(a, b, B)
+    assert logs[B].high_watermark == 10 and logs[B].log_start_offset == 6
