@@ -27,8 +27,9 @@ LAG_MS = 1000
 
 
 class Cluster:
-    def __init__(self, root: Path, n: int) -> None:
+    def __init__(self, root: Path, n: int, props: dict[str, str] | None = None) -> None:
         self.root = root
+        self.props = props or {}
         (root / "meta").mkdir(parents=True)
         self.store = EmbeddedMetadataStore(str(root / "meta"), 0)
         self.n = n
@@ -38,7 +39,7 @@ class Cluster:
         config = BrokerConfig({
             "broker.id": str(i), "log.dirs": str(self.root / f"b{i}"), "listeners": "PLAINTEXT://127.0.0.1:0",
             "replica.lag.time.max.ms": str(LAG_MS), "replica.fetch.wait.max.ms": "100",
-            "replica.fetch.backoff.ms": "100", "group.initial.rebalance.delay.ms": "0",
+            "replica.fetch.backoff.ms": "100", "group.initial.rebalance.delay.ms": "0", **self.props,
         })
         b = Broker(config, store=self.store)
         await b.start()
@@ -57,10 +58,9 @@ class Cluster:
     def bootstrap(self, i: int) -> str:
         return f"127.0.0.1:{self.brokers[i].bound_ports[0]}"
 
-    def create(self, topic: str, replicas: list[int], min_isr: int = 1) -> None:
-        self.store.create_topic(TopicMetadata(topic, uuid.uuid4(), {0: PartitionState(list(replicas), replicas[0], 0,
-                                                                                      list(replicas))},
-                                              configs={"min.insync.replicas": str(min_isr)}))
+    def create(self, topic: str, replicas: list[int], min_isr: int = 1, partitions: int = 1) -> None:
+        states = {p: PartitionState(list(replicas), replicas[0], 0, list(replicas)) for p in range(partitions)}
+        self.store.create_topic(TopicMetadata(topic, uuid.uuid4(), states, configs={"min.insync.replicas": str(min_isr)}))
 
     def state(self, topic: str) -> PartitionState:
         t = self.store.snapshot().topics[topic]
@@ -89,9 +89,10 @@ async def until(cond: Callable[[], bool], timeout: float = 15.0, what: str = "")
         await asyncio.sleep(0.02)
 
 
-def run(tmp_path: Path, n: int, body: Callable[[Cluster], Awaitable[None]]) -> None:
+def run(tmp_path: Path, n: int, body: Callable[[Cluster], Awaitable[None]], props: dict[str, str] | None = None
+        ) -> None:
     async def main() -> None:
-        c = Cluster(tmp_path, n)
+        c = Cluster(tmp_path, n, props)
         try:
             for i in range(n):
                 await c.start(i)
@@ -284,3 +285,23 @@ def test_follower_of_offline_leader_stops_fetching(tmp_path: Path, n: int) -> No
         await until(lambda: c.brokers[0].replica_manager.fetcher_manager.fetching() == {("t", 0): 1})
 
     run(tmp_path, n, body)
+
+
+def test_num_replica_fetchers_spread_partitions_over_fetchers(tmp_path: Path) -> None:
+    async def body(c: Cluster) -> None:
+        c.create("t", [0, 1], partitions=8)
+        fm = c.brokers[1].replica_manager.fetcher_manager
+        await until(lambda: len(fm.fetching()) == 8, what="8 partitions fetched")
+        assert sorted(fm.fetchers) == [(0, 0), (0, 1)]  # (source broker, fetcher id)
+        assert sum(len(f.partitions) for f in fm.fetchers.values()) == 8
+        producer = AIOKafkaProducer(bootstrap_servers=c.bootstrap(0), acks="all")
+        await producer.start()
+        try:
+            for p in range(8):
+                await producer.send_and_wait("t", b"x" * 100, partition=p)
+        finally:
+            await producer.stop()
+        rm1 = c.brokers[1].replica_manager
+        await until(lambda: all(rm1.partitions[("t", p)].log.log_end_offset == 1 for p in range(8)))
+
+    run(tmp_path, 2, body, {"num.replica.fetchers": "2"})
