@@ -181,6 +181,9 @@ class ReplicaManager:
         missing: list[int] = []
         for p, state in t.partitions.items():
             if self.broker_id not in state.replicas:
+                if (t.name, p) in self.partitions:  # reassigned away: stop fetching, delete the log
+                    log.info("%s-%d: no longer a replica here (replicas %s): removing it", t.name, p, state.replicas)
+                    self.remove_partition(t.name, p, delete=True)
                 continue
             key = (t.name, p)
             part = self.partitions.get(key)
