@@ -552,6 +552,10 @@ class Log:
             if offset < 0:
                 raise ValueError(f"negative offset {offset}")
             if offset >= local.log_end_offset:
+                # Nothing to remove, but an epoch begun at the LEO with nothing appended in it (a leader
+                # for a moment: makeLeader assigns its epoch there) is not ours any more: without this the
+                # follower would name it as its last fetched epoch and diverge again and again (Kafka too).
+                self.leader_epoch_cache.truncate_from_end(offset)
                 return False
             if offset < local.bases[0]:
                 self._truncate_fully_and_start_at(offset, now)

@@ -193,3 +193,23 @@ def test_follower_log_start_follows_the_leader_below_its_hw(logs: dict[int, Log]
     logs[A].delete_records(6)
     _replicate(a, b, B)
     assert logs[B].high_watermark == 10 and logs[B].log_start_offset == 6
+
+
+def test_a_leader_for_a_moment_drops_its_empty_epoch_when_it_follows_again(logs: dict[int, Log]) -> None:
+    """B led epoch 1 without appending (its cache says epoch 1 starts at its LEO 10), then A leads epoch 2 and
+    appends. B's first fetch names epoch 1; A answers epoch 0 ends at 10; B truncates 'to 10', a no-op on
+    the log that must still drop epoch 1, or B would name it again forever."""
+    a = _part(logs[A], A, A, 0, [A, B])
+    b = _part(logs[B], B, A, 0, [A, B])
+    _append(a, 10)
+    _replicate(a, b, B)
+    b.apply_state(PartitionState([A, B, C], B, 1, [A, B]), NOW)
+    assert logs[B].leader_epoch_cache.latest_epoch == 1
+    b.apply_state(PartitionState([A, B, C], A, 2, [A, B]), NOW)
+    a.apply_state(PartitionState([A, B, C], A, 2, [A, B]), NOW)
+    _append(a, 5)
+    _replicate(a, b, B)  # diverging: epoch 0 ends at 10 on A
+    assert logs[B].leader_epoch_cache.latest_epoch == 0 and logs[B].log_end_offset == 10
+    _replicate(a, b, B)
+    assert logs[B].log_end_offset == 15
+    assert [tuple(e) for e in logs[B].leader_epoch_cache.entries()] == [(0, 0), (2, 10)]
