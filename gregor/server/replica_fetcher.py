@@ -196,6 +196,10 @@ class ReplicaFetcher:
                     or part.log_end_offset != leo:
                 continue
             self._process(key, part, state, a, leo, now_ms)
+            if a.records is not None and len(a.records) > 0:
+                # Kafka's order: a partition that got data goes to the back, so the response budget and
+                # the one-whole-batch allowance of the first partition (KIP-74) come round to every one.
+                self.partitions[key] = self.partitions.pop(key)
 
     def _process(self, key: TopicPartition, part: Partition, state: FetchState, a: Any, leo: int,
                  now_ms: int) -> None:

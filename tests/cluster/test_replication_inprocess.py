@@ -102,16 +102,18 @@ def run(tmp_path: Path, n: int, body: Callable[[Cluster], Awaitable[None]], prop
 
 
 async def produce_raw(c: Cluster, i: int, topic: str, n: int, acks: int, *, first: int = 0, pid: int = -1,
-                      seq: int = -1, timeout_ms: int = 10_000) -> Any:
+                      seq: int = -1, timeout_ms: int = 10_000, partition: int = 0, value_bytes: int = 0) -> Any:
     """One Produce v8 of `n` records to broker `i` over a real socket; the partition's answer."""
-    records = [Record(k, 1_700_000_000_000 + first + k, None, b"v%d" % (first + k)) for k in range(n)]
+    records = [Record(k, 1_700_000_000_000 + first + k, None, b"v%d" % (first + k) + b"x" * value_bytes)
+               for k in range(n)]
     batch = build_batch(records, producer_id=pid, producer_epoch=0 if pid >= 0 else -1, base_sequence=seq)
     host, port = c.bootstrap(i).split(":")
     client = BrokerClient(host, int(port), "test")
     try:
         resp = await client.request(PRODUCE, 8, {
             "transactional_id": None, "acks": acks, "timeout_ms": timeout_ms,
-            "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}]}, timeout_s=30)
+            "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": batch}]}]},
+            timeout_s=30)
     finally:
         client.close()
     return resp.responses[0].partition_responses[0]
@@ -309,3 +311,33 @@ def test_num_replica_fetchers_spread_partitions_over_fetchers(tmp_path: Path) ->
         await until(lambda: all(rm1.partitions[("t", p)].log.log_end_offset == 1 for p in range(8)))
 
     run(tmp_path, 2, body, {"num.replica.fetchers": "2"})
+
+
+def test_a_partition_with_batches_above_replica_fetch_max_bytes_is_not_starved(tmp_path: Path) -> None:
+    """Only the first partition with data may exceed replica.fetch.max.bytes by one batch (KIP-74); under
+    steady load on another partition, the fetcher's rotation must still bring the large batch's turn."""
+    async def body(c: Cluster) -> None:
+        c.create("t", [0, 1], partitions=2)
+        rm1 = c.brokers[1].replica_manager
+        await until(lambda: len(rm1.fetcher_manager.fetching()) == 2)
+        stop = asyncio.Event()
+
+        async def load() -> None:
+            k = 0
+            while not stop.is_set():
+                assert (await produce_raw(c, 0, "t", 1, acks=1, partition=0, value_bytes=2000, first=k)).error_code == 0
+                k += 1
+                await asyncio.sleep(0.005)
+
+        task = asyncio.ensure_future(load())
+        try:
+            await until(lambda: rm1.partitions[("t", 0)].log.log_end_offset >= 2)
+            assert (await produce_raw(c, 0, "t", 3, acks=1, partition=1, value_bytes=3000)).error_code == 0
+            await until(lambda: rm1.partitions[("t", 1)].log.log_end_offset == 3, timeout=10, what="partition 1")
+        finally:
+            stop.set()
+            await task
+
+    # Fetches answered once 10,000 bytes are there: the steady partition always has data when read.
+    run(tmp_path, 2, body, {"replica.fetch.max.bytes": "1000", "replica.fetch.min.bytes": "10000",
+                            "replica.fetch.wait.max.ms": "500"})
