@@ -147,6 +147,7 @@ class ReplicaManager:
         self.lag_time_max_ms: int = config.get("replica.lag.time.max.ms")
         self._isr_writer: concurrent.futures.ThreadPoolExecutor | None = None  # one writer thread, on first use
         self._isr_task: asyncio.Task[None] | None = None
+        self._replication_stopped = False
         self._last_summary = 0.0
 
     # --- metadata -> local state -----------------------------------------------------
@@ -523,13 +524,15 @@ class ReplicaManager:
 
     async def stop_replication(self) -> None:
         """Stop the fetchers and the ISR check; ISR writes in flight finish on their thread."""
+        self._replication_stopped = True
         task, self._isr_task = self._isr_task, None
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         await self.fetcher_manager.shutdown()
-        if self._isr_writer is not None:
-            self._isr_writer.shutdown(wait=False)
+        writer, self._isr_writer = self._isr_writer, None
+        if writer is not None:  # the write under way finishes (its answer is dropped), off the loop
+            await asyncio.get_running_loop().run_in_executor(None, writer.shutdown)
 
     async def _isr_loop(self) -> None:
         interval = max(self.lag_time_max_ms / 2, 1) / 1000.0
@@ -542,57 +545,72 @@ class ReplicaManager:
                 log.exception("ISR check failed")
 
     def maybe_shrink_isr(self, now_ms: int) -> None:
-        """Drop from each led partition's ISR the followers not caught up within replica.lag.time.max.ms."""
+        """Drop from each led partition's ISR the followers not caught up within replica.lag.time.max.ms
+        (all of them in one batched store write: a dead broker's thousands of partitions at once)."""
         if self.session_lost:
             return
+        changes: list[tuple[Partition, list[int], str]] = []
         for part in self.partitions.values():
             if not part.is_leader or part.pending_isr is not None or len(part.isr) <= 1 or not part.has_log:
                 continue
             out = part.out_of_sync_replicas(now_ms, self.lag_time_max_ms)
             if out:
-                new_isr = [r for r in part.isr if r not in out]
-                self._write_isr(part, new_isr, f"replicas {out} not caught up within "
-                                               f"replica.lag.time.max.ms={self.lag_time_max_ms}")
+                changes.append((part, [r for r in part.isr if r not in out],
+                                f"replicas {out} not caught up within replica.lag.time.max.ms={self.lag_time_max_ms}"))
+        if changes:
+            self._write_isr(changes)
 
     def maybe_expand_isr(self, part: Partition, replica_id: int) -> None:
         """A follower fetched: add it to the ISR once it reached the HW and the current epoch's start."""
         if part.pending_isr is None and part.isr_expansion_candidate(replica_id) \
                 and self.metadata_cache.broker(replica_id) is not None:
-            self._write_isr(part, part.isr + [replica_id],
-                            f"replica {replica_id} caught up to the high watermark {part.high_watermark}")
+            self._write_isr([(part, part.isr + [replica_id],
+                              f"replica {replica_id} caught up to the high watermark {part.high_watermark}")])
 
-    def _write_isr(self, part: Partition, new_isr: list[int], why: str) -> None:
-        """Write `new_isr` (leader and epoch unchanged) conditionally on the state's version, off the loop on
-        the one writer thread; one change in flight per partition, counted in the HW meanwhile (maximal ISR).
-        A lost race (BadVersionError) waits for the metadata event that says what won."""
-        state = self.metadata_cache.partition_state(part.topic, part.index)
-        if state is None or state.leader != self.broker_id or state.leader_epoch != part.leader_epoch:
+    def _write_isr(self, changes: list[tuple[Partition, list[int], str]]) -> None:
+        """Write each (partition, new ISR, why) (leader and epoch unchanged) conditionally on the state's
+        version, in one store call off the loop on the one writer thread; one change in flight per
+        partition, counted in the HW meanwhile (maximal ISR). A lost race (BadVersionError) waits for the
+        metadata event that says what won; the next check proposes again from the new state."""
+        updates: list[StateUpdate] = []
+        sent: list[tuple[Partition, list[int], list[int], str]] = []
+        for part, new_isr, why in changes:
+            state = self.metadata_cache.partition_state(part.topic, part.index)
+            if state is None or state.leader != self.broker_id or state.leader_epoch != part.leader_epoch:
+                continue
+            new_state = PartitionState(list(state.replicas), state.leader, state.leader_epoch, list(new_isr),
+                                       state.controller_epoch, state.version)
+            updates.append(StateUpdate(part.topic, part.index, new_state, expected_version=state.version))
+            sent.append((part, list(part.isr), list(new_isr), why))
+            part.pending_isr = list(new_isr)
+        if not updates:
             return
-        new_state = PartitionState(list(state.replicas), state.leader, state.leader_epoch, list(new_isr),
-                                   state.controller_epoch, state.version)
-        update = StateUpdate(part.topic, part.index, new_state, expected_version=state.version)
-        old_isr = list(part.isr)
-        part.pending_isr = list(new_isr)
         if self._isr_writer is None:
+            if self._replication_stopped:
+                for part, _, _, _ in sent:
+                    part.pending_isr = None
+                return
             self._isr_writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="isr-writer")
         job = asyncio.get_running_loop().run_in_executor(
-            self._isr_writer, lambda: self.store.update_partition_states([update], controller_epoch=None))
-        key = (part.topic, part.index)
+            self._isr_writer, lambda: self.store.update_partition_states(updates, controller_epoch=None))
 
         def done(f: asyncio.Future[list[int | MetadataError]]) -> None:
-            if self.partitions.get(key) is part and part.pending_isr == new_isr:
-                part.pending_isr = None
-            err: BaseException | None = f.exception() if not f.cancelled() else None
-            result = f.result()[0] if err is None else err
-            if isinstance(result, BaseException):
-                level = logging.INFO if isinstance(result, BadVersionError) else logging.ERROR
-                log.log(level, "%s-%d: ISR change %s -> %s not written (%s): %s", part.topic, part.index,
-                        old_isr, new_isr, why, result)
-            else:
-                log.warning("%s-%d: ISR %s -> %s (%s)", part.topic, part.index, old_isr, new_isr, why)
-            if part.maybe_increment_high_watermark():
-                self._after_progress(key)
-            self.purgatory.check_and_complete(key)
+            failure: BaseException | None = (asyncio.CancelledError() if f.cancelled() else f.exception())
+            results: list[int | MetadataError] | None = None if failure is not None else f.result()
+            for i, (part, old_isr, new_isr, why) in enumerate(sent):
+                key = (part.topic, part.index)
+                if self.partitions.get(key) is part and part.pending_isr == new_isr:
+                    part.pending_isr = None
+                result = failure if results is None else results[i]
+                if isinstance(result, BaseException):
+                    level = logging.INFO if isinstance(result, BadVersionError) else logging.ERROR
+                    log.log(level, "%s-%d: ISR change %s -> %s not written (%s): %s", part.topic, part.index,
+                            old_isr, new_isr, why, result)
+                else:
+                    log.warning("%s-%d: ISR %s -> %s (%s)", part.topic, part.index, old_isr, new_isr, why)
+                if part.maybe_increment_high_watermark():
+                    self._after_progress(key)
+                self.purgatory.check_and_complete(key)
 
         job.add_done_callback(done)
 
