@@ -341,3 +341,26 @@ def test_a_partition_with_batches_above_replica_fetch_max_bytes_is_not_starved(t
     # Fetches answered once 10,000 bytes are there: the steady partition always has data when read.
     run(tmp_path, 2, body, {"replica.fetch.max.bytes": "1000", "replica.fetch.min.bytes": "10000",
                             "replica.fetch.wait.max.ms": "500"})
+
+
+def test_isr_write_that_loses_a_race_waits_for_the_metadata_and_proposes_again(tmp_path: Path) -> None:
+    async def body(c: Cluster) -> None:
+        c.store.create_topic(TopicMetadata("t", uuid.uuid4(), {0: PartitionState([0, 1], 0, 0, [0])}))
+        rm0 = c.brokers[0].replica_manager
+        await until(lambda: ("t", 0) in rm0.partitions and ("t", 0) in c.brokers[1].replica_manager.partitions)
+        part = rm0.partitions[("t", 0)]
+        await until(lambda: c.state("t").isr == [0, 1] and part.pending_isr is None, what="the first expansion")
+        # A controller takes broker 1 out again (its own epoch 5); its write lands in the store; its event is still queued for this loop, so the leader's
+        # conditional write below is made against the version it knew, and loses (BadVersionError).
+        s = c.state("t")
+        assert c.store.update_partition_states([StateUpdate("t", 0, PartitionState([0, 1], 0, 0, [0], 5, s.version),
+                                                            s.version)]) == [s.version + 1]
+        rm0._write_isr([(part, [0, 1], "test")])
+        assert part.pending_isr == [0, 1]
+        await until(lambda: part.pending_isr is None, what="the write's answer")
+        assert c.state("t").controller_epoch == 5  # the controller's write stands
+        # The follower's next fetches propose the expansion again, from the new version.
+        await until(lambda: c.state("t").isr == [0, 1], what="ISR [0, 1]")
+        assert c.state("t").controller_epoch == 5 and c.state("t").leader_epoch == 0
+
+    run(tmp_path, 2, body)
