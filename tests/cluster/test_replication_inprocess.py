@@ -364,3 +364,19 @@ def test_isr_write_that_loses_a_race_waits_for_the_metadata_and_proposes_again(t
         assert c.state("t").controller_epoch == 5 and c.state("t").leader_epoch == 0
 
     run(tmp_path, 2, body)
+
+
+def test_parked_acks_all_produce_is_answered_when_leadership_moves(tmp_path: Path) -> None:
+    async def body(c: Cluster) -> None:
+        c.create("t", [0, 1], min_isr=1)
+        await until(lambda: all(("t", 0) in b.replica_manager.partitions for b in c.brokers.values()))
+        c.brokers[1].replica_manager.fetcher_manager.remove_partition(("t", 0))  # it never acknowledges
+        produce = asyncio.ensure_future(produce_raw(c, 0, "t", 1, acks=-1, timeout_ms=30_000))
+        await until(lambda: c.log(0, "t").log_end_offset == 1)
+        await asyncio.sleep(0.2)
+        assert not produce.done()  # parked on the HW
+        c.elect("t", 1, [0, 1])
+        r = await asyncio.wait_for(produce, 5)
+        assert r.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+    run(tmp_path, 2, body)
