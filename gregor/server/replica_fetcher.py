@@ -141,6 +141,13 @@ class ReplicaFetcher:
                     self._client.close()
                     self._client = None
                 await asyncio.sleep(backoff_s)
+            except Exception:  # a bug must not end replication from this leader silently: logged, retried
+                log.exception("broker %d: fetcher %d from broker %d failed", m.broker_id, self.fetcher_id,
+                              self.source)
+                if self._client is not None:
+                    self._client.close()
+                    self._client = None
+                await asyncio.sleep(backoff_s)
 
     def _connect(self) -> BrokerClient:
         if self._client is None or self._client.closed:
