@@ -114,6 +114,7 @@ class Broker:
         self.metadata_cache.add_listener(self.replica_manager.on_metadata_change)
         self.metadata_cache.add_listener(self._on_session_change)  # issue 10: zk
         self.replica_manager.sync_all()  # new partitions only: the ones on disk are still loading
+        self.replica_manager.start_replication()  # issue 10: repl
         self._load_task = asyncio.ensure_future(self._load_logs())
         log.info(
             "Gregor broker %d started: listening on %s (cluster id %s)",
@@ -170,6 +171,7 @@ class Broker:
         self._shutting_down = True
         # issue 10: ctl: the controlled shutdown goes here, first; the registration is removed last (_close_metadata)
         self.socket_server.stop_accepting()
+        await self.replica_manager.stop_replication()  # issue 10: repl
         self.replica_manager.shutdown()
         self.group_coordinator.shutdown()
         await self.socket_server.drain(timeout_s=5.0)

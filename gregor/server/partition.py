@@ -141,6 +141,16 @@ class Partition:
         self.unflushed_appends: collections.deque[tuple[int, int]] | None = None
         self.flush_waiters: list[tuple[int, asyncio.Future[None]]] = []  # (end offset, answer)
         self.flushing = False
+        # The LEO when this broker last became leader: a follower joins the ISR only once it fetched past it
+        # (it then holds everything of the current epoch).
+        self.leader_epoch_start_offset = 0
+        # An ISR change this leader has written and not yet seen committed (one at a time). Until then the
+        # HW counts the union of both ISRs (Kafka's maximal ISR: an expansion is counted at once, a shrink
+        # only once committed), so it is never less safe than either.
+        self.pending_isr: list[int] | None = None
+        # The store's session is lost (SESSION "lost"): this broker must not act as leader until restored,
+        # or a broker frozen past its session would acknowledge writes a new leader never sees.
+        self.fenced = False
         self.apply_state(state, now_ms)
 
     # --- the log ---------------------------------------------------------------------
@@ -163,6 +173,8 @@ class Partition:
             self._log = log_
             if self.log_config is not None and log_.config != self.log_config:
                 log_.update_config(self.log_config)
+            if self.leader_id == self.broker_id:
+                self._make_leader_log(log_)
             self.maybe_increment_high_watermark()
 
     @property
@@ -198,12 +210,39 @@ class Partition:
                 f.reset(now_ms, r in self.isr)
             elif changed:
                 f.reset(now_ms, r in self.isr)
+        if changed and self.leader_id == self.broker_id and self._log is not None:
+            self._make_leader_log(self._log)
+        if changed:
+            self.pending_isr = None  # a new epoch's ISR is the controller's, not our write in flight
         self.maybe_increment_high_watermark()
         return changed
 
+    def _make_leader_log(self, lg: Log) -> None:
+        """Kafka's makeLeader: the new epoch starts at our LEO in the leader-epoch cache now, not at our
+        first append in it, so a follower's diverging-epoch answer is exact even before we append."""
+        lg.assign_leader_epoch(self.leader_epoch)
+        self.leader_epoch_start_offset = lg.log_end_offset
+
     @property
     def is_leader(self) -> bool:
-        return self.leader_id == self.broker_id
+        return self.leader_id == self.broker_id and not self.fenced
+
+    @property
+    def maximal_isr(self) -> list[int]:
+        """The ISR the HW is computed over: the committed one, plus the members of an expansion in flight."""
+        pending = self.pending_isr
+        if pending is None:
+            return self.isr
+        return self.isr + [r for r in pending if r not in self.isr]
+
+    def isr_expansion_candidate(self, replica_id: int) -> bool:
+        """Kafka's rule: a follower outside the ISR joins once its LEO reached the HW and the start of the
+        current leader epoch (it then holds every record the ISR acknowledged and everything of this epoch)."""
+        if not self.is_leader or replica_id in self.isr or replica_id not in self.replicas:
+            return False
+        f = self.followers.get(replica_id)
+        return (f is not None and f.log_end_offset >= self.high_watermark
+                and f.log_end_offset >= self.leader_epoch_start_offset)
 
     def check_leader_epoch(self, requested: int) -> None:
         """Fetch v9+, ListOffsets v4+ and OffsetForLeaderEpoch v2+ carry the sender's idea of the epoch;
@@ -307,7 +346,7 @@ class Partition:
             return False
         lg = self._log
         new_hw = lg.log_end_offset
-        for r in self.isr:
+        for r in self.maximal_isr:
             if r != self.broker_id:
                 f = self.followers.get(r)
                 leo = f.log_end_offset if f is not None else -1
@@ -356,11 +395,12 @@ class Partition:
                 and (f := self.followers.get(r)) is not None and not f.is_caught_up(leo, now_ms, lag_time_max_ms)]
 
     # --- as follower (the replica fetcher of the cluster issue drives these) ----------------
-    def append_records_as_follower(self, records: memoryview, headers: list[BatchHeader], leader_high_watermark: int,
-                                   now_ms: int) -> int:
+    def append_records_as_follower(self, records: memoryview, headers: list[BatchHeader] | None,
+                                   leader_high_watermark: int, now_ms: int) -> int:
         """Append batches fetched from the leader (offsets and epochs as the leader assigned them) and take
-        the leader's HW, capped at our LEO. Returns the new LEO. Refused while this broker leads."""
-        if self.is_leader:
+        the leader's HW, capped at our LEO. Returns the new LEO. Refused while this broker leads. Without
+        `headers` the batches are validated with the follower rules (the log's walk, no per-record work)."""
+        if self.leader_id == self.broker_id:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                              f"broker {self.broker_id} leads {self.topic}-{self.index}: it appends as leader")
         lg = self.log
@@ -380,7 +420,7 @@ class Partition:
     def truncate_to(self, offset: int, now_ms: int) -> bool:
         """Drop everything from `offset` on (the follower diverged: OffsetForLeaderEpoch or a fetch's
         diverging epoch said where the leader's history and ours part). Returns whether anything went."""
-        if self.is_leader:
+        if self.leader_id == self.broker_id:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "a leader's log is never truncated to follow")
         truncated = self.log.truncate_to(offset, now_ms)
         if truncated:

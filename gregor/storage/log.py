@@ -325,6 +325,17 @@ class Log:
         self._flush_if_messages_due(now)
         return info
 
+    def assign_leader_epoch(self, epoch: int) -> bool:
+        """A new leader's epoch begins at the current LEO (Kafka's makeLeader), recorded before any
+        append in it, so OffsetForLeaderEpoch and diverging-epoch answers give followers the exact start
+        of this epoch at once. Returns whether the cache changed (never for an epoch not newer)."""
+        with self._lock:
+            self._local.check_open()
+            latest = self.leader_epoch_cache.latest_epoch
+            if epoch < 0 or (latest is not None and epoch <= latest):
+                return False
+            return self.leader_epoch_cache.assign(epoch, self._local.log_end_offset)
+
     def _flush_if_messages_due(self, now: int) -> None:
         """flush.messages, as Kafka applies it: once an append leaves that many messages (offsets)
         unflushed, the log is fsynced in the append path, before the append returns and so
@@ -541,6 +552,10 @@ class Log:
             if offset < 0:
                 raise ValueError(f"negative offset {offset}")
             if offset >= local.log_end_offset:
+                # Nothing to remove, but an epoch begun at the LEO with nothing appended in it (a leader
+                # for a moment: makeLeader assigns its epoch there) is not ours any more: without this the
+                # follower would name it as its last fetched epoch and diverge again and again (Kafka too).
+                self.leader_epoch_cache.truncate_from_end(offset)
                 return False
             if offset < local.bases[0]:
                 self._truncate_fully_and_start_at(offset, now)
