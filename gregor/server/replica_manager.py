@@ -15,7 +15,7 @@ import asyncio
 import concurrent.futures
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, TypeVar
 
@@ -171,8 +171,9 @@ class ReplicaManager:
             # interrupted by a crash leaves these behind too.
             log.warning("%d logs of %s are not in the metadata: not served, not deleted", n, name)
 
-    def sync_topic(self, t: TopicMetadata) -> None:
-        """Register the topic's partitions hosted here and queue the creation of their missing logs. A log
+    def sync_topic(self, t: TopicMetadata, only: Collection[int] | None = None) -> None:
+        """Register the topic's partitions hosted here (`only` those, when a state event names the ones it
+        changed: a 1,000-partition topic's failover is 1,000 events) and queue the creation of their missing logs. A log
         found on disk is the partition's, unless it belongs to an earlier topic of the same name whose
         deletion is still under way (then the partition waits for that and starts empty). Logs left by a
         deletion a crash cut short are adopted, as before: telling them apart needs topic ids in the logs."""
@@ -180,7 +181,8 @@ class ReplicaManager:
         min_isr = cfg.min_insync_replicas
         compression_type = cfg.compression_type
         missing: list[int] = []
-        for p, state in t.partitions.items():
+        states = t.partitions.items() if only is None else [(p, t.partitions[p]) for p in only if p in t.partitions]
+        for p, state in states:
             if self.broker_id not in state.replicas:
                 if (t.name, p) in self.partitions:  # reassigned away: stop fetching, delete the log
                     log.info("%s-%d: no longer a replica here (replicas %s): removing it", t.name, p, state.replicas)
@@ -260,7 +262,7 @@ class ReplicaManager:
             return
         t = self.metadata_cache.topic(topic)
         if t is not None:
-            self.sync_topic(t)
+            self.sync_topic(t, self.metadata_cache.changed_partitions)
 
     def remove_partition(self, topic: str, p: int, delete: bool) -> None:
         self.fetcher_manager.remove_partition((topic, p))
