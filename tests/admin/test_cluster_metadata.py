@@ -113,3 +113,24 @@ def test_mixed_racks_refused(tmp_path: Path) -> None:
         assert "Not all brokers have rack information" in str(e.value)
     finally:
         c.stop()
+
+
+def test_metadata_v0_lists_live_replicas_only(cluster: InProcessCluster) -> None:
+    """Kafka's errorUnavailableEndpoints: a v0 client gets only live replicas, and REPLICA_NOT_AVAILABLE
+    when one is missing; v1+ gets them all with offline_replicas (v5+)."""
+    from tests.wire import WireClient
+
+    admin = _admin(cluster)
+    admin.create_topics([NewTopic("v", 1, replica_assignment=[[1, 3]])])["v"].result(20)
+    cluster.store.unregister_broker(3)
+    cluster.wait_for(lambda: all(len(b.metadata_cache.brokers()) == 2 for b in cluster.brokers.values()))
+    w = WireClient(f"127.0.0.1:{cluster.port(1)}")
+    try:
+        (t,) = w.request(3, 0, {"topics": [{"name": "v"}]}).topics
+        (p,) = t.partitions
+        assert (p.error_code, p.leader_id, p.replica_nodes, p.isr_nodes) == (CKError.REPLICA_NOT_AVAILABLE, 1, [1], [1])
+        (t,) = w.request(3, 5, {"topics": [{"name": "v"}], "allow_auto_topic_creation": False}).topics
+        (p,) = t.partitions
+        assert (p.error_code, p.leader_id, p.replica_nodes, p.isr_nodes, p.offline_replicas) == (0, 1, [1, 3], [1, 3], [3])
+    finally:
+        w.close()
