@@ -78,7 +78,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from gregor.tools import consume, groups, produce, topics
+    from gregor.tools import consume, elect_leaders, groups, produce, reassign, topics
     from gregor.tools.common import HelpFormatter, ToolParser, run
 
     parser = ToolParser(prog="gregor", description="Gregor: a Kafka-compatible commit log",
@@ -97,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     produce.add_subcommands(sub)
     consume.add_subcommands(sub)
     groups.add_subcommands(sub)
+    elect_leaders.add_subcommands(sub)
+    reassign.add_subcommands(sub)
 
     from gregor.pipeline import cli as pipeline_cli
 

@@ -15,6 +15,7 @@ response that follows never names a topic Metadata does not show.
 from __future__ import annotations
 
 import asyncio
+import random
 import re
 import resource
 import uuid
@@ -26,6 +27,7 @@ from gregor.metadata.cache import MetadataCache, collision_key
 from gregor.metadata.store import (
     AddPartitions,
     BadVersionError,
+    BrokerInfo,
     Change,
     CreateTopic,
     DeleteTopic,
@@ -101,6 +103,9 @@ class TopicAdmin:
         # Writes in flight: their names (and collision keys) and replicas per broker, held until the cache has them.
         self._pending_names: dict[str, str] = {}  # collision key -> name
         self._pending_replicas: dict[int, int] = {}
+        # Placement's start broker and replica shift: random like Kafka's AdminUtils; tests fix them here.
+        self.placement_start: int | None = None
+        self._rng = random.Random()
 
     # --- checks (on the loop, no I/O) --------------------------------------------------------
     def prepare_topic(
@@ -154,9 +159,9 @@ class TopicAdmin:
                     f"Replication factor: {rf} larger than available brokers: {len(brokers)}.",
                 )
             self._check_count_before_layout(n, rf, len(brokers))
-            layout = self._assign(0, n, rf, brokers)
+            layout = self._assign(0, n, rf)
         self.check_partition_limits(len(layout), layout)
-        partitions = {p: PartitionState(r, r[0], 0, r.copy()) for p, r in layout.items()}
+        partitions = {p: initial_state(r, brokers) for p, r in layout.items()}
         topic = TopicMetadata(name, uuid.uuid4(), partitions, stored_configs, internal=name in INTERNAL_TOPICS)
         if reserve:
             self._reserve(name, layout, 1)
@@ -206,11 +211,20 @@ class TopicAdmin:
             )
         else:
             self._check_count_before_layout(count - current, rf, len(brokers))
-            layout = self._assign(current, count - current, rf, brokers)
+            if rf > len(brokers):
+                raise KafkaError(
+                    ErrorCode.INVALID_REPLICATION_FACTOR,
+                    f"Replication factor: {rf} larger than available brokers: {len(brokers)}.",
+                )
+            # Kafka continues the topic's layout: the new partitions start after partition 0's first replica.
+            first_replica = topic.partitions[0].replicas[0]
+            ordered = sorted(brokers)
+            start = next((i for i, b in enumerate(ordered) if b >= first_replica), 0)
+            layout = self._assign(current, count - current, rf, start_index=start)
         self.check_partition_limits(count - current, layout)
         if reserve:
             self._reserve(None, layout, 1)
-        return AddPartitions(name, {p: PartitionState(replicas=r, leader=r[0], isr=list(r)) for p, r in layout.items()})
+        return AddPartitions(name, {p: initial_state(r, brokers) for p, r in layout.items()})
 
     def prepare_configs(self, name: str, configs: dict[str, str]) -> SetTopicConfigs:
         if self.cache.topic(name) is None:
@@ -333,15 +347,13 @@ class TopicAdmin:
             )
 
     # --- assignment ------------------------------------------------------------------
-    @staticmethod
-    def _assign(first: int, count: int, rf: int, brokers: list[int]) -> dict[int, list[int]]:
-        """Round-robin replica placement starting at a shifting broker, like Kafka's rack-unaware assignment."""
-        ordered = sorted(brokers)
-        n = len(ordered)
-        # Only n distinct lists exist (one per starting broker): build those once, copy them per partition.
-        starts = [[ordered[(s + j) % n] for j in range(rf)] for s in range(min(n, count))]
-        return {p: starts[p % n].copy() if n <= count else [ordered[(p + j) % n] for j in range(rf)]
-                for p in range(first, first + count)}
+    def _assign(self, first: int, count: int, rf: int, start_index: int | None = None) -> dict[int, list[int]]:
+        """Kafka's replica placement over the live brokers (the cache's brokers are the live ones),
+        rack-aware when every broker has a rack. `start_index` fixes where the first replicas start
+        (CreatePartitions continues a topic's layout); otherwise `placement_start` (tests) or random."""
+        if start_index is None:
+            start_index = self.placement_start
+        return assign_replicas(list(self.cache.brokers()), count, rf, first, start_index, self._rng)
 
     @staticmethod
     def _check_assignment(
@@ -363,6 +375,103 @@ class TopicAdmin:
             if missing:
                 raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Unknown broker(s) {missing} in partition {p}.")
         return {p: list(r) for p, r in assignment.items()}
+
+
+def initial_state(replicas: list[int], live: Sequence[int]) -> PartitionState:
+    """A new partition's state, as Kafka's controller writes it: the first live replica leads, the live
+    replicas are the ISR, leader epoch 0 (leader -1 and an empty ISR if none is live)."""
+    alive = set(live)
+    isr = [b for b in replicas if b in alive]
+    return PartitionState(list(replicas), isr[0] if isr else -1, 0, isr)
+
+
+class PlacementError(KafkaError):
+    """A placement that cannot be made (Kafka's AdminOperationException in AdminUtils)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.INVALID_REPLICATION_FACTOR, message)
+
+
+def _replica_index(first: int, shift: int, j: int, n: int) -> int:
+    """The broker index of a partition's replica j+1: the second replica sits `shift`+1 places after
+    the first (never on it), the later ones follow it."""
+    return (first + 1 + (shift + j) % (n - 1)) % n
+
+
+def rack_alternated(racks: dict[int, str]) -> list[int]:
+    """Brokers ordered so racks alternate (Kafka's getRackAlternatedBrokerList): racks in name order,
+    each rack's brokers in id order, one broker per rack in turn; with 3 racks of 2 brokers
+    a:{1,2} b:{3,4} c:{5,6} this is 1,3,5,2,4,6."""
+    by_rack: dict[str, list[int]] = {}
+    for b in sorted(racks):
+        by_rack.setdefault(racks[b], []).append(b)
+    queues = [by_rack[r] for r in sorted(by_rack)]
+    out: list[int] = []
+    depth = 0
+    while len(out) < len(racks):
+        for q in queues:
+            if depth < len(q):
+                out.append(q[depth])
+        depth += 1
+    return out
+
+
+def assign_replicas(brokers: Sequence[BrokerInfo], count: int, rf: int, first_partition: int = 0,
+                    start_index: int | None = None, rng: random.Random | None = None) -> dict[int, list[int]]:
+    """Kafka's replica assignment (AdminUtils.assignReplicasToBrokers), as partition -> replicas.
+
+    Partition p's first replica (its preferred leader) is broker (p + start) mod n, so leaders go
+    round-robin over the brokers; the other replicas follow it at a shift that grows by one after
+    every n partitions, so the followers of one leader are not always the same brokers. When every
+    broker has a rack the brokers are taken in rack-alternating order and a replica is skipped while
+    its rack (or broker) already holds one of the partition's replicas, unless every rack (broker)
+    does: a partition's replicas land on distinct racks whenever there are at least rf racks. A
+    random start (and shift) spreads the leaders of small topics over the cluster; `start_index`
+    fixes both (tests, and CreatePartitions continuing a topic)."""
+    if rf <= 0:
+        raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
+    if count <= 0:
+        raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"Number of partitions was set to an invalid non-positive value: {count}.")
+    n = len(brokers)
+    if rf > n:
+        raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                         f"Replication factor: {rf} larger than available brokers: {n}.")
+    with_rack = [b for b in brokers if b.rack is not None]
+    if with_rack and len(with_rack) != n:
+        raise PlacementError("Not all brokers have rack information for replica rack aware assignment.")
+    rng = rng or random.Random()
+    start = start_index if start_index is not None and start_index >= 0 else rng.randrange(n)
+    shift = start_index if start_index is not None and start_index >= 0 else rng.randrange(n)
+    out: dict[int, list[int]] = {}
+    if not with_rack:
+        ordered = sorted(b.broker_id for b in brokers)
+        for p in range(first_partition, first_partition + count):
+            if p > 0 and p % n == 0:
+                shift += 1
+            first = (p + start) % n
+            out[p] = [ordered[first]] + [ordered[_replica_index(first, shift, j, n)] for j in range(rf - 1)]
+        return out
+    racks = {b.broker_id: b.rack for b in brokers if b.rack is not None}
+    ordered = rack_alternated(racks)
+    n_racks = len(set(racks.values()))
+    for p in range(first_partition, first_partition + count):
+        if p > 0 and p % n == 0:
+            shift += 1
+        first = (p + start) % n
+        leader = ordered[first]
+        replicas = [leader]
+        used_racks = {racks[leader]}
+        used = {leader}
+        k = 0
+        while len(replicas) < rf:
+            b = ordered[_replica_index(first, shift * n_racks, k, n)]
+            k += 1
+            if (racks[b] not in used_racks or len(used_racks) == n_racks) and (b not in used or len(used) == n):
+                replicas.append(b)
+                used_racks.add(racks[b])
+                used.add(b)
+        out[p] = replicas
+    return out
 
 
 def _kafka_error(change: Change, e: MetadataError) -> KafkaError:

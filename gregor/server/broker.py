@@ -108,8 +108,8 @@ class Broker:
             adv_port = self.bound_ports[0]
         # Registered on the loop, once, before anything is read: a request accepted meanwhile must find this
         # broker in the cache, so the cache catches up from the store right after (attach), not by event.
-        self.broker_epoch = self.store.register_broker(BrokerInfo(self.config.broker_id, adv_host or "127.0.0.1", adv_port,  # issue 10: zk
-                                                                  self.config.get("broker.rack")))  # issue 10: zk
+        self.broker_epoch = self.store.register_broker(BrokerInfo(self.config.broker_id, adv_host or "127.0.0.1", adv_port,
+                                                                  self.config.get("broker.rack") or None))
         self.metadata_cache.attach(self.store, asyncio.get_running_loop())
         self.metadata_cache.add_listener(self.replica_manager.on_metadata_change)
         self.metadata_cache.add_listener(self._on_session_change)  # issue 10: zk

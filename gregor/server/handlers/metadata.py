@@ -13,24 +13,39 @@ from gregor.server.dispatcher import RequestContext
 _WAITING: set[asyncio.Task[dict[str, Any]]] = set()  # responses waiting for auto-created topics
 
 
-def topic_entry(t: TopicMetadata) -> dict[str, Any]:
+def topic_entry(t: TopicMetadata, live: frozenset[int] | set[int] | None = None, version: int = 1) -> dict[str, Any]:
+    """A topic as Kafka's MetadataCache answers it: every replica and the ISR as stored, the ones on
+    brokers not live as offline_replicas; a partition without a live leader LEADER_NOT_AVAILABLE
+    (leader -1) with the rest filled in. v0 clients get only live replicas (REPLICA_NOT_AVAILABLE when
+    some are missing), as Kafka's errorUnavailableEndpoints. `live` None: every replica counts as live."""
+    partitions = []
+    for p, s in sorted(t.partitions.items()):
+        replicas, isr, offline = s.replicas, s.isr, []
+        error, leader = ErrorCode.NONE, s.leader
+        if live is not None:
+            offline = [b for b in replicas if b not in live]
+            if leader not in live:
+                error, leader = ErrorCode.LEADER_NOT_AVAILABLE, -1
+            if version == 0 and offline:
+                replicas = [b for b in replicas if b in live]
+                isr = [b for b in isr if b in live]
+                if error == ErrorCode.NONE:
+                    error = ErrorCode.REPLICA_NOT_AVAILABLE
+        partitions.append({
+            "error_code": error,
+            "partition_index": p,
+            "leader_id": leader,
+            "leader_epoch": s.leader_epoch,
+            "replica_nodes": replicas,
+            "isr_nodes": isr,
+            "offline_replicas": offline,
+        })
     return {
         "error_code": ErrorCode.NONE,
         "name": t.name,
         "topic_id": t.topic_id,
         "is_internal": t.internal,
-        "partitions": [
-            {
-                "error_code": ErrorCode.NONE,
-                "partition_index": p,
-                "leader_id": s.leader,
-                "leader_epoch": s.leader_epoch,
-                "replica_nodes": s.replicas,
-                "isr_nodes": s.isr,
-                "offline_replicas": [],
-            }
-            for p, s in sorted(t.partitions.items())
-        ],
+        "partitions": partitions,
     }
 
 
@@ -56,9 +71,15 @@ def _answer(ctx: RequestContext, req: Struct, created: dict[str, TopicMetadata |
     broker = ctx.broker
     cache = broker.metadata_cache
     topics = cache.topics()
+    brokers = cache.brokers()
+    live = frozenset(b.broker_id for b in brokers)
+
+    def entry(t: TopicMetadata) -> dict[str, Any]:
+        return topic_entry(t, live, ctx.version)
+
     # v0: an empty list means all topics; v1+: null means all, empty means none.
     if req.topics is None or (ctx.version == 0 and not req.topics):
-        out = [topic_entry(t) for t in topics.values()]
+        out = [entry(t) for t in topics.values()]
     else:
         out = []
         for rt in req.topics:
@@ -70,7 +91,7 @@ def _answer(ctx: RequestContext, req: Struct, created: dict[str, TopicMetadata |
                     out.append({"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": None, "topic_id": rt.topic_id,
                                 "partitions": []})
                 else:
-                    out.append(topic_entry(found))
+                    out.append(entry(found))
                 continue
             t = topics.get(name) if name is not None else None
             if t is None and name is not None and name in created:
@@ -82,7 +103,7 @@ def _answer(ctx: RequestContext, req: Struct, created: dict[str, TopicMetadata |
             if t is None:
                 out.append({"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "name": name, "partitions": []})
             else:
-                out.append(topic_entry(t))
+                out.append(entry(t))
     rm = broker.replica_manager
     if rm.loading or rm.offline:  # partitions not served yet (logs loading) or at all (offline logs)
         for entry in out:
@@ -92,10 +113,12 @@ def _answer(ctx: RequestContext, req: Struct, created: dict[str, TopicMetadata |
                     part["error_code"], part["leader_id"] = ErrorCode.LEADER_NOT_AVAILABLE, -1
                 elif key in rm.offline:
                     part["error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
-                    part["offline_replicas"] = [broker.config.broker_id]
+                    me = broker.config.broker_id
+                    if me not in part["offline_replicas"]:
+                        part["offline_replicas"] = [*part["offline_replicas"], me]
     return {
         "throttle_time_ms": 0,
-        "brokers": [{"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack} for b in cache.brokers()],
+        "brokers": [{"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack} for b in brokers],
         "cluster_id": cache.cluster_id,
         "controller_id": cache.controller_id,
         "topics": out,

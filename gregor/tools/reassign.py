@@ -1,0 +1,265 @@
+"""`gregor reassign`: kafka-reassign-partitions.sh. --generate proposes a layout for some topics over a
+broker list (Kafka's placement, gregor.admin.topic_admin.assign_replicas); --execute sends the
+reassignment JSON to the controller (AlterPartitionReassignments, 45) after printing the current
+assignment for rollback; --verify compares ListPartitionReassignments (46) and Metadata with the
+JSON; --cancel withdraws reassignments under way. The JSON is Kafka's:
+{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[1,2],"log_dirs":["any","any"]}]}."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from gregor.metadata.store import BrokerInfo
+from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.tools.common import (
+    HelpFormatter,
+    ToolError,
+    UsageError,
+    add_bootstrap,
+    add_request_timeout,
+    bootstrap,
+    timeout_s,
+)
+from gregor.tools.controller_client import ClusterClient, error_name
+
+Assignment = dict[tuple[str, int], list[int]]
+ACTIONS = ("generate", "execute", "verify", "cancel")
+
+
+def _read(path: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except OSError as e:
+        raise UsageError(f"cannot read {path}: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise UsageError(f"{path} is not JSON: {e}") from None
+
+
+def parse_topics_json(doc: Any, where: str) -> list[str]:
+    """{"topics": [{"topic": "t"}, ...], "version": 1}: --topics-to-move-json-file."""
+    items = doc.get("topics") if isinstance(doc, dict) else None
+    if not isinstance(items, list) or not items:
+        raise UsageError(f'{where} needs {{"topics": [{{"topic": "t"}}], "version": 1}}')
+    names = []
+    for i, item in enumerate(items):
+        name = item.get("topic") if isinstance(item, dict) else None
+        if not isinstance(name, str):
+            raise UsageError(f'{where}: entry {i} needs "topic" (a string)')
+        if name in names:
+            raise UsageError(f"{where}: topic {name} is listed twice")
+        names.append(name)
+    return names
+
+
+def parse_reassignment_json(doc: Any, where: str) -> Assignment:
+    """Kafka's reassignment JSON, checked: version 1, each partition once, distinct integer replicas,
+    log_dirs (if given) one per replica and all "any" (replicas cannot be placed on a log dir yet)."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("partitions"), list):
+        raise UsageError(f'{where} needs {{"version": 1, "partitions": [{{"topic": "t", "partition": 0, '
+                         f'"replicas": [1, 2]}}]}}')
+    if doc.get("version", 1) != 1:
+        raise UsageError(f"{where}: version {doc.get('version')} is not supported (1 is)")
+    out: Assignment = {}
+    for i, item in enumerate(doc["partitions"]):
+        if not isinstance(item, dict):
+            raise UsageError(f"{where}: entry {i} is not an object")
+        topic, partition, replicas = item.get("topic"), item.get("partition"), item.get("replicas")
+        if not isinstance(topic, str) or not isinstance(partition, int) or isinstance(partition, bool):
+            raise UsageError(f'{where}: entry {i} needs "topic" (a string) and "partition" (an integer)')
+        if not isinstance(replicas, list) or not replicas or not all(
+                isinstance(r, int) and not isinstance(r, bool) for r in replicas):
+            raise UsageError(f"{where}: partition {topic}-{partition} needs a non-empty list of broker ids")
+        if len(set(replicas)) != len(replicas):
+            raise UsageError(f"{where}: partition {topic}-{partition} has duplicate replicas: {replicas}")
+        dirs = item.get("log_dirs")
+        if dirs is not None:
+            if not isinstance(dirs, list) or len(dirs) != len(replicas):
+                raise UsageError(f"{where}: partition {topic}-{partition}: log_dirs needs one entry per replica")
+            if any(d != "any" for d in dirs):
+                raise UsageError(f'{where}: partition {topic}-{partition}: only "any" log dirs are supported')
+        if (topic, partition) in out:
+            raise UsageError(f"{where}: partition {topic}-{partition} is listed twice")
+        out[(topic, partition)] = list(replicas)
+    if not out:
+        raise UsageError(f"{where} names no partitions")
+    return out
+
+
+def format_json(assignment: Assignment) -> str:
+    """Kafka's one-line reassignment JSON, partitions in topic-partition order."""
+    return json.dumps({"version": 1, "partitions": [
+        {"topic": t, "partition": p, "replicas": r, "log_dirs": ["any"] * len(r)}
+        for (t, p), r in sorted(assignment.items())]}, separators=(",", ":"))
+
+
+def _current(client: ClusterClient, topics: list[str]) -> tuple[Assignment, Any]:
+    md = client.metadata(sorted(set(topics)))
+    out: Assignment = {}
+    for t in md.topics:
+        if t.error_code != ErrorCode.NONE:
+            raise ToolError(f"Topic '{t.name}': {error_name(t.error_code)}"
+                            + (" (it does not exist)" if t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION else ""))
+        for p in t.partitions:
+            out[(t.name, p.partition_index)] = list(p.replica_nodes)
+    return out, md
+
+
+def generate(client: ClusterClient, topics: list[str], broker_ids: list[int], rack_aware: bool) -> tuple[Assignment, Assignment]:
+    """(current, proposed): every partition of the topics moved onto `broker_ids`, with each topic's
+    replication factor, by Kafka's placement (rack-aware when the brokers have racks)."""
+    from gregor.admin.topic_admin import assign_replicas
+
+    current, md = _current(client, topics)
+    known = {b.node_id: b for b in md.brokers}
+    missing = [b for b in broker_ids if b not in known]
+    if missing:
+        raise ToolError(f"Broker(s) {','.join(map(str, missing))} in --broker-list are not live brokers")
+    brokers = [BrokerInfo(b, known[b].host, known[b].port, known[b].rack if rack_aware else None) for b in broker_ids]
+    proposed: Assignment = {}
+    for name in topics:
+        parts = sorted(p for (t, p) in current if t == name)
+        rf = len(current[(name, parts[0])])
+        try:
+            layout = assign_replicas(brokers, len(parts), rf)
+        except KafkaError as e:
+            raise ToolError(f"Topic '{name}': {e.message}") from None
+        for p, replicas in layout.items():
+            proposed[(name, p)] = replicas
+    return current, proposed
+
+
+def _alter(client: ClusterClient, assignment: dict[tuple[str, int], list[int] | None], timeout_ms: int) -> list[str]:
+    """AlterPartitionReassignments; the failures as "t-p: ERROR: message" lines."""
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for (t, p), r in sorted(assignment.items()):
+        topics.setdefault(t, []).append({"partition_index": p, "replicas": r})
+    resp = client.to_controller(45, {"timeout_ms": timeout_ms, "topics": [
+        {"name": t, "partitions": ps} for t, ps in topics.items()]}, max_version=0)
+    if resp.error_code != ErrorCode.NONE:
+        raise ToolError(f"{error_name(resp.error_code)}{': ' + resp.error_message if resp.error_message else ''}")
+    return [f"{t.name}-{p.partition_index}: {error_name(p.error_code)}"
+            f"{': ' + p.error_message if p.error_message else ''}"
+            for t in resp.responses for p in t.partitions if p.error_code != ErrorCode.NONE]
+
+
+def _in_progress(client: ClusterClient, parts: list[tuple[str, int]], timeout_ms: int) -> dict[tuple[str, int], Any]:
+    topics: dict[str, list[int]] = {}
+    for t, p in sorted(parts):
+        topics.setdefault(t, []).append(p)
+    resp = client.to_controller(46, {"timeout_ms": timeout_ms, "topics": [
+        {"name": t, "partition_indexes": ps} for t, ps in topics.items()]}, max_version=0)
+    if resp.error_code != ErrorCode.NONE:
+        raise ToolError(f"{error_name(resp.error_code)}{': ' + resp.error_message if resp.error_message else ''}")
+    return {(t.name, p.partition_index): p for t in resp.topics for p in t.partitions}
+
+
+def cmd_reassign(args: argparse.Namespace) -> int:
+    chosen = [a for a in ACTIONS if getattr(args, a)]
+    if len(chosen) != 1:
+        raise UsageError("give exactly one of --generate, --execute, --verify, --cancel")
+    action = chosen[0]
+    if action == "generate":
+        if not args.topics_to_move_json_file or not args.broker_list:
+            raise UsageError("--generate needs --topics-to-move-json-file FILE and --broker-list IDS")
+        try:
+            broker_ids = [int(b) for b in args.broker_list.split(",")]
+        except ValueError:
+            raise UsageError(f"--broker-list expects comma-separated broker ids, got {args.broker_list!r}") from None
+        if len(set(broker_ids)) != len(broker_ids):
+            raise UsageError(f"--broker-list has duplicate broker ids: {args.broker_list}")
+        topics = parse_topics_json(_read(args.topics_to_move_json_file), args.topics_to_move_json_file)
+    else:
+        if not args.reassignment_json_file:
+            raise UsageError(f"--{action} needs --reassignment-json-file FILE")
+        target = parse_reassignment_json(_read(args.reassignment_json_file), args.reassignment_json_file)
+    if args.throttle is not None:
+        print("Warning: --throttle is not implemented yet (it needs dynamic broker configs); the reassignment "
+              "runs unthrottled.", file=sys.stderr)
+    timeout_ms = int(timeout_s(args) * 1000)
+    client = ClusterClient(bootstrap(args), timeout_s(args))
+    try:
+        if action == "generate":
+            current, proposed = generate(client, topics, broker_ids, not args.disable_rack_aware)
+            print("Current partition replica assignment")
+            print(format_json(current))
+            print()
+            print("Proposed partition reassignment configuration")
+            print(format_json(proposed))
+            return 0
+        if action == "execute":
+            current, _ = _current(client, sorted({t for t, _ in target}))
+            unknown = [f"{t}-{p}" for t, p in sorted(target) if (t, p) not in current]
+            if unknown:
+                raise ToolError(f"Partitions not found: {', '.join(unknown)}")
+            print("Current partition replica assignment")
+            print()
+            print(format_json({tp: current[tp] for tp in target}))
+            print()
+            print("Save this to use as the --reassignment-json-file option during rollback")
+            failed = _alter(client, dict(target), timeout_ms)
+            if failed:
+                print("Error reassigning partition(s):\n" + "\n".join(failed))
+                return 1
+            print(f"Successfully started partition reassignments for {','.join(f'{t}-{p}' for t, p in sorted(target))}")
+            return 0
+        if action == "cancel":
+            failed = _alter(client, dict.fromkeys(target), timeout_ms)
+            ok = [f"{t}-{p}" for t, p in sorted(target) if not any(f.startswith(f"{t}-{p}:") for f in failed)]
+            if ok:
+                print(f"Successfully cancelled partition reassignments for: {','.join(ok)}")
+            if failed:
+                print("Error cancelling partition reassignment(s):\n" + "\n".join(failed))
+                return 1
+            return 0
+        # verify
+        moving = _in_progress(client, list(target), timeout_ms)
+        current, _ = _current(client, sorted({t for t, _ in target}))
+        print("Status of partition reassignment:")
+        done = True
+        for tp in sorted(target):
+            name = f"{tp[0]}-{tp[1]}"
+            if tp in moving:
+                print(f"Reassignment of partition {name} is still in progress.")
+                done = False
+            elif current.get(tp) == target[tp]:
+                print(f"Reassignment of partition {name} is completed.")
+            else:
+                have = ",".join(map(str, current.get(tp, [])))
+                print(f"There is no active reassignment of partition {name}, but replica set is {have} rather "
+                      f"than {','.join(map(str, target[tp]))}.")
+                done = False
+        return 0 if done else 1
+    finally:
+        client.close()
+
+
+def add_subcommands(sub: Any) -> None:
+    r = sub.add_parser("reassign", formatter_class=HelpFormatter, help="move partition replicas between brokers",
+                       description="Generate, execute, verify or cancel partition reassignments (the options of "
+                                   "kafka-reassign-partitions.sh).",
+                       epilog="examples:\n"
+                              "  gregor reassign --generate --topics-to-move-json-file topics.json --broker-list 1,2,3\n"
+                              '    (topics.json: {"topics": [{"topic": "events"}], "version": 1})\n'
+                              "  gregor reassign --execute --reassignment-json-file plan.json\n"
+                              "  gregor reassign --verify --reassignment-json-file plan.json")
+    actions = r.add_argument_group("actions (exactly one)")
+    actions.add_argument("--generate", action="store_true", help="propose a layout of --topics-to-move-json-file "
+                                                                 "over --broker-list")
+    actions.add_argument("--execute", action="store_true", help="start the reassignment in --reassignment-json-file")
+    actions.add_argument("--verify", action="store_true", help="report whether it completed (exit 1 if not)")
+    actions.add_argument("--cancel", action="store_true", help="cancel the reassignments under way in the file")
+    add_bootstrap(r)
+    r.add_argument("--topics-to-move-json-file", metavar="FILE", help='(--generate) {"topics": [{"topic": T}], '
+                                                                      '"version": 1}')
+    r.add_argument("--broker-list", metavar="IDS", help="(--generate) the brokers to place replicas on: \"1,2,3\"")
+    r.add_argument("--disable-rack-aware", action="store_true", help="(--generate) ignore the brokers' racks")
+    r.add_argument("--reassignment-json-file", metavar="FILE",
+                   help='{"version": 1, "partitions": [{"topic": T, "partition": P, "replicas": [..]}]}')
+    r.add_argument("--throttle", type=int, metavar="BYTES_PER_S",
+                   help="(--execute) replication throttle: accepted, not implemented yet")
+    add_request_timeout(r)
+    r.set_defaults(func=cmd_reassign)
