@@ -350,7 +350,9 @@ class Controller:
         if not self.config.get("controlled.shutdown.enable"):
             return False
         if not any(b.broker_id != self.broker_id for b in self.cache.brokers()):
-            return False
+            return False  # a lone broker: nobody to hand over to
+        if self.cache.broker(self.broker_id) is None:
+            return False  # not registered (any more): the controller already treated this broker as gone
         from gregor.protocol.messages.cluster_admin import CONTROLLED_SHUTDOWN
         from gregor.server.broker_client import BrokerClient, BrokerConnectionError
 
@@ -378,8 +380,8 @@ class Controller:
                                                                              "broker_epoch": epoch}, timeout_s)
                     finally:
                         client.close()
-                    error = resp["error_code"]
-                    remaining = [(r["topic_name"], r["partition_index"]) for r in resp["remaining_partitions"]]
+                    error = resp.error_code
+                    remaining = [(r.topic_name, r.partition_index) for r in resp.remaining_partitions]
                 if error == ErrorCode.NONE and not remaining:
                     ok = True
                     break

@@ -27,7 +27,7 @@ def _later(coro: Coroutine[Any, Any, dict[str, Any]]) -> asyncio.Future[dict[str
 def handle_controlled_shutdown(ctx: RequestContext, req: Struct) -> Any:
     async def run() -> dict[str, Any]:
         code, remaining = await ctx.broker.controller.handle_controlled_shutdown(
-            req["broker_id"], req.get("broker_epoch", -1))
+            req.broker_id, req.get("broker_epoch", -1))
         return {"error_code": code,
                 "remaining_partitions": [{"topic_name": t, "partition_index": p} for t, p in remaining]}
 
@@ -35,8 +35,8 @@ def handle_controlled_shutdown(ctx: RequestContext, req: Struct) -> Any:
 
 
 def handle_elect_leaders(ctx: RequestContext, req: Struct) -> Any:
-    wanted = req["topic_partitions"]
-    partitions = None if wanted is None else [(t["topic"], p) for t in wanted for p in t["partitions"]]
+    wanted = req.topic_partitions
+    partitions = None if wanted is None else [(t.topic, p) for t in wanted for p in t.partitions]
 
     async def run() -> dict[str, Any]:
         try:
@@ -56,8 +56,8 @@ def handle_elect_leaders(ctx: RequestContext, req: Struct) -> Any:
 
 
 def handle_alter_partition_reassignments(ctx: RequestContext, req: Struct) -> Any:
-    wanted = {t["name"]: {p["partition_index"]: (None if p["replicas"] is None else list(p["replicas"]))
-                          for p in t["partitions"]} for t in req["topics"]}
+    wanted = {t.name: {p.partition_index: (None if p.replicas is None else list(p.replicas))
+                       for p in t.partitions} for t in req.topics}
 
     async def run() -> dict[str, Any]:
         try:
@@ -74,7 +74,7 @@ def handle_alter_partition_reassignments(ctx: RequestContext, req: Struct) -> An
 
 def handle_list_partition_reassignments(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     wanted = req.get("topics")
-    topics = None if wanted is None else {t["name"]: list(t["partition_indexes"]) for t in wanted}
+    topics = None if wanted is None else {t.name: list(t.partition_indexes) for t in wanted}
     try:
         found = ctx.broker.controller.list_reassignments(topics)
     except KafkaError as e:
