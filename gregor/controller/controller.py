@@ -190,13 +190,21 @@ class Controller:
         self._electing = True
         try:
             loop = asyncio.get_running_loop()
-            try:
-                epoch = await loop.run_in_executor(self._writer, self.store.elect_controller, self.broker_id)
-            except MetadataError as e:  # not registered (any more), or the store is unreachable
-                log.info("controller %d: cannot stand for controller: %s", self.broker_id, e)
-                return
-            if epoch is None or self._stopped:
-                return
+            while True:
+                try:
+                    epoch = await loop.run_in_executor(self._writer, self.store.elect_controller, self.broker_id)
+                except MetadataError as e:  # not registered (any more), or the store is unreachable
+                    log.info("controller %d: cannot stand for controller: %s", self.broker_id, e)
+                    return
+                if self._stopped:
+                    return
+                if epoch is not None:
+                    break
+                # Another broker won. If the cache still shows no controller, the winner may have gone again
+                # before its event arrived (that event found this election under way): stand again.
+                await asyncio.sleep(0.05)
+                if self.cache.controller_id != -1 or self._stopped:
+                    return
             async with self._lock:
                 self.active, self.epoch = True, epoch
                 self._shutting_down.clear()

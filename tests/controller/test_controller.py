@@ -217,17 +217,21 @@ def test_controlled_shutdown_through_the_real_request(tmp_path: Path) -> None:
 
 
 def test_broker_shutdown_hands_its_leaderships_over_fast(tmp_path: Path) -> None:
+    """1,000 partitions (50 topics of 20, replication factor 2) over 3 brokers; broker 2's shutdown."""
     async def main() -> None:
         async with Cluster(tmp_path, 3) as c:
-            await c.create("big", 1000, 2)  # 500 led by each of two brokers... round robin over 3
-            led = sum(1 for s in c.states("big").values() if s.leader == 2)
-            assert led > 300
+            for i in range(50):
+                await c.create(f"t{i}", 20, 2)
+            def led_by(b: int) -> int:
+                return sum(1 for t in c.cache().topics().values() for s in t.partitions.values() if s.leader == b)
+            led = led_by(2)
+            assert led >= 300
             t0 = time.monotonic()
             assert await c.brokers[2].controller.controlled_shutdown()
             took = time.monotonic() - t0
-            assert all(s.leader != 2 for s in c.states("big").values())
+            assert led_by(2) == 0
             print(f"controlled shutdown moved {led} leaderships in {took * 1000:.0f} ms")
-            assert took < 5.0  # the target is under 1 s; generous under a shared machine's load
+            assert took < 2.0  # the target is under 1 s; some room for a shared machine's load
             await c.brokers[2].shutdown()  # the broker's own path: nothing left to move
             del c.brokers[2]
     run(main())
