@@ -68,7 +68,7 @@ class Controller:
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="controller-writer")
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Future[Any]] = set()
-        self._live: set[int] = set()  # the live brokers the last broker-change pass saw
+        self._live: dict[int, int] = {}  # broker id -> broker epoch, as the last broker-change pass saw them
         self._shutting_down: set[int] = set()  # brokers in a controlled shutdown (Kafka's shuttingDownBrokerIds)
         self._electing = False
         self._brokers_pending = False
@@ -145,7 +145,7 @@ class Controller:
                 if self.active:
                     self._deactivate("the controllership went away")
                 self._spawn(self._elect())
-            elif self.active and {b.broker_id for b in self.cache.brokers()} != self._live:
+            elif self.active and {b.broker_id: b.epoch for b in self.cache.brokers()} != self._live:
                 self._schedule_brokers()
             return
         if kind in (CREATED, PARTITIONS, DELETED):
@@ -290,12 +290,27 @@ class Controller:
         return bool(self.config.log_config.unclean_leader_election_enable)
 
     async def _on_brokers_changed_locked(self) -> int:
-        """Apply the broker-change rules to every partition against the live brokers now, in one write."""
+        """Apply the broker-change rules to every partition against the live brokers now, in one write. A
+        broker that registered again (a new broker epoch) since the last pass restarted meanwhile: as in
+        Kafka, it is first treated as failed (its leaderships move, it leaves the ISRs), then as returned."""
         t0 = time.monotonic()
-        live = {b.broker_id for b in self.cache.brokers()}
-        gone, joined = self._live - live, live - self._live
-        self._live = live
-        self._shutting_down &= live
+        epochs = {b.broker_id: b.epoch for b in self.cache.brokers()}
+        live = set(epochs)
+        gone, joined = set(self._live) - live, live - set(self._live)
+        bounced = {b for b in live & set(self._live) if epochs[b] != self._live[b]}
+        self._live = epochs
+        self._shutting_down &= live - bounced
+        changed = 0
+        if bounced:
+            changed += await self._apply_live(live - bounced)
+        changed += await self._apply_live(live)
+        if changed:
+            log.info("controller %d: brokers %s gone, %s joined, %s restarted: %d partition states changed in %.0f ms",
+                     self.broker_id, sorted(gone), sorted(joined), sorted(bounced), changed,
+                     (time.monotonic() - t0) * 1000)
+        return changed
+
+    async def _apply_live(self, live: set[int]) -> int:
         default_unclean = self._unclean_default()
         updates: dict[TopicPartition, tuple[PartitionState, int]] = {}
         for name, t in self.cache.topics().items():
@@ -311,9 +326,8 @@ class Controller:
         if updates:
             await self._write(updates)
             offline = sum(1 for s, _ in updates.values() if s.leader == election.NO_LEADER)
-            log.info("controller %d: brokers %s gone, %s joined: %d partition states changed (%d without a "
-                     "leader) in %.0f ms", self.broker_id, sorted(gone), sorted(joined), len(updates), offline,
-                     (time.monotonic() - t0) * 1000)
+            if offline:
+                log.warning("controller %d: %d partitions have no leader (no live ISR replica)", self.broker_id, offline)
         return len(updates)
 
     # --- controlled shutdown (the controller's side) -------------------------------------------------

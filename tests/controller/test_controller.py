@@ -152,6 +152,22 @@ def test_leaders_fail_over_and_a_dead_follower_leaves_the_isr(tmp_path: Path) ->
     run(main())
 
 
+def test_a_broker_that_restarted_unseen_is_treated_as_failed_then_returned(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with Cluster(tmp_path, 3) as c:
+            await c.create("t", 3, 3)
+            port = c.brokers[1].bound_ports[0]
+
+            def bounce() -> None:  # gone and back (a new broker epoch) before the controller runs
+                c.store.unregister_broker(1)
+                c.store.register_broker(BrokerInfo(1, "127.0.0.1", port))
+
+            await c.off_loop(bounce)
+            await c.until(lambda: all(s.leader != 1 and 1 not in s.isr for s in c.states("t").values()),
+                          "the restarted broker's leaderships moved and it left the ISRs")
+    run(main())
+
+
 def test_offline_partition_waits_for_an_isr_member_unless_unclean(tmp_path: Path) -> None:
     async def main() -> None:
         async with Cluster(tmp_path, 3) as c:
@@ -193,6 +209,21 @@ def test_controller_failover_and_fencing_of_the_deposed_controller(tmp_path: Pat
             s = c.state("t", 0, other).copy()
             (r,) = await c.off_loop(c.store.update_partition_states, [StateUpdate("t", 0, s, s.version)], old_epoch)
             assert isinstance(r, ControllerMovedError)
+    run(main())
+
+
+def test_a_lost_session_stops_the_controller_at_once(tmp_path: Path) -> None:
+    from gregor.metadata.store import SESSION, SESSION_LOST, MetadataEvent
+
+    async def main() -> None:
+        async with Cluster(tmp_path, 2) as c:
+            ctl = c.controller()
+            assert ctl is not None
+            cache = ctl.metadata_cache  # the event a ZooKeeper store delivers when its session expires
+            cache.apply(MetadataEvent(cache.version + 1, SESSION, session=SESSION_LOST))
+            assert not ctl.controller.active
+            resp = await c.wire(ctl.config.broker_id, LIST_REASSIGNMENTS, 0, {"timeout_ms": 1000, "topics": None})
+            assert resp["error_code"] == ErrorCode.NOT_CONTROLLER
     run(main())
 
 
