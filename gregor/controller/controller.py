@@ -8,8 +8,9 @@ on a SESSION "lost" event. Brokers learn the results through the store's watches
 caches), not through controller-to-broker requests.
 
 What it does (all decisions are gregor.controller.election's and .reassignment's pure rules; the
-reassignment bookkeeping is reassignment.Reassignments, the stopping broker's side of a controlled
-shutdown is shutdown.ControlledShutdown; this class is the event-driven core):
+reassignment bookkeeping is reassignment.Reassignments, ElectLeaders and rebalancing are
+leaders.LeaderElections, the stopping broker's side of a controlled shutdown is
+shutdown.ControlledShutdown; this class is the event-driven core):
 - At activation (Kafka's onControllerFailover) it rebuilds from the cache: every partition whose leader
   is not live gets a new leader, dead replicas leave the ISRs, reassignments under way resume.
 - When the live brokers change it applies the same rules to every partition, in one batched write
@@ -23,8 +24,8 @@ shutdown is shutdown.ControlledShutdown; this class is the event-driven core):
 Controller work runs one operation at a time (an asyncio lock: Kafka's single controller event thread),
 so two of its decisions never race on the versions they read. A write can still lose a race with a
 leader's ISR change: a broker pass is then run again from the newer states, and an election
-(ElectLeaders, rebalance) retries the raced partitions from their fresh state, at most
-ELECTION_RACE_RETRIES times (Kafka's controller retries on a ZooKeeper version conflict).
+(ElectLeaders, rebalance) retries the raced partitions from their fresh state, a bounded number of
+times (leaders.ELECTION_RACE_RETRIES) (Kafka's controller retries on a ZooKeeper version conflict).
 
 A stopping controller does not resign: its controllership ends with its registration (the ZooKeeper
 session closing removes /controller and /brokers/ids/<id> together, as in Kafka), so its successor
@@ -42,6 +43,7 @@ from typing import Any
 
 from gregor.config import BrokerConfig
 from gregor.controller import election
+from gregor.controller.leaders import LeaderElections
 from gregor.controller.reassignment import Reassignments
 from gregor.controller.shutdown import ControlledShutdown
 from gregor.metadata.cache import MetadataCache
@@ -58,16 +60,10 @@ from gregor.metadata.store import (
     StateUpdate,
 )
 from gregor.protocol.errors import ErrorCode, KafkaError
-from gregor.protocol.messages.cluster_admin import PREFERRED_ELECTION, UNCLEAN_ELECTION
 
 log = logging.getLogger("gregor.controller")
 
 TopicPartition = tuple[str, int]
-Decision = tuple[PartitionState | None, int]  # (state to write or None, error code)
-
-# An election whose write lost a version race is decided again from the fresh state at most this many
-# times (Kafka retries without bound; a partition changing this often is reported, not chased).
-ELECTION_RACE_RETRIES = 5
 
 
 class Controller:
@@ -92,6 +88,7 @@ class Controller:
         self._waiters: list[asyncio.Future[None]] = []
         self._stopped = False
         self._rebalance_task: asyncio.Task[None] | None = None
+        self.leaders = LeaderElections(self)
         self.reassignments = Reassignments(self)
         self._shutdown = ControlledShutdown(self)
 
@@ -374,86 +371,15 @@ class Controller:
                      (time.monotonic() - t0) * 1000)
             return ErrorCode.NONE, remaining
 
-    # --- ElectLeaders and rebalancing ---------------------------------------------------------------
+    # --- ElectLeaders and rebalancing (leaders.LeaderElections) -------------------------------------------
     async def elect_leaders(self, election_type: int, partitions: Iterable[TopicPartition] | None
                             ) -> dict[TopicPartition, tuple[int, str | None]]:
-        """Preferred (0) or unclean (1) election for the given partitions, or all (None: then partitions
-        that needed no election are left out of the answer). Per partition (error code, message);
-        answered once the new states are in the cache. Raises KafkaError(NOT_CONTROLLER)."""
-        if election_type not in (PREFERRED_ELECTION, UNCLEAN_ELECTION):
-            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown election type {election_type}")
-        async with self.lock:
-            self.require_active()
-            everything = partitions is None
-            if partitions is None:
-                partitions = [(n, p) for n, t in self.cache.topics().items() for p in t.partitions]
+        """ElectLeaders (see LeaderElections.elect_leaders). Raises KafkaError(NOT_CONTROLLER)."""
+        return await self.leaders.elect_leaders(election_type, partitions)
 
-            def decide(tp: TopicPartition, s: PartitionState) -> Decision:
-                eligible = self.eligible()
-                if election_type == PREFERRED_ELECTION:
-                    return election.preferred(s, eligible, self.epoch)
-                new, code = election.unclean(s, {b.broker_id for b in self.cache.brokers()}, eligible, self.epoch)
-                if new is not None and new.leader not in s.isr:
-                    log.warning("controller %d: unclean leader election for %s-%d by request: broker %d leads "
-                                "from outside the ISR %s; acknowledged records may be lost",
-                                self.broker_id, tp[0], tp[1], new.leader, s.isr)
-                return new, code
-
-            results, moved = await self._elect_partitions(list(partitions), decide)
-            if everything:
-                results = {tp: r for tp, r in results.items() if r[0] != ErrorCode.ELECTION_NOT_NEEDED}
-            if moved:
-                log.info("controller %d: %s election moved %d leaderships", self.broker_id,
-                         "preferred" if election_type == PREFERRED_ELECTION else "unclean", moved)
-            return results
-
-    async def _elect_partitions(self, partitions: list[TopicPartition],
-                                decide: Callable[[TopicPartition, PartitionState], Decision]
-                                ) -> tuple[dict[TopicPartition, tuple[int, str | None]], int]:
-        """Decide each partition from the cache and write the new states in one batch (under the lock).
-        The partitions whose write lost a version race (a leader changed its ISR meanwhile) are decided
-        again once the cache shows their newer state, at most ELECTION_RACE_RETRIES times. Returns per
-        partition (error code, message) and the number of states written."""
-        results: dict[TopicPartition, tuple[int, str | None]] = {}
-        todo, moved = partitions, 0
-        timeout_s = self.config.get("controller.socket.timeout.ms") / 1000
-        for attempt in range(ELECTION_RACE_RETRIES + 1):
-            updates: dict[TopicPartition, tuple[PartitionState, int]] = {}
-            for tp in todo:
-                s = self.cache.partition_state(*tp)
-                if s is None:
-                    results[tp] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
-                    continue
-                new, code = decide(tp, s)
-                if new is not None:
-                    updates[tp] = (new, s.version)
-                results[tp] = (code, None if code == ErrorCode.NONE else _election_message(code, tp))
-            raced: dict[TopicPartition, int] = {}
-            for tp, r in (await self.write_states(updates, redecide=False)).items():
-                if isinstance(r, BadVersionError):
-                    raced[tp] = updates[tp][1]
-                elif isinstance(r, MetadataError):
-                    code = ErrorCode.NOT_CONTROLLER if isinstance(r, ControllerMovedError) else ErrorCode.UNKNOWN_SERVER_ERROR
-                    results[tp] = (code, str(r))
-                else:
-                    moved += 1
-            if not raced:
-                break
-            if not self.active or attempt == ELECTION_RACE_RETRIES:
-                why = (f"Broker {self.broker_id} is no longer the controller" if not self.active else
-                       f"the partition state changed during {ELECTION_RACE_RETRIES + 1} election attempts")
-                code = ErrorCode.NOT_CONTROLLER if not self.active else ErrorCode.UNKNOWN_SERVER_ERROR
-                results.update({tp: (code, why) for tp in raced})
-                break
-
-            def newer(raced: dict[TopicPartition, int] = raced) -> bool:
-                return all((s := self.cache.partition_state(*tp)) is None or s.version > v for tp, v in raced.items())
-
-            await self.wait_cache(newer, timeout_s)
-            log.info("controller %d: %d elections lost a version race; deciding them again (attempt %d)",
-                     self.broker_id, len(raced), attempt + 2)
-            todo = list(raced)
-        return results, moved
+    async def rebalance(self) -> int:
+        """One automatic rebalance pass (see LeaderElections.rebalance): the leaderships moved."""
+        return await self.leaders.rebalance()
 
     async def _rebalance_loop(self) -> None:
         interval_s = self.config.get("leader.imbalance.check.interval.seconds")
@@ -465,21 +391,6 @@ class Controller:
                 except Exception:
                     log.exception("controller %d: the leader rebalance failed", self.broker_id)
 
-    async def rebalance(self) -> int:
-        """One automatic rebalance pass: a preferred election for the partitions of every broker whose
-        leader imbalance is above `leader.imbalance.per.broker.percentage`. Returns the leaderships moved."""
-        async with self.lock:
-            if not self.active:
-                return 0
-            rows = ((n, p, s) for n, t in self.cache.topics().items() for p, s in t.partitions.items())
-            chosen = election.imbalanced(rows, self.eligible(), self.config.get("leader.imbalance.per.broker.percentage"))
-            _, moved = await self._elect_partitions(
-                chosen, lambda tp, s: election.preferred(s, self.eligible(), self.epoch))
-            if moved:
-                log.info("controller %d: leader rebalance moved %d leaderships to their preferred replicas",
-                         self.broker_id, moved)
-            return moved
-
     # --- reassignment (reassignment.Reassignments) -------------------------------------------------------
     async def alter_reassignments(self, requests: dict[str, dict[int, list[int] | None]]
                                   ) -> dict[str, dict[int, tuple[int, str | None]]]:
@@ -489,13 +400,3 @@ class Controller:
     def list_reassignments(self, topics: dict[str, list[int]] | None) -> dict[str, dict[int, PartitionState]]:
         """ListPartitionReassignments (see Reassignments.list_in_progress). Raises KafkaError(NOT_CONTROLLER)."""
         return self.reassignments.list_in_progress(topics)
-
-
-def _election_message(code: int, tp: TopicPartition) -> str:
-    if code == ErrorCode.ELECTION_NOT_NEEDED:
-        return f"Leader election not needed for topic partition {tp[0]}-{tp[1]}"
-    if code == ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE:
-        return f"Failed to elect leader for partition {tp[0]}-{tp[1]}: the preferred replica is not live and in sync"
-    if code == ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE:
-        return f"Failed to elect leader for partition {tp[0]}-{tp[1]}: no live replica"
-    return ErrorCode(code).name
