@@ -28,7 +28,8 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from gregor.admin.topic_admin import TopicAdmin
-from gregor.config import BrokerConfig, ConfigError, parse_listener  # issue 10: zk (ConfigError)
+from gregor.config import BrokerConfig, ConfigError, parse_listener
+from gregor.controller.controller import Controller
 from gregor.coordinator.group.coordinator import OFFSETS_TOPIC, GroupCoordinator, append_via
 from gregor.metadata.cache import MetadataCache
 from gregor.metadata.embedded import EmbeddedMetadataStore
@@ -74,6 +75,7 @@ class Broker:
         log.info("scanned the log dirs in %.0f ms", (time.monotonic() - t0) * 1000)
         self.topic_admin = TopicAdmin(self.store, self.metadata_cache, config)
         self.replica_manager = ReplicaManager(config, self.store, self.log_manager, self.metadata_cache)
+        self.controller = Controller(config, self.store, self.metadata_cache)  # issue 10: ctl
         self.group_coordinator = GroupCoordinator(config, append_via(self.replica_manager), self._read_offsets_partition)
         self.dispatcher = Dispatcher(self, HANDLERS)
         self.socket_server = SocketServer(
@@ -113,6 +115,7 @@ class Broker:
         self.metadata_cache.attach(self.store, asyncio.get_running_loop())
         self.metadata_cache.add_listener(self.replica_manager.on_metadata_change)
         self.metadata_cache.add_listener(self._on_session_change)  # issue 10: zk
+        self.controller.start()  # issue 10: ctl
         self.replica_manager.sync_all()  # new partitions only: the ones on disk are still loading
         self.replica_manager.start_replication()  # issue 10: repl
         self._load_task = asyncio.ensure_future(self._load_logs())
@@ -168,8 +171,8 @@ class Broker:
 
     async def shutdown(self) -> None:
         log.info("shutting down")
+        await self.controller.controlled_shutdown()  # issue 10: ctl
         self._shutting_down = True
-        # issue 10: ctl: the controlled shutdown goes here, first; the registration is removed last (_close_metadata)
         self.socket_server.stop_accepting()
         await self.replica_manager.stop_replication()  # issue 10: repl
         self.replica_manager.shutdown()
@@ -185,6 +188,7 @@ class Broker:
             await asyncio.get_running_loop().run_in_executor(pool, self.log_manager.shutdown)
         if self._load_task is not None:
             await asyncio.gather(self._load_task, return_exceptions=True)
+        await self.controller.stop()  # issue 10: ctl
         await asyncio.get_running_loop().run_in_executor(None, self._close_metadata)
         log.info("shut down cleanly")
 

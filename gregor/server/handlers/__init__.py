@@ -5,6 +5,12 @@ from __future__ import annotations
 from gregor.server.dispatcher import Handler
 from gregor.server.handlers.api_versions import handle_api_versions
 from gregor.server.handlers.cluster import handle_describe_cluster
+from gregor.server.handlers.cluster_admin import (
+    handle_alter_partition_reassignments,
+    handle_controlled_shutdown,
+    handle_elect_leaders,
+    handle_list_partition_reassignments,
+)
 from gregor.server.handlers.configs import (
     handle_alter_configs,
     handle_describe_configs,
@@ -43,6 +49,7 @@ HANDLERS: dict[int, Handler] = {
     1: handle_fetch,
     2: handle_list_offsets,
     3: handle_metadata,
+    7: handle_controlled_shutdown,
     8: handle_offset_commit,
     9: handle_offset_fetch,
     10: handle_find_coordinator,
@@ -62,7 +69,10 @@ HANDLERS: dict[int, Handler] = {
     33: handle_alter_configs,
     37: handle_create_partitions,
     42: handle_delete_groups,
+    43: handle_elect_leaders,
     44: handle_incremental_alter_configs,
+    45: handle_alter_partition_reassignments,
+    46: handle_list_partition_reassignments,
     47: handle_offset_delete,
     60: handle_describe_cluster,
     61: handle_describe_producers,

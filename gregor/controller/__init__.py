@@ -1,0 +1,1 @@
+"""The cluster controller: leader elections, broker failures, controlled shutdown, reassignment."""
