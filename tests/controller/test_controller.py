@@ -402,3 +402,62 @@ def test_controlled_shutdown_can_be_disabled(tmp_path: Path, enable: str) -> Non
             assert not await c.brokers[1].controller.controlled_shutdown()
             assert any(s.leader == 1 for s in c.states("t").values())
     run(main())
+
+
+def test_an_election_that_loses_a_version_race_is_decided_again_from_the_fresh_state(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with Cluster(tmp_path, 3) as c:
+            await c.create("t", 1, 3, assignment={0: [1, 2, 0]})
+            await c.die(1)  # leadership moves to 2; 1 returns and its leader takes it back into the ISR
+            await c.until(lambda: c.state("t", 0).leader == 2, "failover")
+            await c.revive(1)
+            await c.isr_as_leader("t", 0, c.state("t", 0).isr + [1])
+            await c.until(lambda: 1 in c.state("t", 0).isr, "1 back in the ISR")
+            s = c.state("t", 0)
+            assert (s.leader, s.isr) == (2, [2, 0, 1])
+            ctl = c.controller()
+            assert ctl is not None
+            # The leader shrinks its ISR (0 fell behind) in the store; on the loop thread, so no cache has
+            # seen it when the controller decides: its write is conditional on a stale version.
+            shrunk = s.copy()
+            shrunk.isr = [2, 1]
+            c.store.update_partition_state("t", 0, shrunk, s.version)
+            assert ctl.metadata_cache.partition_state("t", 0).version == s.version
+            got = await ctl.controller.elect_leaders(0, [("t", 0)])
+            assert got == {("t", 0): (ErrorCode.NONE, None)}
+            s = c.state("t", 0)
+            assert (s.leader, s.isr) == (1, [2, 1])  # decided again from the leader's ISR: 0 not brought back
+    run(main())
+
+
+def test_a_stopping_controller_is_never_elected_by_its_successor(tmp_path: Path) -> None:
+    """The controller (0) shuts down. Its controllership ends with its registration, so its successor
+    never sees it live: an offline unclean-enabled partition it could lead is not given to it."""
+    async def main() -> None:
+        async with Cluster(tmp_path, 3) as c:
+            await c.create("t", 1, 2, assignment={0: [1, 0]}, configs={"unclean.leader.election.enable": "true"})
+            stopping = c.brokers[0]
+            assert stopping.controller.active
+            assert await stopping.controller.controlled_shutdown()  # 0 leaves the ISR; it is shutting down
+            await c.until(lambda: c.state("t", 0).isr == [1], "0 left the ISR")
+            await c.die(1)  # the leader goes: no eligible replica (0 is shutting down), the partition is offline
+            await c.until(lambda: c.state("t", 0).leader == -1, "offline")
+            cache2 = c.brokers[2].metadata_cache
+            seen: list[tuple[int, set[int], int]] = []
+
+            def watch(kind: str, topic: str) -> None:
+                s = cache2.partition_state("t", 0)
+                seen.append((cache2.controller_id, {b.broker_id for b in cache2.brokers()},
+                             s.leader if s is not None else -2))
+
+            cache2.add_listener(watch)
+            await stopping.shutdown()
+            del c.brokers[0]
+            await c.until(lambda: c.brokers[2].controller.active, "broker 2 takes over")
+            await asyncio.sleep(0.2)
+            assert not any(cid != 0 and 0 in live for cid, live, _ in seen), seen  # no window with 0 live
+            assert all(leader != 0 for _, _, leader in seen), seen
+            assert c.state("t", 0, 2).leader == -1
+            await c.revive(1)
+            await c.until(lambda: c.state("t", 0, 2).leader == 1, "the returning ISR member leads")
+    run(main())
