@@ -202,6 +202,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         if not hosts:
             raise MetadataError(f"zookeeper.connect {connect!r} names no server")
         self._zk = KazooClient(hosts=hosts, timeout=session_timeout_ms / 1000.0)
+        self._session_timeout_s = session_timeout_ms / 1000.0
         timeout_s = (connection_timeout_ms or session_timeout_ms) / 1000.0
         try:
             self._zk.start(timeout=timeout_s)
@@ -624,6 +625,8 @@ class ZooKeeperMetadataStore(MetadataStore):
                 _, stat = self._zk.get(path)
             except NoNodeError:  # gone meanwhile: try once more
                 return self._create_registration(info)
+            if stat.ephemeralOwner != self.session_id and self._wait_for_expiry(path, stat.ephemeralOwner):
+                return self._create_registration(info)
             if stat.ephemeralOwner != self.session_id:
                 raise MetadataError(
                     f"broker id {info.broker_id} is already registered in ZooKeeper at {self._connect} "
@@ -631,6 +634,24 @@ class ZooKeeperMetadataStore(MetadataStore):
             return int(stat.czxid)
         _, stat = self._zk.get(path)
         return int(stat.czxid)
+
+    def _wait_for_expiry(self, path: str, owner: int) -> bool:
+        """A registration of our id held by another session: after a kill -9 and a quick restart it is our
+        previous incarnation's, gone once ZooKeeper expires that session. Wait for that, up to 1.5 session
+        timeouts plus 2 s (Kafka refuses to start at once; a restart after a crash should just work). True
+        if the znode went away; a live duplicate broker keeps it, and the caller reports that."""
+        deadline = time.monotonic() + 1.5 * self._session_timeout_s + 2.0
+        log.warning("%s is held by another ZooKeeper session (0x%x), probably this broker's before a crash: waiting "
+                    "up to %.1f s for it to expire", path, owner, deadline - time.monotonic())
+        while time.monotonic() < deadline:
+            try:
+                _, stat = self._zk.get(path)
+            except NoNodeError:
+                return True
+            if stat.ephemeralOwner != owner:
+                return False
+            time.sleep(0.1)
+        return False
 
     def unregister_broker(self, broker_id: int) -> None:
         self._registration = None if broker_id == self._broker_id else self._registration
