@@ -97,6 +97,10 @@ def main(argv: list[str] | None = None) -> int:
     consume.add_subcommands(sub)
     groups.add_subcommands(sub)
 
+    from gregor.tools import cluster_cli
+
+    cluster_cli.add_subcommands(sub)
+
     from gregor.pipeline import cli as pipeline_cli
 
     pipeline_cli.add_subcommands(sub)
