@@ -71,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
             p = rng.randrange(parts)
             leader = c.leader_of(topic, p)
             if fault == "kill-controller":
-                target = c.controller_id()
+                target = c.wait_until(lambda: (lambda cid: (cid,) if cid >= 0 else None)(c.controller_id()),
+                                      30, "a controller")[0]
             elif fault == "kill-follower":
                 target = rng.choice([i for i in c.running() if i != leader])
             else:
