@@ -182,9 +182,21 @@ class LocalCluster:
         return self
 
     def start_broker(self, i: int, timeout_s: float = 30.0) -> None:
+        """Start broker i. A broker restarted right after a SIGKILL finds its old registration still in
+        ZooKeeper until the dead session expires (zookeeper.session.timeout.ms) and refuses to start,
+        as Kafka does ("already registered"); it is started again until that session has gone."""
         b = self.brokers[i]
         b.overrides = {**self.broker_props(i), "zookeeper.connect": self.zk_connect}
-        b.start(timeout_s)
+        session_s = int(b.overrides.get("zookeeper.session.timeout.ms", "18000")) / 1000
+        deadline = time.monotonic() + timeout_s + session_s
+        while True:
+            try:
+                b.start(timeout_s)
+                break
+            except RuntimeError as e:
+                if "already registered" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.3)
         self.frozen.discard(i)
 
     def is_running(self, i: int) -> bool:
