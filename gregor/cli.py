@@ -100,6 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     elect_leaders.add_subcommands(sub)
     reassign.add_subcommands(sub)
 
+    from gregor.tools import cluster_cli
+
+    cluster_cli.add_subcommands(sub)
+
     from gregor.pipeline import cli as pipeline_cli
 
     pipeline_cli.add_subcommands(sub)

@@ -1,0 +1,488 @@
+"""A local Gregor cluster: one real ZooKeeper and N real `gregor serve` processes on loopback.
+
+Used by the cluster acceptance tests, the fault campaign (scripts/fault_campaign.py) and the
+benchmarks. Every broker is a child process with its own data dir and a port fixed at construction,
+so a restarted broker comes back at the same address (clients and the other brokers find it where
+ZooKeeper's registration says it is). Faults are signals, as on a real machine: `kill` (SIGKILL, a
+crash), `stop` (SIGTERM, a controlled shutdown), `freeze`/`thaw` (SIGSTOP/SIGCONT, a process that
+stops answering without closing its sockets or its ZooKeeper session).
+
+What the cluster looks like is read from the outside, as a client would: a Metadata request to a
+running broker (`metadata`, `leader_of`, `isr_of`, `controller_id`). A broker reports ready when its
+log shows "all logs loaded"; the cluster reports ready when every running broker is in the Metadata of
+every running broker (`wait_ready`).
+
+Timeouts (CLUSTER_DEFAULTS): zookeeper.session.timeout.ms=4000 so that a SIGKILLed leader's session
+ends within 4 s and its partitions fail over within the 6 s target (Kafka's 18 s default is for
+networks and JVM pauses a loopback cluster does not have); replica.lag.time.max.ms=10000 so that a
+dead follower leaves the ISR in 10 s while a follower slowed by two cores shared among three
+brokers and the clients does not flap in and out (Kafka's default is 30 s).
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import socket
+import struct
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from gregor.tools.local_broker import BrokerProcess
+from gregor.tools.local_zookeeper import ZooKeeperServer, free_port
+
+T = TypeVar("T")
+
+# The cluster's own defaults, chosen for loopback and failover under 6 s (see the module doc).
+CLUSTER_DEFAULTS: dict[str, str] = {
+    "zookeeper.session.timeout.ms": "4000",
+    "replica.lag.time.max.ms": "10000",
+}
+
+_METADATA_KEY = 3
+_METADATA_VERSION = 7  # leader epochs and offline replicas; not yet flexible
+
+
+@dataclass
+class PartitionInfo:
+    """One partition as a Metadata response describes it."""
+
+    error_code: int
+    leader: int
+    leader_epoch: int
+    replicas: list[int]
+    isr: list[int]
+    offline: list[int]
+
+
+@dataclass
+class ClusterMetadata:
+    """What one broker answered to a Metadata request."""
+
+    from_broker: int
+    controller_id: int
+    brokers: dict[int, tuple[str, int]]
+    topics: dict[str, dict[int, PartitionInfo]] = field(default_factory=dict)
+    topic_errors: dict[str, int] = field(default_factory=dict)
+
+
+def fetch_metadata(bootstrap: str, topics: list[str] | None = None, timeout_s: float = 5.0,
+                   from_broker: int = -1) -> ClusterMetadata:
+    """One Metadata request (v7) to one broker over a plain socket: no client library cache between
+    the test and the broker's answer. `topics=None` asks for every topic. Raises OSError when the
+    broker does not answer within `timeout_s`."""
+    from gregor.protocol import apis
+    from gregor.protocol.frames import decode_response, encode_request
+
+    api = apis.BY_KEY[_METADATA_KEY]
+    body = {"topics": None if topics is None else [{"name": t} for t in topics],
+            "allow_auto_topic_creation": False}
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=timeout_s) as s:
+        s.sendall(encode_request(api, _METADATA_VERSION, 1, "gregor-local-cluster", body))
+        size = struct.unpack(">i", _recv_exact(s, 4))[0]
+        _, r = decode_response(_recv_exact(s, size), api, _METADATA_VERSION)
+    md = ClusterMetadata(from_broker, r.controller_id, {b.node_id: (b.host, b.port) for b in r.brokers})
+    for t in r.topics:
+        md.topic_errors[t.name] = t.error_code
+        md.topics[t.name] = {p.partition_index: PartitionInfo(p.error_code, p.leader_id, p.leader_epoch,
+                                                              list(p.replica_nodes), list(p.isr_nodes),
+                                                              list(p.offline_replicas))
+                             for p in t.partitions}
+    return md
+
+
+def _recv_exact(s: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("connection closed by broker")
+        buf += chunk
+    return bytes(buf)
+
+
+def wait_until(predicate: Callable[[], T], timeout_s: float, interval_s: float = 0.1,
+               what: str = "condition") -> T:
+    """Poll `predicate` until it returns something truthy (returned) or `timeout_s` passes
+    (TimeoutError naming `what` and the last value). Exceptions from the predicate count as falsy:
+    a broker that is down answers nothing, which is what the caller waits out."""
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while True:
+        try:
+            last = predicate()
+            if last:
+                return last
+        except (OSError, ValueError, KeyError) as e:
+            last = e
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not true within {timeout_s:g} s (last: {last!r})")
+        time.sleep(interval_s)
+
+
+class LocalCluster:
+    """ZooKeeper plus brokers 0..n-1. `start()` starts them and waits until all see each other;
+    `close()` kills everything and removes the directory unless one was given.
+
+    `zk_connect` joins an existing ZooKeeper (for tests: the session's one with a per-test chroot)
+    instead of starting one. `overrides` apply to every broker, `per_broker[i]` to broker i only,
+    on top of CLUSTER_DEFAULTS."""
+
+    def __init__(self, n: int = 3, base_dir: str | Path | None = None, overrides: dict[str, str] | None = None,
+                 per_broker: dict[int, dict[str, str]] | None = None, zk_connect: str | None = None,
+                 base_port: int = 0) -> None:
+        self._own_dir = base_dir is None
+        self.base_dir = Path(base_dir) if base_dir is not None else Path(tempfile.mkdtemp(prefix="gregor-cluster-"))
+        self.n = n
+        self.overrides = {**CLUSTER_DEFAULTS, **(overrides or {})}
+        self.per_broker = per_broker or {}
+        self.zk: ZooKeeperServer | None = None
+        self._zk_connect = zk_connect
+        self.brokers: list[BrokerProcess] = []
+        self.frozen: set[int] = set()
+        for i in range(n):
+            b = BrokerProcess(self.base_dir / f"broker-{i}", self.broker_props(i))
+            b.port = base_port + i if base_port else free_port()
+            self.brokers.append(b)
+
+    @property
+    def zk_connect(self) -> str:
+        if self._zk_connect is not None:
+            return self._zk_connect
+        if self.zk is None:
+            raise RuntimeError("ZooKeeper is not started")
+        return self.zk.connect
+
+    def broker_props(self, i: int) -> dict[str, str]:
+        """Broker i's overrides except zookeeper.connect (known once ZooKeeper runs)."""
+        return {**self.overrides, "broker.id": str(i), **self.per_broker.get(i, {})}
+
+    @property
+    def bootstrap(self) -> str:
+        """Every broker's address, comma-separated, as clients take it."""
+        return ",".join(b.bootstrap for b in self.brokers)
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def start(self, timeout_s: float = 60.0) -> LocalCluster:
+        if self._zk_connect is None:
+            self.zk = ZooKeeperServer(self.base_dir / "zookeeper").start()
+        try:
+            for i in range(self.n):
+                self.start_broker(i)
+            self.wait_ready(timeout_s)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def start_broker(self, i: int, timeout_s: float = 30.0) -> None:
+        """Start broker i. A broker restarted right after a SIGKILL finds its old registration still in
+        ZooKeeper until the dead session expires (zookeeper.session.timeout.ms) and refuses to start,
+        as Kafka does ("already registered"); it is started again until that session has gone."""
+        b = self.brokers[i]
+        b.overrides = {**self.broker_props(i), "zookeeper.connect": self.zk_connect}
+        session_s = int(b.overrides.get("zookeeper.session.timeout.ms", "18000")) / 1000
+        deadline = time.monotonic() + timeout_s + session_s
+        while True:
+            try:
+                b.start(timeout_s)
+                break
+            except RuntimeError as e:
+                if "already registered" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.3)
+        self.frozen.discard(i)
+
+    def is_running(self, i: int) -> bool:
+        p = self.brokers[i].proc
+        return p is not None and p.poll() is None
+
+    def running(self) -> list[int]:
+        """Brokers whose process runs and is not frozen: the ones that can answer."""
+        return [i for i in range(self.n) if self.is_running(i) and i not in self.frozen]
+
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
+        """Until every running broker lists every running broker in its Metadata."""
+        def all_seen() -> bool:
+            want = set(self.running())
+            return all(want <= set(self.metadata(via=i).brokers) for i in want)
+
+        wait_until(all_seen, timeout_s, 0.2, "every running broker in every running broker's Metadata")
+
+    def kill(self, i: int) -> None:
+        """SIGKILL broker i: a crash (no controlled shutdown, no flush)."""
+        if i in self.frozen:
+            self.thaw(i)
+        self.brokers[i].kill()
+
+    def stop(self, i: int, timeout_s: float = 30.0) -> int:
+        """SIGTERM broker i and wait: a controlled shutdown. Returns the exit code."""
+        return self.brokers[i].stop(timeout_s)
+
+    def freeze(self, i: int) -> None:
+        """SIGSTOP broker i: it stops answering and heartbeating but keeps its sockets."""
+        proc = self.brokers[i].proc
+        assert proc is not None
+        proc.send_signal(signal.SIGSTOP)
+        self.frozen.add(i)
+
+    def thaw(self, i: int) -> None:
+        """SIGCONT broker i."""
+        proc = self.brokers[i].proc
+        assert proc is not None
+        proc.send_signal(signal.SIGCONT)
+        self.frozen.discard(i)
+
+    def restart(self, i: int, timeout_s: float = 30.0) -> None:
+        """Start broker i again (after kill or stop) on its data dir and port."""
+        if self.is_running(i):
+            self.kill(i)
+        self.start_broker(i, timeout_s)
+
+    def close(self) -> None:
+        for i in range(self.n):
+            if i in self.frozen:
+                self.thaw(i)
+            self.brokers[i].kill()
+        if self.zk is not None:
+            self.zk.kill()
+            self.zk = None
+        if self._own_dir:
+            shutil.rmtree(self.base_dir, ignore_errors=True)
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- what the cluster says ---------------------------------------------------------------------
+
+    def metadata(self, topics: list[str] | None = None, via: int | None = None,
+                 timeout_s: float = 5.0) -> ClusterMetadata:
+        """Metadata from broker `via`, or from the first running broker that answers."""
+        candidates = [via] if via is not None else self.running()
+        last: Exception | None = None
+        for i in candidates:
+            try:
+                return fetch_metadata(self.brokers[i].bootstrap, topics, timeout_s, from_broker=i)
+            except OSError as e:
+                last = e
+        raise OSError(f"no running broker answered Metadata (last: {last!r})")
+
+    def partition(self, topic: str, p: int, via: int | None = None) -> PartitionInfo:
+        return self.metadata([topic], via).topics[topic][p]
+
+    def leader_of(self, topic: str, p: int, via: int | None = None) -> int:
+        """The leader's broker id, -1 when the partition has none (offline)."""
+        return self.partition(topic, p, via).leader
+
+    def isr_of(self, topic: str, p: int, via: int | None = None) -> list[int]:
+        return sorted(self.partition(topic, p, via).isr)
+
+    def controller_id(self, via: int | None = None) -> int:
+        return self.metadata([], via).controller_id
+
+    def wait_until(self, predicate: Callable[[], T], timeout_s: float = 30.0, what: str = "condition") -> T:
+        return wait_until(predicate, timeout_s, 0.1, what)
+
+    def wait_leader(self, topic: str, p: int, not_in: tuple[int, ...] = (), timeout_s: float = 30.0) -> int:
+        """Until the partition has a leader outside `not_in` (as every running broker says); returns it."""
+        def leader() -> tuple[int] | None:  # a tuple: broker 0 is a leader too, and 0 is falsy
+            views = {self.leader_of(topic, p, via=i) for i in self.running()}
+            if len(views) == 1:
+                (lead,) = views
+                if lead >= 0 and lead not in not_in:
+                    return (lead,)
+            return None
+
+        return wait_until(leader, timeout_s, 0.1, f"a leader of {topic}-{p} outside {not_in}")[0]
+
+    def log_text(self, i: int) -> str:
+        return self.brokers[i].log_text()
+
+
+# -- load and checks: numbered records, their acknowledgements, and what a consumer reads back ------
+
+def create_topic(bootstrap: str, topic: str, partitions: int, replication_factor: int,
+                 configs: dict[str, str] | None = None, timeout_s: float = 30.0) -> None:
+    """Create a topic with the reference client's AdminClient and wait for the request to succeed."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    fut = admin.create_topics([NewTopic(topic, partitions, replication_factor, config=dict(configs or {}))],
+                              request_timeout=timeout_s)[topic]
+    fut.result(timeout_s)
+
+
+@dataclass
+class Acked:
+    """One acknowledged record: its number, partition and the offset the leader gave it."""
+
+    seq: int
+    partition: int
+    offset: int
+
+
+class NumberedLoad:
+    """A confluent-kafka producer sending the numbers 0..count-1 (value = the number in ASCII) to
+    `partition = seq % partitions`, in a thread; it records every acknowledgement and every error
+    its delivery reports carry. `rate` (records/s, 0 = as fast as it goes) keeps a load running
+    across a fault instead of finishing before it."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, count: int, config: dict[str, Any] | None = None,
+                 rate: float = 0.0) -> None:
+        import threading
+
+        self.bootstrap, self.topic, self.partitions, self.count, self.rate = bootstrap, topic, partitions, count, rate
+        self.config = {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "log_level": 0,
+                       "message.timeout.ms": 120_000, **(config or {})}
+        self.acked: list[Acked] = []
+        self.errors: list[tuple[int, str]] = []
+        self.sent = 0
+        self.done = threading.Event()
+        self.stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.exception: BaseException | None = None
+
+    def start(self) -> NumberedLoad:
+        self._thread.start()
+        return self
+
+    def _on_delivery(self, err: Any, msg: Any) -> None:
+        seq = int(msg.value())
+        if err is not None:
+            self.errors.append((seq, f"{err.name()}: {err.str()}"))
+        else:
+            self.acked.append(Acked(seq, msg.partition(), msg.offset()))
+
+    def _run(self) -> None:
+        from confluent_kafka import Producer
+
+        try:
+            p = Producer(self.config)
+            t0 = time.monotonic()
+            for seq in range(self.count):
+                if self.stopping.is_set():
+                    break
+                if self.rate:
+                    ahead = t0 + seq / self.rate - time.monotonic()
+                    if ahead > 0:
+                        p.poll(ahead)
+                while True:
+                    try:
+                        p.produce(self.topic, str(seq).encode(), partition=seq % self.partitions,
+                                  on_delivery=self._on_delivery)
+                        break
+                    except BufferError:
+                        p.poll(0.05)
+                self.sent = seq + 1
+                p.poll(0)
+            while p.flush(1.0) > 0:
+                pass
+        except BaseException as e:  # reported by join()
+            self.exception = e
+        finally:
+            self.done.set()
+
+    def acked_count(self) -> int:
+        return len(self.acked)
+
+    def join(self, timeout_s: float) -> None:
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            raise TimeoutError(f"producer still running after {timeout_s:g} s "
+                               f"(sent {self.sent}, acked {len(self.acked)}, errors {len(self.errors)})")
+        if self.exception is not None:
+            raise self.exception
+
+
+def read_back(bootstrap: str, topic: str, partitions: int, timeout_s: float = 60.0) -> dict[int, list[tuple[int, int]]]:
+    """Every record of every partition from offset 0 up to its high watermark, as (offset, number),
+    read by a confluent-kafka consumer with assigned partitions (no group)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "gregor-read-back", "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest", "log_level": 0, "enable.partition.eof": True})
+    try:
+        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)[1] for p in range(partitions)}
+        out: dict[int, list[tuple[int, int]]] = {p: [] for p in range(partitions)}
+        todo = {p for p in range(partitions) if ends[p] > 0}
+        c.assign([TopicPartition(topic, p, 0) for p in todo])
+        deadline = time.monotonic() + timeout_s
+        while todo and time.monotonic() < deadline:
+            for m in c.consume(1000, 1.0):
+                if m.error() is not None:
+                    continue  # partition EOF and transient errors: the offsets decide when a partition is done
+                p = m.partition()
+                out[p].append((m.offset(), int(m.value())))
+                if m.offset() + 1 >= ends[p]:
+                    todo.discard(p)
+        if todo:
+            raise TimeoutError(f"read back: partitions {sorted(todo)} short of their high watermarks {ends} "
+                               f"after {timeout_s:g} s")
+        return out
+    finally:
+        c.close()
+
+
+@dataclass
+class CheckResult:
+    """What `check_acked` found: acknowledged records missing from their offset (lost), numbers read
+    more than once (duplicated), acknowledged numbers whose offsets do not follow their order in a
+    partition (out of order) and gaps among the offsets read (a consumer skipping records)."""
+
+    acked: int
+    read: int
+    lost: list[Acked] = field(default_factory=list)
+    duplicated: list[int] = field(default_factory=list)
+    out_of_order: list[tuple[int, int]] = field(default_factory=list)
+    offset_gaps: list[tuple[int, int]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.lost or self.duplicated or self.out_of_order or self.offset_gaps)
+
+    def summary(self) -> str:
+        return (f"acked {self.acked}, read {self.read}, lost {len(self.lost)}, duplicated {len(self.duplicated)}, "
+                f"out of order {len(self.out_of_order)}, offset gaps {len(self.offset_gaps)}"
+                + ("" if self.ok else f"; first lost {self.lost[:5]}, dup {self.duplicated[:5]}, "
+                   f"order {self.out_of_order[:5]}, gaps {self.offset_gaps[:5]}"))
+
+
+def check_acked(acked: list[Acked], read: dict[int, list[tuple[int, int]]], allow_duplicates: bool = False) -> CheckResult:
+    """Every acknowledged record is read back at exactly its acknowledged offset; within a partition
+    the acknowledged numbers' offsets rise with the numbers (each partition gets its numbers in
+    order); offsets read are consecutive; and, unless `allow_duplicates` (a producer without
+    idempotence may write a retried batch twice, legitimately), no number is read twice."""
+    res = CheckResult(len(acked), sum(len(v) for v in read.values()))
+    at = {(p, off): seq for p, recs in read.items() for off, seq in recs}
+    for a in acked:
+        if at.get((a.partition, a.offset)) != a.seq:
+            res.lost.append(a)
+    by_part: dict[int, list[Acked]] = {}
+    for a in acked:
+        by_part.setdefault(a.partition, []).append(a)
+    for recs in by_part.values():
+        recs.sort(key=lambda a: a.seq)
+        for prev, cur in zip(recs, recs[1:], strict=False):
+            if cur.offset <= prev.offset:
+                res.out_of_order.append((prev.seq, cur.seq))
+    for p, recs in read.items():
+        for (o1, _), (o2, _) in zip(recs, recs[1:], strict=False):
+            if o2 != o1 + 1:
+                res.offset_gaps.append((p, o1))
+    if not allow_duplicates:
+        seen: set[int] = set()
+        for recs in read.values():
+            for _, seq in recs:
+                if seq in seen:
+                    res.duplicated.append(seq)
+                seen.add(seq)
+    return res
