@@ -89,10 +89,6 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
     _p("offsets.topic.replication.factor", "int", 3, lo=1,
        doc="Replicas of __consumer_offsets; capped (with a warning) by the live brokers when it is created, "
            "so a lone broker creates it with 1"),
-    _p("offsets.commit.required.acks", "int", -1, lo=-1, hi=1,
-       doc="The acks an offset commit waits for (-1: the ISR, as acks=all)"),
-    _p("offsets.commit.timeout.ms", "int", 5000, lo=1,
-       doc="How long an offset commit waits for its replicas before REQUEST_TIMED_OUT"),
     # --- clusters: ZooKeeper, the controller, replication ---
     _p("zookeeper.connect", "string", None,
        doc="HOST:PORT[,HOST:PORT...][/chroot] of the ZooKeeper ensemble holding the cluster's metadata; unset: "

@@ -98,6 +98,7 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
         self._offsets_topic_creation: asyncio.Future[None] | None = None
+        self._offsets_loaded = False  # the group coordinator replayed what it leads, after the logs loaded
         self._offsets_topic_error: KafkaError | None = None
 
     # --- lifecycle -------------------------------------------------------------------
@@ -114,6 +115,7 @@ class Broker:
                                                                   self.config.get("broker.rack") or None))
         self.metadata_cache.attach(self.store, asyncio.get_running_loop())
         self.metadata_cache.add_listener(self.replica_manager.on_metadata_change)
+        self.metadata_cache.add_listener(self._follow_offsets_leadership)  # after the replica manager's
         self.metadata_cache.add_listener(self._on_session_change)  # issue 10: zk
         self.controller.start()  # issue 10: ctl
         self.replica_manager.sync_all()  # new partitions only: the ones on disk are still loading
@@ -141,7 +143,8 @@ class Broker:
         if self.log_manager.loading or self._shutting_down:  # stopped early by a shutdown
             return
         self.replica_manager.on_logs_loaded()
-        self.group_coordinator.load()
+        self._offsets_loaded = True
+        self.group_coordinator.load(self._offsets_partitions_led())
         self._every(self.config.get("log.retention.check.interval.ms"), self._retention)
         # Kafka checks flush.ms every log.flush.scheduler.interval.ms (default: never); we check at
         # least every second, which also flushes rolled segments (Kafka schedules those one by one).
@@ -236,6 +239,17 @@ class Broker:
         expiration_ms, now = self.config.get("producer.id.expiration.ms"), _now_ms()
         for lg in self.log_manager.all_logs():
             lg.remove_expired_producers(now, expiration_ms)
+
+    # --- the group coordinator follows __consumer_offsets leadership ------------------------
+    def _offsets_partitions_led(self) -> set[int]:
+        return {p for (t, p), part in self.replica_manager.partitions.items() if t == OFFSETS_TOPIC and part.is_leader}
+
+    def _follow_offsets_leadership(self, kind: str, topic: str) -> None:
+        """A cache listener (after the replica manager's, so each Partition knows whether it leads): the
+        coordinator of a group is the leader of its __consumer_offsets partition, as in Kafka."""
+        if not self._offsets_loaded or self._shutting_down or topic not in (OFFSETS_TOPIC, "", "lost", "restored"):
+            return
+        self.group_coordinator.follow_leadership(self._offsets_partitions_led())
 
     # --- helpers for handlers --------------------------------------------------------
     def group_coordinator_ready(self) -> GroupCoordinator:

@@ -81,22 +81,47 @@ class GroupCoordinator:
         # KIP-848 consumer groups live in the same table; their protocol is in consumer_protocol.
         self.consumer = ConsumerGroupProtocol(config, self.groups, self._later, self.metadata.write)
         self.metadata.consumer = self.consumer
+        self.loaded: set[int] = set()  # __consumer_offsets partitions led here, their groups in memory
 
     # --- lifecycle -------------------------------------------------------------------
-    def load(self) -> None:
-        """Replay __consumer_offsets into memory (at startup, before serving).
+    def load(self, partitions: Iterable[int] | None = None) -> None:
+        """Replay __consumer_offsets into memory: the partitions this broker leads (all of them on a lone
+        broker), when the logs are loaded; later elections load more (`follow_leadership`).
 
         Nothing in the log may stop the broker from starting: a batch or record that cannot be
         decoded (a bad schema version, a truncated field, a batch whose records do not parse) is
         skipped with a warning naming its partition and offset, and the replay goes on."""
         self._loop = asyncio.get_running_loop()
+        wanted = sorted(set(range(self.num_partitions) if partitions is None else partitions) - self.loaded)
+        if not wanted:
+            return
         t0 = time.monotonic()
-        n, skipped = self.metadata.load()
-        for g in self.groups.values():
+        before = set(self.groups)
+        n, skipped = self.metadata.load(wanted)
+        self.loaded.update(wanted)
+        for gid in set(self.groups) - before:
+            g = self.groups[gid]
             for m in g.members.values():
                 self.rebalance.schedule_heartbeat(g, m)
-        log.info("loaded %d groups from %d %s records in %.0f ms%s", len(self.groups), n, OFFSETS_TOPIC,
-                 (time.monotonic() - t0) * 1000, f" ({skipped} unreadable records skipped)" if skipped else "")
+        log.info("loaded %d groups of %d %s partitions from %d records in %.0f ms%s", len(self.groups) - len(before),
+                 len(wanted), OFFSETS_TOPIC, n, (time.monotonic() - t0) * 1000,
+                 f" ({skipped} unreadable records skipped)" if skipped else "")
+
+    def follow_leadership(self, leading: set[int]) -> None:
+        """The __consumer_offsets partitions this broker leads now: load the groups of partitions it
+        was elected to (Kafka's onElection), forget those of partitions it no longer leads
+        (onResignation: their members find the new coordinator through NOT_COORDINATOR)."""
+        for p in sorted(self.loaded - leading):
+            gone = self.metadata.unload(p)
+            self.rebalance.cancel_timers(gone)
+            self.loaded.discard(p)
+            log.info("no longer the coordinator of %s-%d: unloaded %d groups", OFFSETS_TOPIC, p, len(gone))
+        if leading - self.loaded:
+            self.load(leading)
+
+    def is_local(self, group_id: str) -> bool:
+        """Whether this broker coordinates the group: it leads (and has loaded) the group's partition."""
+        return self.partition_for(group_id) in self.loaded
 
     def shutdown(self) -> None:
         self.rebalance.cancel_timers(self.groups.values())

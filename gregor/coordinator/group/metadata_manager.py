@@ -75,14 +75,22 @@ class GroupMetadataManager:
         return self.consumer
 
     # --- replay ------------------------------------------------------------------------
-    def load(self) -> tuple[int, int]:
-        """Replay every partition; returns (records replayed, records or batches skipped)."""
+    def load(self, partitions: Iterable[int] | None = None) -> tuple[int, int]:
+        """Replay the given partitions (all by default); returns (records replayed, records or batches skipped)."""
         n = skipped = 0
-        for p in range(self.num_partitions):
+        for p in range(self.num_partitions) if partitions is None else partitions:
             n_p, skipped_p = self._load_partition(p)
             n += n_p
             skipped += skipped_p
         return n, skipped
+
+    def unload(self, partition: int) -> list[Group]:
+        """Forget the groups of one partition (this broker stopped leading it: Kafka's onResignation);
+        returns them, so their timers can be cancelled."""
+        gone = [g for gid, g in self.groups.items() if self.partition_for(gid) == partition]
+        for g in gone:
+            del self.groups[g.group_id]
+        return gone
 
     def _load_partition(self, p: int) -> tuple[int, int]:
         """Replay one partition; returns (records replayed, records or batches skipped)."""

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gregor.coordinator.group.consumer_protocol import HeartbeatRequest
-from gregor.coordinator.group.coordinator import JoinResult, SyncResult
+from gregor.coordinator.group.coordinator import OFFSETS_TOPIC, JoinResult, SyncResult
 from gregor.coordinator.group.state import STABLE
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.schema import Struct
@@ -61,9 +61,15 @@ def _after_offsets_topic(handler: Callable[[RequestContext, Struct], Any]) -> Ca
     return run
 
 
-def _coordinator(ctx: RequestContext) -> Any:
-    """The group coordinator, creating __consumer_offsets on first use as Kafka does."""
-    return ctx.broker.group_coordinator_ready()
+def _coordinator(ctx: RequestContext, group_id: str | None = None) -> Any:
+    """The group coordinator, creating __consumer_offsets on first use as Kafka does. With a group id:
+    NOT_COORDINATOR unless this broker leads the group's partition (clients then find the coordinator
+    again: in a cluster it is the leader of that __consumer_offsets partition)."""
+    gc = ctx.broker.group_coordinator_ready()
+    if group_id is not None and not gc.is_local(group_id):
+        raise KafkaError(ErrorCode.NOT_COORDINATOR, f"broker {ctx.broker.config.broker_id} is not the coordinator "
+                         f"of group {group_id!r}")
+    return gc
 
 
 def handle_find_coordinator(ctx: RequestContext, req: Struct) -> Any:
@@ -88,8 +94,15 @@ def _find_coordinator(ctx: RequestContext, req: Struct) -> dict[str, Any]:
             try:
                 if me is None:  # not in the metadata yet (the first moments of start): clients retry
                     raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the broker is starting")
-                _coordinator(ctx)
-                entry.update({"node_id": me.broker_id, "host": me.host, "port": me.port})
+                gc = _coordinator(ctx)
+                # The coordinator is the leader of the group's __consumer_offsets partition.
+                p = gc.partition_for(key)
+                state = broker.metadata_cache.partition_state(OFFSETS_TOPIC, p)
+                leader = broker.metadata_cache.broker(state.leader) if state is not None else None
+                if leader is None:
+                    raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                     f"{OFFSETS_TOPIC}-{p} has no live leader")
+                entry.update({"node_id": leader.broker_id, "host": leader.host, "port": leader.port})
             except KafkaError as e:
                 entry["error_code"] = e.code
                 entry["error_message"] = e.message
@@ -108,7 +121,7 @@ def _client_host(ctx: RequestContext) -> str:
 @_after_offsets_topic
 def handle_join_group(ctx: RequestContext, req: Struct) -> Any:
     try:
-        gc = _coordinator(ctx)
+        gc = _coordinator(ctx, req.group_id)
     except KafkaError as e:
         return {"error_code": e.code, "generation_id": -1, "protocol_name": None, "leader": "",
                 "member_id": req.member_id, "members": []}
@@ -136,7 +149,7 @@ def handle_join_group(ctx: RequestContext, req: Struct) -> Any:
 @_after_offsets_topic
 def handle_sync_group(ctx: RequestContext, req: Struct) -> Any:
     try:
-        gc = _coordinator(ctx)
+        gc = _coordinator(ctx, req.group_id)
     except KafkaError as e:
         return {"error_code": e.code, "assignment": b""}
     result = gc.sync_group(req.group_id, req.generation_id, req.member_id, req.group_instance_id,
@@ -155,7 +168,7 @@ def handle_sync_group(ctx: RequestContext, req: Struct) -> Any:
 @_after_offsets_topic
 def handle_heartbeat(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     try:
-        code = _coordinator(ctx).heartbeat(req.group_id, req.generation_id, req.member_id, req.group_instance_id)
+        code = _coordinator(ctx, req.group_id).heartbeat(req.group_id, req.generation_id, req.member_id, req.group_instance_id)
     except KafkaError as e:
         code = e.code
     return {"throttle_time_ms": 0, "error_code": code}
@@ -168,7 +181,7 @@ def handle_leave_group(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     else:
         members = [(m.member_id, m.group_instance_id) for m in req.members]
     try:
-        code, per_member = _coordinator(ctx).leave_group(req.group_id, members)
+        code, per_member = _coordinator(ctx, req.group_id).leave_group(req.group_id, members)
     except KafkaError as e:
         code, per_member = e.code, [e.code] * len(members)
     if ctx.version < 3:
@@ -192,7 +205,7 @@ def handle_offset_commit(ctx: RequestContext, req: Struct) -> dict[str, Any]:
                 offsets.append((t.name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
                                 p.committed_metadata))
     try:
-        result = _coordinator(ctx).commit_offsets(req.group_id, req.generation_id_or_member_epoch, req.member_id,
+        result = _coordinator(ctx, req.group_id).commit_offsets(req.group_id, req.generation_id_or_member_epoch, req.member_id,
                                                   req.group_instance_id, offsets, api_version=ctx.version)
     except KafkaError as e:
         result = e.code
@@ -214,7 +227,7 @@ def handle_offset_commit(ctx: RequestContext, req: Struct) -> dict[str, Any]:
 def _fetch_group(ctx: RequestContext, group_id: str, topics: list[Struct] | None, member_id: str | None = None,
                  member_epoch: int = -1) -> tuple[ErrorCode, list[dict[str, Any]]]:
     try:
-        gc = _coordinator(ctx)
+        gc = _coordinator(ctx, group_id)
     except KafkaError as e:
         return e.code, []
     code = gc.check_offset_fetch(group_id, member_id, member_epoch)
@@ -255,7 +268,7 @@ def handle_describe_groups(ctx: RequestContext, req: Struct) -> dict[str, Any]:
         entry: dict[str, Any] = {"error_code": ErrorCode.NONE, "error_message": None, "group_id": group_id,
                                  "group_state": "Dead", "protocol_type": "", "protocol_data": "", "members": []}
         try:
-            g = _coordinator(ctx).describe_group(group_id)
+            g = _coordinator(ctx, group_id).describe_group(group_id)
         except KafkaError as e:
             entry["error_code"] = e.code
             out.append(entry)
@@ -309,7 +322,7 @@ def handle_delete_groups(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     results = []
     for group_id in req.groups_names:
         try:
-            code = _coordinator(ctx).delete_group(group_id)
+            code = _coordinator(ctx, group_id).delete_group(group_id)
         except KafkaError as e:
             code = e.code
         results.append({"group_id": group_id, "error_code": code})
@@ -320,7 +333,7 @@ def handle_delete_groups(ctx: RequestContext, req: Struct) -> dict[str, Any]:
 def handle_offset_delete(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     wanted = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
     try:
-        result = _coordinator(ctx).delete_offsets(req.group_id, wanted)
+        result = _coordinator(ctx, req.group_id).delete_offsets(req.group_id, wanted)
     except KafkaError as e:
         result = e.code
     if isinstance(result, ErrorCode):
@@ -337,7 +350,7 @@ def handle_consumer_group_heartbeat(ctx: RequestContext, req: Struct) -> dict[st
     out: dict[str, Any] = {"throttle_time_ms": 0, "member_id": None, "member_epoch": 0, "heartbeat_interval_ms": 0,
                            "assignment": None}
     try:
-        gc = _coordinator(ctx)
+        gc = _coordinator(ctx, req.group_id)
     except KafkaError as e:
         return {**out, "error_code": e.code, "error_message": e.message}
     owned = None if req.topic_partitions is None else [(tp.topic_id, list(tp.partitions)) for tp in req.topic_partitions]
@@ -370,7 +383,7 @@ def handle_consumer_group_describe(ctx: RequestContext, req: Struct) -> dict[str
                                  "group_state": "Dead", "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "",
                                  "members": []}
         try:
-            g = _coordinator(ctx).consumer.describe(group_id)
+            g = _coordinator(ctx, group_id).consumer.describe(group_id)
         except KafkaError as e:
             entry["error_code"], entry["error_message"] = e.code, e.message
             out.append(entry)
