@@ -48,25 +48,37 @@ def test_replica_assignment_describe_offline_and_filters(cluster: InProcessClust
         rc, out, err = _topics(cluster, "--describe", f)
         assert (rc, out) == (0, ""), (f, out, err)
 
-    cluster.set_state("t", 0, 1, [1])  # under-replicated, under min ISR
-    cluster.store.unregister_broker(3)  # partition 2 loses its leader, 1 and 2 a replica
-    cluster.wait_for(lambda: all(len(b.metadata_cache.brokers()) == 2 for b in cluster.brokers.values()))
+    # Broker 3's session ends: the controller moves partition 2's leadership to 1 and drops 3 from the ISRs;
+    # "u" (one replica, on 3) is left without a leader.
+    assert _topics(cluster, "--create", "--topic", "u", "--replica-assignment", "3")[0] == 0
+    cluster.store.unregister_broker(3)
+
+    def settled() -> bool:
+        for b in cluster.brokers.values():
+            t, u = b.metadata_cache.topic("t"), b.metadata_cache.topic("u")
+            if len(b.metadata_cache.brokers()) != 2 or t is None or u is None or u.partitions[0].leader != -1 \
+                    or any(3 in st.isr for st in t.partitions.values()):
+                return False
+        return True
+
+    cluster.wait_for(settled)
     rc, out, err = _topics(cluster, "--describe", "--topic", "t")
     assert rc == 0, err
     assert _partition_lines(out) == [
-        ["Topic: t", "Partition: 0", "Leader: 1", "Replicas: 1,2", "Isr: 1"],
-        ["Topic: t", "Partition: 1", "Leader: 2", "Replicas: 2,3", "Isr: 2,3", "Offline: 3"],
-        ["Topic: t", "Partition: 2", "Leader: none", "Replicas: 3,1", "Isr: 3,1", "Offline: 3"],
+        ["Topic: t", "Partition: 0", "Leader: 1", "Replicas: 1,2", "Isr: 1,2"],
+        ["Topic: t", "Partition: 1", "Leader: 2", "Replicas: 2,3", "Isr: 2", "Offline: 3"],
+        ["Topic: t", "Partition: 2", "Leader: 1", "Replicas: 3,1", "Isr: 1", "Offline: 3"],
     ]
     rc, out, _ = _topics(cluster, "--describe", "--under-replicated-partitions")
-    assert [ln[1] for ln in _partition_lines(out)] == ["Partition: 0"]
+    assert [ln[:2] for ln in _partition_lines(out)] == [["Topic: t", "Partition: 1"], ["Topic: t", "Partition: 2"]]
     assert not out.startswith("Topic:")  # no topic lines under a filter, as kafka-topics.sh
     rc, out, _ = _topics(cluster, "--describe", "--unavailable-partitions")
-    assert [ln[1] for ln in _partition_lines(out)] == ["Partition: 2"]
-    rc, out, _ = _topics(cluster, "--describe", "--under-min-isr-partitions")
-    assert [ln[1] for ln in _partition_lines(out)] == ["Partition: 0", "Partition: 2"]
-    rc, out, _ = _topics(cluster, "--describe", "--at-min-isr-partitions")
-    assert [ln[1] for ln in _partition_lines(out)] == ["Partition: 1", "Partition: 2"]  # ISR size only, as Kafka
+    assert [ln[:3] for ln in _partition_lines(out)] == [["Topic: u", "Partition: 0", "Leader: none"]]
+    rc, out, _ = _topics(cluster, "--describe", "--under-min-isr-partitions")  # a leaderless one too, as Kafka
+    assert [ln[:2] for ln in _partition_lines(out)] == [["Topic: t", "Partition: 1"], ["Topic: t", "Partition: 2"],
+                                                       ["Topic: u", "Partition: 0"]]
+    rc, out, _ = _topics(cluster, "--describe", "--at-min-isr-partitions")  # ISR size only, as Kafka
+    assert [ln[:2] for ln in _partition_lines(out)] == [["Topic: t", "Partition: 0"], ["Topic: u", "Partition: 0"]]
 
 
 def test_alter_with_assignment_and_usage_errors(cluster: InProcessCluster) -> None:
