@@ -391,8 +391,9 @@ class Partition:
         """ISR members that have not caught up within replica.lag.time.max.ms (candidates to drop from
         the ISR; the change itself goes through the controller)."""
         leo = self.log_end_offset
-        return [r for r in self.isr if r != self.broker_id
-                and (f := self.followers.get(r)) is not None and not f.is_caught_up(leo, now_ms, lag_time_max_ms)]
+        return [r for r in self.isr if r != self.broker_id and (
+                r not in self.replicas  # reassigned away meanwhile
+                or (f := self.followers.get(r)) is not None and not f.is_caught_up(leo, now_ms, lag_time_max_ms))]
 
     # --- as follower (the replica fetcher of the cluster issue drives these) ----------------
     def append_records_as_follower(self, records: memoryview, headers: list[BatchHeader] | None,

@@ -212,6 +212,7 @@ class ReplicaManager:
             else:
                 part.apply_state(state, int(time.time() * 1000))
                 self._follow_state(part)
+                self._drop_unassigned_from_isr(part)
                 # A new leader or epoch answers what waits on the partition; an ISR change may move the HW.
                 self.purgatory.check_and_complete(key)
                 part.min_insync_replicas = min_isr
@@ -561,6 +562,15 @@ class ReplicaManager:
                                 f"replicas {out} not caught up within replica.lag.time.max.ms={self.lag_time_max_ms}"))
         if changes:
             self._write_isr(changes)
+
+    def _drop_unassigned_from_isr(self, part: Partition) -> None:
+        """A leader whose ISR names a broker no longer assigned (an expansion written while a reassignment
+        removed that replica: the ISR and the assignment are separate znodes, each with its own version)
+        drops it at once; the ISR must stay within the replicas."""
+        if part.is_leader and part.pending_isr is None and not self.session_lost \
+                and any(r not in part.replicas for r in part.isr):
+            self._write_isr([(part, [r for r in part.isr if r in part.replicas],
+                              f"replicas {[r for r in part.isr if r not in part.replicas]} are not assigned any more")])
 
     def maybe_expand_isr(self, part: Partition, replica_id: int) -> None:
         """A follower fetched: add it to the ISR once it reached the HW and the current epoch's start."""
