@@ -90,6 +90,11 @@ class MetadataCache:
         if store.version > self.version:
             self.load(store.snapshot())
 
+    def detach(self, store: MetadataStore) -> None:
+        """Stop taking the store's events (the broker is stopping: its listeners must not act on a
+        partition whose log it already closed)."""
+        store.unsubscribe(self.apply)
+
     def apply(self, event: MetadataEvent) -> None:
         """Apply one event (on the loop thread), unless it is not newer than the cache."""
         if self._thread is not None and threading.get_ident() != self._thread:

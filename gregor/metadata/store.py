@@ -198,6 +198,11 @@ class MetadataStore(ABC):
         with self._sub_lock:
             self._subscribers.append((loop, fn))
 
+    def unsubscribe(self, fn: Subscriber) -> None:
+        """Deliver no more events to `fn` (a stopped broker sharing its store with others in one process)."""
+        with self._sub_lock:
+            self._subscribers = [(lp, f) for lp, f in self._subscribers if f != fn]
+
     def _publish(self, event: MetadataEvent) -> None:
         """Called by implementations in version order (under their write lock): call_soon_threadsafe
         keeps that order on the loop."""

@@ -178,6 +178,7 @@ class Broker:
         self._shutting_down = True
         self.socket_server.stop_accepting()
         await self.replica_manager.stop_replication()  # issue 10: repl
+        self.metadata_cache.detach(self.store)  # its logs close below: no listener may act on them after
         self.replica_manager.shutdown()
         self.group_coordinator.shutdown()
         await self.socket_server.drain(timeout_s=5.0)

@@ -15,7 +15,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from gregor.config import BrokerConfig
 from gregor.metadata.embedded import EmbeddedMetadataStore
-from gregor.metadata.store import PartitionState, StateUpdate, TopicMetadata
+from gregor.metadata.store import SESSION, SESSION_LOST, SESSION_RESTORED, PartitionState, StateUpdate, TopicMetadata
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.messages.produce import PRODUCE
 from gregor.protocol.records import Record, build_batch
@@ -171,15 +171,17 @@ def test_isr_shrinks_and_expands(tmp_path: Path) -> None:
         c.create("t", [0, 1, 2], min_isr=2)
         await until(lambda: all(("t", 0) in b.replica_manager.partitions for b in c.brokers.values()))
         assert (await produce_raw(c, 0, "t", 10, acks=-1)).error_code == 0
-        await c.stop(2)  # its fetches stop; no controller removes it: the leader's lag check must
+        # Broker 2 stops fetching but stays registered (cut off: its session is lost as far as it knows), so
+        # the controller has nothing to do: the leader's lag check must drop it.
         # (Kafka's rule: a follower at the leader's LEO is caught up, so only new appends make it lag.)
+        c.brokers[2].replica_manager.on_metadata_change(SESSION, SESSION_LOST)
         r = await produce_raw(c, 0, "t", 10, acks=-1, first=10)
         # acks=all waited for the shrink (broker 2 held the HW until then; 2 is still >= min.insync.replicas).
         assert r.error_code == 0 and r.base_offset == 10
         assert c.state("t").isr == [0, 1]
         assert c.state("t").leader_epoch == 0  # a leader's ISR change keeps the epoch
         assert c.brokers[0].replica_manager.under_replicated() == [("t", 0)]
-        await c.start(2)  # it returns, catches up and rejoins
+        c.brokers[2].replica_manager.on_metadata_change(SESSION, SESSION_RESTORED)  # it catches up and rejoins
         await until(lambda: c.state("t").isr == [0, 1, 2], what="ISR expand back to [0, 1, 2]")
         assert c.brokers[0].replica_manager.under_replicated() == []
         await until(lambda: c.log(2, "t").log_end_offset == 20)
@@ -202,7 +204,9 @@ def test_acks_all_in_flight_when_isr_shrinks_below_min(tmp_path: Path) -> None:
         c.create("t", [0, 1], min_isr=2)
         await until(lambda: all(("t", 0) in b.replica_manager.partitions for b in c.brokers.values()))
         assert (await produce_raw(c, 0, "t", 1, acks=-1)).error_code == 0
-        await c.stop(1)
+        # Broker 1 stops fetching but stays registered: only the leader's lag check drops it (a controlled
+        # shutdown would have the controller shrink the ISR before the produce, NOT_ENOUGH_REPLICAS).
+        c.brokers[1].replica_manager.on_metadata_change(SESSION, SESSION_LOST)
         r = await produce_raw(c, 0, "t", 1, acks=-1, first=1, timeout_ms=20_000)
         assert r.error_code == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
         assert c.state("t").isr == [0]
@@ -284,11 +288,12 @@ def test_follower_stops_fetching_from_an_offline_or_dead_leader(tmp_path: Path) 
         await until(lambda: c.brokers[1].replica_manager.partitions[("t", 0)].is_leader)
         fm0 = c.brokers[0].replica_manager.fetcher_manager
         await until(lambda: fm0.fetching() == {("t", 0): 1})
-        await c.stop(1)  # its registration goes: the leader is not live, nothing to fetch from
-        await until(lambda: fm0.fetching() == {})
-        b1 = await c.start(1)  # back (the same state: leader 1): broker 0 fetches again
-        await until(lambda: fm0.fetching() == {("t", 0): 1})
-        assert b1.replica_manager.partitions[("t", 0)].is_leader
+        await until(lambda: c.state("t").isr == [1, 0])  # 0 caught up and joined
+        await c.stop(1)  # a controlled shutdown: the controller moves the leadership to 0, which stops fetching
+        await until(lambda: fm0.fetching() == {} and c.state("t").leader == 0)
+        b1 = await c.start(1)  # back as a follower: it fetches from the new leader
+        await until(lambda: b1.replica_manager.fetcher_manager.fetching() == {("t", 0): 0})
+        assert not b1.replica_manager.partitions[("t", 0)].is_leader
 
     run(tmp_path, 2, body)
 
