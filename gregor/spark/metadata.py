@@ -47,6 +47,14 @@ def make_consumer(conf: dict[str, Any]) -> Any:
         raise GregorOptionError(f"Invalid kafka.* consumer setting: {detail}") from e
 
 
+# Between two lookups while a partition has no leader (librdkafka refreshes its metadata meanwhile).
+_LEADER_WAIT_S = 0.2
+# Per-partition answers of a leadership on the move (librdkafka does not flag them retriable here):
+# LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH,
+# and librdkafka's own transport failure and timeout.
+_LEADER_MOVING = frozenset({5, 6, 7, 74, 75, -195, -185})
+
+
 class KafkaMetadata:
     """Metadata and offsets of a broker, looked up with retries (`fetchOffset.numRetries`)."""
 
@@ -109,7 +117,16 @@ class KafkaMetadata:
         if not requests:
             return {}
         tps = [TopicPartition(t, p, ts) for (t, p), ts in sorted(requests.items())]
-        res = self._retry(what, lambda: self._consumer.offsets_for_times(tps, timeout=self._timeout_s))
+        # A partition between leaders (a broker died, its leaderships are moving) answers a retriable error
+        # such as LEADER_NOT_AVAILABLE: wait for the new leader, as Kafka's consumer in Spark's source blocks
+        # until it knows one, within the lookup's timeout; any other per-partition error fails at once.
+        deadline = time.monotonic() + self._timeout_s
+        while True:
+            res = self._retry(what, lambda: self._consumer.offsets_for_times(tps, timeout=self._timeout_s))
+            moving = [tp for tp in res if tp.error is not None and (tp.error.retriable() or tp.error.code() in _LEADER_MOVING)]
+            if not moving or time.monotonic() >= deadline:
+                break
+            time.sleep(max(self._retry_interval_s, _LEADER_WAIT_S))
         out: dict[TopicPartitionKey, int] = {}
         for tp in res:
             if tp.error is not None:
