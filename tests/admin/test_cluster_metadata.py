@@ -84,7 +84,12 @@ def test_metadata_in_a_cluster(cluster: InProcessCluster) -> None:
             live_isr = [r for r in before_isr if r != 3]
             assert e["replica_nodes"] == parts[p].replicas
             assert e["offline_replicas"] == [3]
-            assert e["isr_nodes"] == (live_isr or before_isr)
+            if p == 0 and live_isr:
+                # Partition 0's new leader runs a real replica manager: a live follower that has caught up may
+                # already have rejoined its ISR (expansion), so the ISR holds at least the survivor.
+                assert set(live_isr) <= set(e["isr_nodes"]) <= {1, 2}
+            else:
+                assert e["isr_nodes"] == (live_isr or before_isr)
             if live_isr:  # the first live ISR member in assignment order leads
                 expected = next(r for r in parts[p].replicas if r in live_isr)
                 if p != 0 and parts[p].leader != 3:
