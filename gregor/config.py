@@ -89,6 +89,12 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
     _p("offsets.topic.replication.factor", "int", 3, lo=1,
        doc="Replicas of __consumer_offsets; capped (with a warning) by the live brokers when it is created, "
            "so a lone broker creates it with 1"),
+    _p("offsets.commit.required.acks", "int", -1, lo=-1, hi=1,
+       doc="The acks an offset commit waits for before it is answered and visible: -1 (the default) the "
+           "ISR of its __consumer_offsets partition, as acks=all; 0 or 1 the coordinator's own log"),
+    _p("offsets.commit.timeout.ms", "int", 5000, lo=1,
+       doc="How long an offset commit waits for offsets.commit.required.acks before it fails with "
+           "COORDINATOR_NOT_AVAILABLE (the client retries it)"),
     # --- clusters: ZooKeeper, the controller, replication ---
     _p("zookeeper.connect", "string", None,
        doc="HOST:PORT[,HOST:PORT...][/chroot] of the ZooKeeper ensemble holding the cluster's metadata; unset: "

@@ -76,7 +76,9 @@ class Broker:
         self.topic_admin = TopicAdmin(self.store, self.metadata_cache, config)
         self.replica_manager = ReplicaManager(config, self.store, self.log_manager, self.metadata_cache)
         self.controller = Controller(config, self.store, self.metadata_cache)  # issue 10: ctl
-        self.group_coordinator = GroupCoordinator(config, append_via(self.replica_manager), self._read_offsets_partition)
+        commits = append_via(self.replica_manager, config.get("offsets.commit.required.acks"),
+                             config.get("offsets.commit.timeout.ms"))
+        self.group_coordinator = GroupCoordinator(config, commits, self._read_offsets_partition)
         self.dispatcher = Dispatcher(self, HANDLERS)
         self.socket_server = SocketServer(
             self.dispatcher,

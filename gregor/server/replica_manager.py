@@ -391,15 +391,6 @@ class ReplicaManager:
             return fut.result()
         return fut
 
-    def append(self, topic: str, p: int, records: memoryview, headers: list[BatchHeader], required_acks: int
-               ) -> AppendResult:
-        """One partition's append for the broker's own writers (the group coordinator): raises on failure.
-        It does not wait for acks=all: with one replica the HW is at the LEO once it returns."""
-        part = self.get_partition(topic, p)
-        res = part.append_records_to_leader(records, headers, required_acks, int(time.time() * 1000))
-        self._after_progress((topic, p))
-        return res
-
     def read_from_local_log(self, params: FetchParams, requests: Sequence[FetchPartition]) -> list[ReadResult]:
         """One read of every requested partition, in order, within the response budget (`params.limits`,
         asked now: it depends on what the connection has queued). The first partition with data may

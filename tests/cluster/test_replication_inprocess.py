@@ -17,6 +17,7 @@ from gregor.config import BrokerConfig
 from gregor.metadata.embedded import EmbeddedMetadataStore
 from gregor.metadata.store import SESSION, SESSION_LOST, SESSION_RESTORED, PartitionState, StateUpdate, TopicMetadata
 from gregor.protocol.errors import ErrorCode
+from gregor.protocol.messages.offsets import OFFSET_COMMIT, OFFSET_FETCH
 from gregor.protocol.messages.produce import PRODUCE
 from gregor.protocol.records import Record, build_batch
 from gregor.server.broker import Broker
@@ -385,3 +386,65 @@ def test_parked_acks_all_produce_is_answered_when_leadership_moves(tmp_path: Pat
         assert r.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
 
     run(tmp_path, 2, body)
+
+
+async def _commit(c: Cluster, i: int, group: str, offset: int) -> int:
+    """A simple (generation -1) OffsetCommit v7 of t-0 to broker `i`; its error code."""
+    host, port = c.bootstrap(i).split(":")
+    client = BrokerClient(host, int(port), "test")
+    try:
+        resp = await client.request(OFFSET_COMMIT, 7, {
+            "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
+            "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": offset,
+                                                     "committed_leader_epoch": -1, "committed_metadata": ""}]}]},
+            timeout_s=30)
+    finally:
+        client.close()
+    return int(resp.topics[0].partitions[0].error_code)
+
+
+async def _committed(c: Cluster, i: int, group: str) -> int:
+    host, port = c.bootstrap(i).split(":")
+    client = BrokerClient(host, int(port), "test")
+    try:
+        resp = await client.request(OFFSET_FETCH, 7, {
+            "group_id": group, "topics": [{"name": "t", "partition_indexes": [0]}], "require_stable": False},
+            timeout_s=30)
+    finally:
+        client.close()
+    return int(resp.topics[0].partitions[0].committed_offset)
+
+
+def test_offset_commit_waits_for_the_isr(tmp_path: Path) -> None:
+    """offsets.commit.required.acks=-1: a commit is answered, and visible, only once the ISR of its
+    __consumer_offsets partition has it; a replica that stops fetching (still in the ISR until
+    replica.lag.time.max.ms) holds commits back until offsets.commit.timeout.ms, which then fail with
+    COORDINATOR_NOT_AVAILABLE and change nothing; once the ISR shrank, a retried commit succeeds."""
+    async def body(c: Cluster) -> None:
+        c.create("__consumer_offsets", [0, 1, 2])
+        c.create("t", [0])
+        key = ("__consumer_offsets", 0)
+        await until(lambda: all(key in b.replica_manager.partitions for b in c.brokers.values()))
+        leader = c.brokers[0].replica_manager.partitions[key]
+        assert await _commit(c, 0, "g", 5) == ErrorCode.NONE
+        leo = leader.log.log_end_offset
+        assert leo >= 1 and all(leader.followers[i].log_end_offset >= leo for i in (1, 2)), \
+            "a commit was acknowledged before its followers had it"
+        assert await _committed(c, 0, "g") == 5
+
+        c.brokers[2].replica_manager.fetcher_manager.remove_partition(key)
+        t0 = asyncio.get_running_loop().time()
+        assert await _commit(c, 0, "g", 9) == ErrorCode.COORDINATOR_NOT_AVAILABLE
+        assert asyncio.get_running_loop().time() - t0 >= 0.9  # it waited offsets.commit.timeout.ms
+        assert await _committed(c, 0, "g") == 5, "a commit that failed became visible"
+
+        # Retried as a client does: it succeeds once the ISR shrank past the stalled replica (which then
+        # resumes fetching when the ISR change reaches it, and may rejoin).
+        deadline = asyncio.get_running_loop().time() + 15
+        while (code := await _commit(c, 0, "g", 11)) != ErrorCode.NONE:
+            assert code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+            assert asyncio.get_running_loop().time() < deadline, "commits never succeeded again"
+        assert await _committed(c, 0, "g") == 11
+
+    run(tmp_path, 3, body, {"offsets.topic.num.partitions": "1", "offsets.commit.timeout.ms": "1000",
+                            "replica.lag.time.max.ms": "3000"})

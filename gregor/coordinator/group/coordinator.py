@@ -23,7 +23,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gregor.config import BrokerConfig
 from gregor.coordinator.group.classic_rebalance import (  # noqa: F401 - results imported from here by the handlers
@@ -34,6 +34,7 @@ from gregor.coordinator.group.classic_rebalance import (  # noqa: F401 - results
 from gregor.coordinator.group.consumer_protocol import ConsumerGroupProtocol
 from gregor.coordinator.group.metadata_manager import (  # noqa: F401 - imported from here by the broker and tests
     OFFSETS_TOPIC,
+    Append,
     GroupMetadataManager,
     java_string_hash,
     partition_for,
@@ -50,7 +51,9 @@ from gregor.coordinator.group.state import (
 )
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.records import validate_record_set
-from gregor.storage.errors import StorageError
+
+if TYPE_CHECKING:
+    from gregor.server.partition import AppendResult
 
 log = logging.getLogger("gregor.group")
 
@@ -63,9 +66,9 @@ class GroupCoordinator:
     """The requests of classic groups (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, ...):
     it validates them and hands the group's rebalance to `self.rebalance`, its records to `self.metadata`."""
 
-    def __init__(self, config: BrokerConfig, append: Callable[[str, int, bytes], None],
+    def __init__(self, config: BrokerConfig, append: Append,
                  read_partition: Callable[[int], Iterable[memoryview]]) -> None:
-        """`append(topic, partition, batch)` writes a batch to __consumer_offsets (raising KafkaError);
+        """`append(topic, partition, batch)` writes a batch to __consumer_offsets (see `Append`);
         `read_partition(p)` returns the record sets of one __consumer_offsets partition, oldest first."""
         self.config = config
         self.metadata = GroupMetadataManager(config, append, read_partition)
@@ -79,7 +82,7 @@ class GroupCoordinator:
         self.rebalance = ClassicRebalance(config.get("group.initial.rebalance.delay.ms"), self._later,
                                           self._persist_group)
         # KIP-848 consumer groups live in the same table; their protocol is in consumer_protocol.
-        self.consumer = ConsumerGroupProtocol(config, self.groups, self._later, self.metadata.write)
+        self.consumer = ConsumerGroupProtocol(config, self.groups, self._later, self.metadata.write_unwaited)
         self.metadata.consumer = self.consumer
         self.loaded: set[int] = set()  # __consumer_offsets partitions led here, their groups in memory
 
@@ -348,8 +351,10 @@ class GroupCoordinator:
     # --- offsets ---------------------------------------------------------------------
     def commit_offsets(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
                        offsets: list[tuple[str, int, int, int, str | None]],
-                       api_version: int = 9) -> ErrorCode | dict[tuple[str, int], ErrorCode]:
-        """Group-level error, or an error per (topic, partition). For a consumer (KIP-848) group
+                       api_version: int = 9
+                       ) -> ErrorCode | dict[tuple[str, int], ErrorCode] | asyncio.Future[dict[tuple[str, int], ErrorCode]]:
+        """Group-level error, or an error per (topic, partition), or a Future of those while the commit
+        waits for its replicas (offsets.commit.required.acks). For a consumer (KIP-848) group
         `generation_id` is the member epoch."""
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID
@@ -406,28 +411,54 @@ class GroupCoordinator:
 
 
 # What a failed write to __consumer_offsets tells the client, as Kafka's group coordinator maps it:
-# too large for the log is the commit's fault, a storage error moves the coordinator.
+# too large for the log is the commit's fault; a partition that lost its replicas or its leadership, or a
+# storage error, sends the client to find the coordinator again; every other error is passed on.
 _STORE_ERRORS = {
-    "RECORD_LIST_TOO_LARGE": ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
-    "MESSAGE_TOO_LARGE": ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
-    "KAFKA_STORAGE_ERROR": ErrorCode.NOT_COORDINATOR,
+    ErrorCode.RECORD_LIST_TOO_LARGE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
+    ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
+    ErrorCode.INVALID_FETCH_SIZE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
 }
 
 
-def append_via(replica_manager: Any) -> Callable[[str, int, bytes], None]:
-    """Adapter: write a built batch through the replica manager as leader (acks=-1). Every failure
-    comes out as a KafkaError, which the coordinator answers with (a storage error must not escape
-    into the request handler: a fuzzed 1.6 MB OffsetCommit over a 1 MiB segment.bytes did)."""
+def _store_error(topic: str, partition: int, result: AppendResult) -> KafkaError | None:
+    if result.error == ErrorCode.NONE:
+        return None
+    return KafkaError(_STORE_ERRORS.get(result.error, result.error),
+                      f"cannot store in {topic}-{partition}: {result.error.name}: {result.message or ''}")
 
-    def append(topic: str, partition: int, batch: bytes) -> None:
+
+def append_via(replica_manager: Any, required_acks: int, timeout_ms: int) -> Append:
+    """Adapter: write a built batch through the replica manager as leader. A failure of the local append
+    raises KafkaError at once (a storage error must not escape into the request handler: a fuzzed 1.6 MB
+    OffsetCommit over a 1 MiB segment.bytes did). With `required_acks` -1 (offsets.commit.required.acks)
+    the append then waits for the ISR, up to `timeout_ms`: the adapter returns a Future of that wait,
+    which fails with the KafkaError the client is to get; None when there is nothing to wait for."""
+
+    def append(topic: str, partition: int, batch: bytes) -> asyncio.Future[None] | None:
         buf = memoryview(bytearray(batch))
         headers = validate_record_set(buf, 1 << 30)
-        try:
-            replica_manager.append(topic, partition, buf, headers, -1)
-        except StorageError as e:
-            raise KafkaError(_STORE_ERRORS.get(e.error, ErrorCode.COORDINATOR_NOT_AVAILABLE),
-                             f"cannot store in {topic}-{partition}: {e}") from None
-        except OSError as e:
-            raise KafkaError(ErrorCode.NOT_COORDINATOR, f"cannot store in {topic}-{partition}: {e}") from None
+        out = replica_manager.append_records(timeout_ms, required_acks, [(topic, partition, buf, headers)])
+        if not isinstance(out, asyncio.Future):
+            err = _store_error(topic, partition, out[0])
+            if err is not None:
+                raise err
+            return None
+        replicated: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def finish(f: asyncio.Future[list[AppendResult]]) -> None:
+            err = _store_error(topic, partition, f.result()[0])
+            if err is None:
+                replicated.set_result(None)
+            else:
+                replicated.set_exception(err)
+
+        out.add_done_callback(finish)
+        return replicated
 
     return append

@@ -7,11 +7,18 @@ and offsets.retention.minutes. The membership protocols (classic in coordinator.
 consumer_protocol.py) change groups in memory and call `write`/`persist_group` to log them.
 
 Every write goes to the group's partition (`partition_for`) through `append` and raises
-KafkaError when it fails; memory is changed only after the write succeeded.
+KafkaError when the coordinator's own append fails; memory is changed only after that append
+succeeded. An offset commit waits further, for offsets.commit.required.acks (the ISR of its
+partition by default, as Kafka): it is answered, and its offsets become visible to OffsetFetch,
+only once its replicas have it, so a commit a client saw succeed survives the coordinator's
+death. Other writes (group metadata, tombstones) are answered after the local append; their
+replication is waited for in the background and a failure is logged (a new coordinator then
+rebuilds the group from what was replicated, and its members rejoin).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -32,6 +39,12 @@ log = logging.getLogger("gregor.group")
 OFFSETS_TOPIC = "__consumer_offsets"
 # Unreadable records named one by one per partition at load; the rest are counted.
 _MAX_SKIP_WARNINGS = 10
+
+
+# append(topic, partition, batch): raises KafkaError if the coordinator's own append fails; returns a
+# Future while the append waits for its replicas (failing with the KafkaError the client is to get), or
+# None when there is nothing to wait for.
+Append = Callable[[str, int, bytes], "asyncio.Future[None] | None"]
 
 
 def _now_ms() -> int:
@@ -55,9 +68,9 @@ def partition_for(group_id: str, partitions: int) -> int:
 class GroupMetadataManager:
     """The group table and __consumer_offsets (see the module docstring)."""
 
-    def __init__(self, config: BrokerConfig, append: Callable[[str, int, bytes], None],
+    def __init__(self, config: BrokerConfig, append: Append,
                  read_partition: Callable[[int], Iterable[memoryview]]) -> None:
-        """`append(topic, partition, batch)` writes a batch to __consumer_offsets (raising KafkaError);
+        """`append(topic, partition, batch)` writes a batch to __consumer_offsets (see `Append`);
         `read_partition(p)` returns the record sets of one __consumer_offsets partition, oldest first."""
         self._append_batch = append
         self._read_partition = read_partition
@@ -65,6 +78,7 @@ class GroupMetadataManager:
         self.max_metadata_bytes: int = config.get("offset.metadata.max.bytes")
         self.offsets_retention_ms: int = config.get("offsets.retention.minutes") * 60_000
         self.groups: dict[str, Group] = {}
+        self._offset_writes = 0  # numbers offset commits in the order of their writes (Group.offset_write_seq)
         self.consumer: ConsumerGroupProtocol | None = None  # set by the coordinator: its records and tombstones
 
     def partition_for(self, group_id: str) -> int:
@@ -175,11 +189,22 @@ class GroupMetadataManager:
         g.state = STABLE if g.members else EMPTY
 
     # --- writes ----------------------------------------------------------------------
-    def write(self, group_id: str, entries: list[tuple[bytes, bytes | None]]) -> None:
-        """Append records to the group's partition; raises KafkaError (nothing changes in memory then)."""
+    def write(self, group_id: str, entries: list[tuple[bytes, bytes | None]]) -> asyncio.Future[None] | None:
+        """Append records to the group's partition; raises KafkaError (nothing changes in memory then).
+        Returns the wait for the append's replicas, if there is one (see `Append`)."""
         now = _now_ms()
         batch = build_batch([Record(i, now, k, v) for i, (k, v) in enumerate(entries)])
-        self._append_batch(OFFSETS_TOPIC, self.partition_for(group_id), batch)
+        return self._append_batch(OFFSETS_TOPIC, self.partition_for(group_id), batch)
+
+    def write_unwaited(self, group_id: str, entries: list[tuple[bytes, bytes | None]]) -> None:
+        """`write`, answered after the local append: a failed wait for the replicas is only logged."""
+        pending = self.write(group_id, entries)
+        if pending is not None:
+            def logged(f: asyncio.Future[None]) -> None:
+                if not f.cancelled() and f.exception() is not None:
+                    log.warning("group %s: a write to __consumer_offsets was not replicated: %s",
+                                group_id, f.exception())
+            pending.add_done_callback(logged)
 
     def group_record(self, g: Group) -> tuple[bytes, bytes]:
         body = {
@@ -201,15 +226,16 @@ class GroupMetadataManager:
 
     def persist_group(self, g: Group) -> None:
         try:
-            self.write(g.group_id, [self.group_record(g)])
+            self.write_unwaited(g.group_id, [self.group_record(g)])
         except KafkaError as e:
             # The group keeps working from memory; a restart would show the previous generation.
             log.error("could not store metadata of group %s: %s", g.group_id, e)
 
     def store_offsets(self, g: Group, group_id: str, offsets: list[tuple[str, int, int, int, str | None]]
-                      ) -> dict[tuple[str, int], ErrorCode]:
+                      ) -> dict[tuple[str, int], ErrorCode] | asyncio.Future[dict[tuple[str, int], ErrorCode]]:
         """Write accepted commits (the coordinator has checked the member and generation) and apply
-        them; an error per (topic, partition)."""
+        them once written as offsets.commit.required.acks asks; an error per (topic, partition), or
+        a Future of them while the write waits for its replicas."""
         now = _now_ms()
         results: dict[tuple[str, int], ErrorCode] = {}
         entries: list[tuple[bytes, bytes | None]] = []
@@ -221,17 +247,40 @@ class GroupMetadataManager:
                 continue
             entries.append((rec.offset_key(group_id, topic, partition), rec.offset_value(offset, epoch, md, now)))
             accepted.append(((topic, partition), OffsetAndMetadata(offset, epoch, md, now)))
+        pending = None
         if entries:
             try:
-                self.write(group_id, entries)
+                pending = self.write(group_id, entries)
             except KafkaError as e:
-                code = e.code if e.code != ErrorCode.NOT_LEADER_OR_FOLLOWER else ErrorCode.NOT_COORDINATOR
                 for tp, _ in accepted:
-                    results[tp] = code
+                    results[tp] = e.code
                 return results
+        self._offset_writes += 1
+        seq = self._offset_writes
+        if pending is None:
+            return self._apply_offsets(g, accepted, results, seq, None)
+        applied: asyncio.Future[dict[tuple[str, int], ErrorCode]] = asyncio.get_running_loop().create_future()
+
+        def replicated(f: asyncio.Future[None]) -> None:
+            err = f.exception()
+            if err is not None and not isinstance(err, KafkaError):
+                err = KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, str(err))
+            applied.set_result(self._apply_offsets(g, accepted, results, seq, err))
+
+        pending.add_done_callback(replicated)
+        return applied
+
+    @staticmethod
+    def _apply_offsets(g: Group, accepted: list[tuple[tuple[str, int], OffsetAndMetadata]],
+                       results: dict[tuple[str, int], ErrorCode], seq: int, error: KafkaError | None
+                       ) -> dict[tuple[str, int], ErrorCode]:
+        """The end of a commit: its offsets enter the group (unless the write failed, or a later write
+        is already there), each gets its code."""
         for tp, om in accepted:
-            g.offsets[tp] = om
-            results[tp] = ErrorCode.NONE
+            if error is None and seq > g.offset_write_seq.get(tp, 0):
+                g.offsets[tp] = om
+                g.offset_write_seq[tp] = seq
+            results[tp] = ErrorCode.NONE if error is None else error.code
         return results
 
     def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
@@ -264,7 +313,7 @@ class GroupMetadataManager:
                 entries.append((rec.offset_key(group_id, topic, partition), None))
         if entries:
             try:
-                self.write(group_id, entries)
+                self.write_unwaited(group_id, entries)
             except KafkaError as e:  # nothing changed in memory: every partition gets the write's error
                 code = e.code if e.code != ErrorCode.NOT_LEADER_OR_FOLLOWER else ErrorCode.NOT_COORDINATOR
                 return {tp: code if c == ErrorCode.NONE else c for tp, c in results.items()}
@@ -292,7 +341,7 @@ class GroupMetadataManager:
         entries.append((rec.group_key(group_id), None))
         entries += self._consumer().tombstones(g)
         try:
-            self.write(group_id, entries)
+            self.write_unwaited(group_id, entries)
         except KafkaError as e:
             return e.code
         g.state = DEAD
@@ -323,7 +372,7 @@ class GroupMetadataManager:
                 entries.append((rec.group_key(g.group_id), None))
                 entries += self._consumer().tombstones(g)
             try:
-                self.write(g.group_id, entries)
+                self.write_unwaited(g.group_id, entries)
             except KafkaError as e:
                 log.error("could not expire offsets of group %s: %s", g.group_id, e)
                 continue

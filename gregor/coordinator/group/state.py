@@ -85,6 +85,9 @@ class Group:
     pending_members: dict[str, asyncio.TimerHandle] = field(default_factory=dict)  # member id -> expiry
     static_members: dict[str, str] = field(default_factory=dict)  # group.instance.id -> member id
     offsets: dict[tuple[str, int], OffsetAndMetadata] = field(default_factory=dict)
+    # The write sequence of the commit `offsets` holds, per partition: commits waiting for their replicas
+    # may finish out of order, and the later write must win, as it does in the log.
+    offset_write_seq: dict[tuple[str, int], int] = field(default_factory=dict)
     current_state_timestamp_ms: int = -1
     join_timer: asyncio.TimerHandle | None = None
     initial_delay_remaining_ms: int = 0

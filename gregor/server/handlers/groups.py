@@ -205,10 +205,20 @@ def handle_offset_commit(ctx: RequestContext, req: Struct) -> dict[str, Any]:
                 offsets.append((t.name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
                                 p.committed_metadata))
     try:
-        result = _coordinator(ctx, req.group_id).commit_offsets(req.group_id, req.generation_id_or_member_epoch, req.member_id,
-                                                  req.group_instance_id, offsets, api_version=ctx.version)
+        result = _coordinator(ctx, req.group_id).commit_offsets(
+            req.group_id, req.generation_id_or_member_epoch, req.member_id, req.group_instance_id, offsets,
+            api_version=ctx.version)
     except KafkaError as e:
         result = e.code
+    if isinstance(result, asyncio.Future):  # waiting for offsets.commit.required.acks
+        async def answer(pending: asyncio.Future[dict[tuple[str, int], ErrorCode]]) -> dict[str, Any]:
+            return _offset_commit_response(req, unknown, await pending)
+        return asyncio.ensure_future(answer(result))
+    return _offset_commit_response(req, unknown, result)
+
+
+def _offset_commit_response(req: Struct, unknown: set[tuple[str, int]],
+                            result: ErrorCode | dict[tuple[str, int], ErrorCode]) -> dict[str, Any]:
     topics = []
     for t in req.topics:
         parts = []
