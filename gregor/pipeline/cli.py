@@ -20,7 +20,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     result = run_demo(args.output.resolve(), bootstrap=args.bootstrap_server, events=args.events,
                       minutes=args.minutes, rate=args.rate,
                       log_lines=args.log_lines, master=args.master, seed=args.seed,
-                      say=lambda line: print(line, flush=True))
+                      replication_factor=args.replication_factor, say=lambda line: print(line, flush=True))
     return 0 if result.windows_checked and result.errors_checked else 1
 
 
@@ -64,6 +64,8 @@ def add_subcommands(sub: Any) -> None:
     d.add_argument("--rate", type=float, default=0.0, help="produce live at this many page views per second "
                                                            "instead (event time = wall clock)")
     d.add_argument("--log-lines", type=int, default=6_000)
+    d.add_argument("--replication-factor", type=int, default=-1,
+                   help="of the topics it creates (default: the cluster's default.replication.factor)")
     d.add_argument("--master", default="local[*]")
     d.add_argument("--seed", type=int, default=1)
     d.set_defaults(func=cmd_demo)

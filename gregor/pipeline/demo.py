@@ -24,13 +24,14 @@ from gregor.tools.local_broker import BrokerProcess
 TOPICS = {"page_views": 4, "page_view_stats": 1, "logs": 2, "log_error_counts": 1}
 
 
-def create_topics(bootstrap: str, topics: dict[str, int]) -> None:
-    """Create the pipeline's topics; ones that already exist are left as they are."""
+def create_topics(bootstrap: str, topics: dict[str, int], replication_factor: int = -1) -> None:
+    """Create the pipeline's topics; ones that already exist are left as they are. A replication factor
+    of -1 takes the cluster's `default.replication.factor`."""
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(t, n, 1) for t, n in topics.items()])
+    futures = admin.create_topics([NewTopic(t, n, replication_factor) for t, n in topics.items()])
     for f in futures.values():
         try:
             f.result(30)
@@ -79,7 +80,7 @@ class DemoResult:
 
 def run_demo(output_dir: Path, *, bootstrap: str | None = None, events: int = 20_000, minutes: float = 10.0,
              rate: float = 0.0, log_lines: int = 6_000, master: str = "local[*]", seed: int = 1,
-             say: Any = print) -> DemoResult:
+             replication_factor: int = -1, say: Any = print) -> DemoResult:
     """Run the pipeline end to end; `say` receives progress lines.
 
     Without a rate the events backfill `minutes` of event time ending now (so the watermark closes
@@ -94,6 +95,7 @@ def run_demo(output_dir: Path, *, bootstrap: str | None = None, events: int = 20
         bootstrap = broker.bootstrap
         say(f"started a broker on {bootstrap} (data in {broker.data_dir})")
     try:
+        create_topics(bootstrap, TOPICS, replication_factor)
         return _run(output_dir, bootstrap, events, minutes, rate, log_lines, master, seed, say)
     finally:
         if broker is not None:
@@ -105,7 +107,6 @@ def _run(out: Path, bootstrap: str, events: int, minutes: float, rate: float, lo
          seed: int, say: Any) -> DemoResult:
     from gregor.pipeline import jobs
 
-    create_topics(bootstrap, TOPICS)
     say(f"starting Spark ({master})")
     spark = jobs.build_session(master, "gregor-pipeline-demo")
     spark.sparkContext.setLogLevel("WARN")

@@ -15,10 +15,12 @@ from gregor.pipeline.events import PageView, page_views
 
 
 def make_producer(bootstrap: str, **extra: Any) -> Any:
+    """An idempotent producer (acks=all): its retries across a leader change neither duplicate nor
+    reorder, so the pipeline's ground truth survives a broker dying under it."""
     from confluent_kafka import Producer
 
     conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "linger.ms": 10, "partitioner": "murmur2_random",
-                            "queue.buffering.max.messages": 500_000}
+                            "queue.buffering.max.messages": 500_000, "enable.idempotence": True}
     conf.update(extra)
     return Producer(conf)
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from gregor.spark.errors import GregorSourceError, report_data_loss
-from gregor.spark.metadata import consumer_config, make_consumer
+from gregor.spark.metadata import consumer_config, leader_moving, make_consumer
 from gregor.spark.ranges import OffsetRange
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ def read_range(params: Mapping[str, str], group_id: str, rng: OffsetRange, schem
     consumer = make_consumer(executor_consumer_config(params, group_id))
     try:
         tp = TopicPartition(rng.topic, rng.partition)
-        low, high = consumer.get_watermark_offsets(tp, timeout=poll_timeout_ms / 1000.0, cached=False)
+        low, high = _watermarks(consumer, tp, poll_timeout_ms)
         start, until = rng.from_offset, rng.until_offset
         if start < low:
             report_data_loss(fail_on_data_loss, f"Cannot fetch offset {start} of {rng.topic}-{rng.partition}: "
@@ -70,6 +70,29 @@ def read_range(params: Mapping[str, str], group_id: str, rng: OffsetRange, schem
                             poll_timeout_ms)
     finally:
         consumer.close()
+
+
+# Between two watermark lookups while the partition's leader is moving.
+_LEADER_WAIT_S = 0.2
+
+
+def _watermarks(consumer: Any, tp: Any, poll_timeout_ms: int) -> tuple[int, int]:
+    """The partition's (low, high) offsets from its leader. While a dead leader's partition moves to a
+    new one the lookup fails with a transport or leader error: it is asked again until the new leader
+    answers, within kafkaConsumer.pollTimeoutMs (Spark's Kafka consumer retries its lookups likewise;
+    local mode gives a failed task no second attempt)."""
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + poll_timeout_ms / 1000.0
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=max(deadline - time.monotonic(), 0.1),
+                                                       cached=False)
+            return int(low), int(high)
+        except KafkaException as e:
+            if not e.args or not leader_moving(e.args[0]) or time.monotonic() + _LEADER_WAIT_S >= deadline:
+                raise
+        time.sleep(_LEADER_WAIT_S)
 
 
 def _consume(consumer: Any, rng: OffsetRange, start: int, until: int, schema: pa.Schema, include_headers: bool,
@@ -125,17 +148,20 @@ def _step(consumer: Any, rng: OffsetRange, next_offset: int, until: int, schema:
                                                         f"before the planned end {until}")
                 done = True
             elif err.code() in _OFFSET_RESET:
-                low, _ = consumer.get_watermark_offsets(TopicPartition(rng.topic, rng.partition),
-                                                        timeout=poll_timeout_ms / 1000.0, cached=False)
+                low, _ = _watermarks(consumer, TopicPartition(rng.topic, rng.partition), poll_timeout_ms)
                 report_data_loss(fail_on_data_loss, f"Offsets of {rng.topic}-{rng.partition} from "
                                                     f"{next_offset} were deleted while reading; resuming at {low}")
                 if low >= until:
                     return None, next_offset, True, False
                 consumer.assign([TopicPartition(rng.topic, rng.partition, low)])
                 next_offset = low
-            else:
+            elif not leader_moving(err):
                 raise GregorSourceError(f"Reading {rng.topic}-{rng.partition} at offset {next_offset} failed: {err}")
+            # else: the leader died or moved; librdkafka finds the new one and fetches on from the same
+            # position. If it does not within kafkaConsumer.pollTimeoutMs, the read fails as idle.
         msgs = good
+        if not msgs and not done:
+            return None, next_offset, False, True
     if msgs and msgs[-1].offset() >= until:
         msgs = [m for m in msgs if m.offset() < until]
         done = True

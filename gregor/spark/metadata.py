@@ -51,8 +51,13 @@ def make_consumer(conf: dict[str, Any]) -> Any:
 _LEADER_WAIT_S = 0.2
 # Per-partition answers of a leadership on the move (librdkafka does not flag them retriable here):
 # LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH,
-# and librdkafka's own transport failure and timeout.
-_LEADER_MOVING = frozenset({5, 6, 7, 74, 75, -195, -185})
+# and librdkafka's own transport failure, timeout and a broker handle dropped while a request was on it.
+_LEADER_MOVING = frozenset({5, 6, 7, 74, 75, -195, -185, -137})
+
+
+def leader_moving(err: Any) -> bool:
+    """Whether a confluent-kafka KafkaError is one a new leader will clear (wait and ask again)."""
+    return bool(err.retriable()) or err.code() in _LEADER_MOVING
 
 
 class KafkaMetadata:
@@ -123,7 +128,7 @@ class KafkaMetadata:
         deadline = time.monotonic() + self._timeout_s
         while True:
             res = self._retry(what, lambda: self._consumer.offsets_for_times(tps, timeout=self._timeout_s))
-            moving = [tp for tp in res if tp.error is not None and (tp.error.retriable() or tp.error.code() in _LEADER_MOVING)]
+            moving = [tp for tp in res if tp.error is not None and leader_moving(tp.error)]
             if not moving or time.monotonic() >= deadline:
                 break
             time.sleep(max(self._retry_interval_s, _LEADER_WAIT_S))
