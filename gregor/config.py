@@ -39,7 +39,7 @@ def _p(name: str, type_: str, default: Any, lo: float | None = None, hi: float |
 
 
 # Broker properties we implement: Kafka's names, defaults and update modes (what dynamic broker
-# configs will be allowed to alter; until then AlterConfigs refuses every broker config).
+# configs may alter: gregor.server.dynamic_config applies those of them it lists, AlterConfigs refuses the rest).
 BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
     _p("broker.id", "int", 0, lo=0, doc="This broker's id (Kafka defaults to -1 and generates one; a lone broker is 0)"),
     _p("listeners", "list", ["PLAINTEXT://127.0.0.1:9092"], mode=PER_BROKER,
@@ -132,6 +132,10 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
        doc="Bytes/s a leader sends to followers of throttled replicas (a reassignment's copying)"),
     _p("follower.replication.throttled.rate", "long", LONG_MAX, lo=0, mode=PER_BROKER,
        doc="Bytes/s a follower fetches for throttled replicas (a reassignment's copying)"),
+    _p("replication.quota.window.num", "int", 11, lo=1,
+       doc="Samples the replication throttles measure their rate over"),
+    _p("replication.quota.window.size.seconds", "int", 1, lo=1,
+       doc="The length of one replication throttle sample"),
     _p("offsets.topic.segment.bytes", "int", 104857600, lo=TOPIC_CONFIGS["segment.bytes"].prop.lo,
        doc="segment.bytes of __consumer_offsets (Kafka's minimum is 1; here segment.bytes' own, so the topic can be created)"),
     _p("offsets.retention.minutes", "int", 10080, lo=1, doc="How long the committed offsets of an empty group are kept"),

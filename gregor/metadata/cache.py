@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping
 
 from gregor.metadata.store import (
+    BROKER_CONFIGS,
     BROKERS,
     DELETED,
     SESSION,
@@ -40,7 +41,8 @@ log = logging.getLogger("gregor.metadata")
 
 # (event kind, topic name): ReplicaManager.on_metadata_change's signature. Listeners are also told
 # (BROKERS, "") after the live brokers or the controller changed, and (SESSION, SESSION_LOST or
-# SESSION_RESTORED) when the store's session with the cluster was lost or restored.
+# SESSION_RESTORED) when the store's session with the cluster was lost or restored, and (BROKER_CONFIGS,
+# entity) when the dynamic configs of a broker (its id as text) or of all (DEFAULT_ENTITY) changed.
 Listener = Callable[[str, str], None]
 
 
@@ -59,6 +61,7 @@ class MetadataCache:
         self.changed_partitions: Collection[int] | None = None
         self.session = SESSION_RESTORED  # SESSION_LOST while the store has no session (ZooKeeper expired it)
         self._brokers: tuple[BrokerInfo, ...] = ()
+        self._broker_configs: dict[str, dict[str, str]] = {}
         self._topics: dict[str, TopicMetadata] = {}
         self._by_id: dict[uuid.UUID, TopicMetadata] = {}
         self._by_collision_key: dict[str, str] = {}
@@ -75,6 +78,7 @@ class MetadataCache:
         self.cluster_id = image.cluster_id
         self.controller_id = image.controller_id
         self._brokers = image.brokers
+        self._broker_configs = {e: dict(c) for e, c in image.broker_configs.items()}
         self._topics = {}
         self._by_id = {}
         self._by_collision_key = {}
@@ -108,6 +112,13 @@ class MetadataCache:
             if event.controller_id is not None:
                 self.controller_id = event.controller_id
             self._notify(BROKERS, "")
+        elif event.kind == BROKER_CONFIGS:
+            entity = event.entity or ""
+            if event.configs:
+                self._broker_configs[entity] = dict(event.configs)
+            else:
+                self._broker_configs.pop(entity, None)
+            self._notify(BROKER_CONFIGS, entity)
         elif event.kind == SESSION:  # the store's session was lost or restored: listeners get its state
             self.session = event.session or ""
             self._notify(SESSION, self.session)
@@ -202,6 +213,10 @@ class MetadataCache:
     def hosted_partitions(self) -> dict[int, int]:
         """Replicas per broker (each is a log there, and about one open file)."""
         return {b: n for b, n in self._replicas_per_broker.items() if n}
+
+    def broker_configs(self, entity: str) -> dict[str, str]:
+        """The dynamic configs of a broker (its id as text) or of all brokers (DEFAULT_ENTITY): a copy."""
+        return dict(self._broker_configs.get(entity, {}))
 
     def brokers(self) -> list[BrokerInfo]:
         return list(self._brokers)

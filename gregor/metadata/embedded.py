@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gregor.metadata.store import (
+    BROKER_CONFIGS,
     BROKERS,
     CONFIGS,
     CREATED,
@@ -51,6 +52,7 @@ from gregor.metadata.store import (
     NoSuchTopicError,
     PartitionState,
     ReassignPartitions,
+    SetBrokerConfigs,
     SetTopicConfigs,
     StateUpdate,
     TopicExistsError,
@@ -79,6 +81,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._controller = broker_id  # a lone broker is its own controller once registered
         self._controller_epoch = 0
         self._topics: dict[str, TopicMetadata] = {}
+        self._broker_configs: dict[str, dict[str, str]] = {}  # dynamic broker configs by entity
         self._cluster_id = ""
         self._version = 0
         self._journal_bytes = 0
@@ -104,6 +107,7 @@ class EmbeddedMetadataStore(MetadataStore):
             doc = json.load(fh)
         self._cluster_id = doc["cluster_id"]
         self._version = int(doc.get("metadata_version", 0))
+        self._broker_configs = {str(e): dict(c) for e, c in doc.get("broker_configs", {}).items()}
         for t in doc.get("topics", []):
             rows = t["partitions"]
             parts = ({int(p): PartitionState(**s) for p, s in rows.items()} if isinstance(rows, dict)  # format 1
@@ -155,6 +159,8 @@ class EmbeddedMetadataStore(MetadataStore):
             self._topics[r["name"]].configs = dict(r["configs"])
         elif op == "state":
             self._topics[r["name"]].partitions.update(_partitions_from_journal(r["partitions"]))
+        elif op == "broker_configs":
+            self._set_broker_configs(r["entity"], dict(r["configs"]))
         else:
             raise MetadataError(f"metadata journal {self._journal_path}: unknown record {op!r}")
 
@@ -162,7 +168,8 @@ class EmbeddedMetadataStore(MetadataStore):
     def _write_snapshot(self) -> None:
         """Everything at self._version into the snapshot file (tmp, fsync, rename). Each topic is encoded
         by its own json.dumps call so this thread gives the GIL back to the event loop between topics."""
-        head = json.dumps({"version": 2, "cluster_id": self._cluster_id, "metadata_version": self._version})
+        head = json.dumps({"version": 2, "cluster_id": self._cluster_id, "metadata_version": self._version,
+                           "broker_configs": self._broker_configs})
         tmp = self._path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(head[:-1] + ', "topics": [')
@@ -230,7 +237,8 @@ class EmbeddedMetadataStore(MetadataStore):
     def snapshot(self) -> MetadataImage:
         with self._lock:
             return MetadataImage(self._version, self._cluster_id, self._brokers_tuple(), self._controller_id(),
-                                 {name: t.copy() for name, t in self._topics.items()})
+                                 {name: t.copy() for name, t in self._topics.items()},
+                                 {e: dict(c) for e, c in self._broker_configs.items()})
 
     def _brokers_tuple(self) -> tuple[BrokerInfo, ...]:
         return tuple(sorted(self._brokers.values(), key=lambda b: b.broker_id))
@@ -304,7 +312,17 @@ class EmbeddedMetadataStore(MetadataStore):
                 self._publish(ev)
             return results
 
+    def _set_broker_configs(self, entity: str, configs: dict[str, str]) -> None:
+        if configs:
+            self._broker_configs[entity] = configs
+        else:
+            self._broker_configs.pop(entity, None)
+
     def _apply_one(self, ch: Change, v: int) -> tuple[str, MetadataEvent]:
+        if isinstance(ch, SetBrokerConfigs):
+            self._set_broker_configs(ch.entity, dict(ch.configs))
+            record = _record({"v": v, "op": "broker_configs", "entity": ch.entity, "configs": ch.configs})
+            return record, MetadataEvent(v, BROKER_CONFIGS, entity=ch.entity, configs=dict(ch.configs))
         if isinstance(ch, CreateTopic):
             t = ch.topic
             if t.name in self._topics:

@@ -130,7 +130,19 @@ class ReassignPartitions:
     partitions: dict[int, PartitionState]
 
 
-Change = CreateTopic | DeleteTopic | AddPartitions | SetTopicConfigs | ReassignPartitions
+@dataclass(frozen=True)
+class SetBrokerConfigs:
+    """Replace the dynamic configs of one broker (`entity` = its id as text) or of every broker
+    (`entity` = DEFAULT_ENTITY, Kafka's cluster-wide default) wholesale; empty removes them."""
+
+    entity: str
+    configs: dict[str, str]
+
+
+# Kafka's name for the cluster-wide default entity (the znode /config/brokers/<default>).
+DEFAULT_ENTITY = "<default>"
+
+Change = CreateTopic | DeleteTopic | AddPartitions | SetTopicConfigs | ReassignPartitions | SetBrokerConfigs
 
 
 @dataclass(frozen=True)
@@ -147,6 +159,8 @@ class StateUpdate:
 # --- events (what subscribers see) ----------------------------------------------------------
 # Kinds: the topic listeners' event names (ReplicaManager.on_metadata_change) plus "brokers".
 CREATED, DELETED, PARTITIONS, CONFIGS, STATE, BROKERS = "created", "deleted", "partitions", "configs", "state", "brokers"
+# A broker entity's dynamic configs changed: `entity` and its new `configs` (empty: none left).
+BROKER_CONFIGS = "broker_configs"
 # The store's own session with the cluster (ZooKeeper): "lost" when it expired (this broker's
 # registration and any controllership are gone: it must stop acting as leader or controller), then
 # "restored" once it registered again and the cache was reloaded. The embedded store never loses it.
@@ -169,6 +183,8 @@ class MetadataEvent:
     controller_id: int | None = None
     partitions: dict[int, PartitionState] | None = None
     session: str | None = None  # SESSION events: SESSION_LOST or SESSION_RESTORED
+    entity: str | None = None  # BROKER_CONFIGS events: a broker id as text, or DEFAULT_ENTITY
+    configs: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -180,6 +196,7 @@ class MetadataImage:
     brokers: tuple[BrokerInfo, ...]
     controller_id: int
     topics: dict[str, TopicMetadata]
+    broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)  # entity -> dynamic configs
 
 
 Subscriber = Callable[[MetadataEvent], None]
@@ -277,6 +294,9 @@ class MetadataStore(ABC):
 
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> int:
         return _one(self.apply([SetTopicConfigs(name, configs)]))
+
+    def set_broker_configs(self, entity: str, configs: dict[str, str]) -> int:
+        return _one(self.apply([SetBrokerConfigs(entity, dict(configs))]))
 
     def update_partition_state(self, name: str, partition: int, state: PartitionState, expected_version: int) -> int:
         """One conditional write without fencing; returns the new version or raises BadVersionError.

@@ -11,6 +11,7 @@ Znodes (under the `zookeeper.connect` chroot, created if missing, as Kafka does)
                                {"controller_epoch","leader","version":1,"leader_epoch","isr","leader_recovery_state":0}
                                PartitionState.version is this znode's stat.version: writes are conditional on it
 - /config/topics/<t>           {"version":1,"config":{...}}
+- /config/brokers/<id>, /config/brokers/<default>   dynamic broker configs, same format (watched)
 - /latest_producer_id_block    {"version":1,"broker","block_start":"n","block_end":"n"} (block_end inclusive)
 
 Not written: /admin/delete_topics (a topic is deleted here at once, its znodes removed in one multi, and
@@ -74,6 +75,7 @@ from kazoo.protocol.states import WatchedEvent, ZnodeStat
 
 from gregor.config import BrokerConfig
 from gregor.metadata.store import (
+    BROKER_CONFIGS,
     BROKERS,
     CONFIGS,
     CREATED,
@@ -97,6 +99,7 @@ from gregor.metadata.store import (
     NoSuchTopicError,
     PartitionState,
     ReassignPartitions,
+    SetBrokerConfigs,
     SetTopicConfigs,
     StateUpdate,
     TopicExistsError,
@@ -107,9 +110,10 @@ log = logging.getLogger("gregor.metadata.zookeeper")
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 BROKER_IDS, TOPICS, CONFIG_TOPICS = "/brokers/ids", "/brokers/topics", "/config/topics"
+CONFIG_BROKERS = "/config/brokers"
 CONTROLLER, CONTROLLER_EPOCH = "/controller", "/controller_epoch"
 CLUSTER_ID, PRODUCER_ID_BLOCK = "/cluster/id", "/latest_producer_id_block"
-PERSISTENT_PATHS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, "/cluster")
+PERSISTENT_PATHS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, CONFIG_BROKERS, "/cluster")
 # Partitions created or deleted per multi (~250 bytes each), so a request stays under ZooKeeper's 1 MB
 # jute.maxbuffer, beyond which the server drops the connection.
 PARTITIONS_PER_MULTI = 2000
@@ -219,6 +223,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._brokers: dict[int, BrokerInfo] = {}
         self._controller = -1
         self._topics: dict[str, _Topic] = {}
+        self._broker_configs: dict[str, dict[str, str]] = {}  # /config/brokers/<entity>, the non-empty ones
         self._registration: BrokerInfo | None = None
         self._controller_epoch: tuple[int, int] | None = None  # (epoch, /controller_epoch zk version) we hold
         self._queue: queue.Queue[tuple[Any, ...]] = queue.Queue()
@@ -282,7 +287,8 @@ class ZooKeeperMetadataStore(MetadataStore):
     def snapshot(self) -> MetadataImage:
         with self._lock:
             return MetadataImage(self._version, self._cluster_id, self._brokers_tuple(), self._controller,
-                                 {n: t.meta.copy() for n, t in self._topics.items()})
+                                 {n: t.meta.copy() for n, t in self._topics.items()},
+                                 {e: dict(c) for e, c in self._broker_configs.items()})
 
     def _brokers_tuple(self) -> tuple[BrokerInfo, ...]:
         return tuple(sorted(self._brokers.values(), key=lambda b: b.broker_id))
@@ -362,6 +368,12 @@ class ZooKeeperMetadataStore(MetadataStore):
             return
         if BROKER_IDS in paths or any(p.startswith(BROKER_IDS + "/") for p in paths) or CONTROLLER in paths:
             self._read_brokers()
+        if CONFIG_BROKERS in paths:
+            self._read_broker_configs(None)
+        else:
+            entities = {p.split("/")[3] for p in paths if p.startswith(CONFIG_BROKERS + "/") and p.count("/") == 3}
+            if entities:
+                self._read_broker_configs(entities)
         topics_changed = TOPICS in paths
         full: set[str] = set()
         states: dict[str, set[int]] = {}
@@ -506,6 +518,27 @@ class ZooKeeperMetadataStore(MetadataStore):
                     cur.meta.configs, cur.config_mzxid = configs, mzxid
                     self._publish_locked(CONFIGS, topic=n, snapshot=cur.meta.copy())
 
+    def _read_broker_configs(self, entities: set[str] | None) -> None:
+        """Dynamic broker configs: the named entities, or all of them (and the children watch) for None;
+        publishes BROKER_CONFIGS for each that changed (a removed znode or an empty one: no configs)."""
+        if entities is None:
+            entities = set(self._zk.get_children(CONFIG_BROKERS, watch=self._on_watch))
+            with self._lock:
+                entities |= set(self._broker_configs)
+        reads = {e: self._call(self._zk.get_async, f"{CONFIG_BROKERS}/{e}", watch=self._on_watch) for e in entities}
+        for e, r in reads.items():
+            try:
+                configs = {str(k): str(v) for k, v in json.loads(r.get()[0]).get("config", {}).items()}
+            except NoNodeError:
+                configs = {}
+            with self._lock:
+                if configs != self._broker_configs.get(e, {}):
+                    if configs:
+                        self._broker_configs[e] = configs
+                    else:
+                        self._broker_configs.pop(e, None)
+                    self._publish_locked(BROKER_CONFIGS, entity=e, configs=dict(configs))
+
     def _read_states(self, states: dict[str, set[int]]) -> None:
         reads = {(n, p): self._call(self._zk.get_async, _state_path(n, p), watch=self._on_watch)
                  for n, ps in states.items() for p in ps}
@@ -553,6 +586,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         """Read everything and set every watch: at start, and on a new session, where every topic is
         published again as read now (CREATED replaces a cached topic) and the ones gone as DELETED."""
         self._read_brokers()
+        self._read_broker_configs(None)
         names = set(self._zk.get_children(TOPICS, watch=self._on_watch))
         with self._lock:
             old = set(self._topics)
@@ -567,6 +601,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         when the connection drops), and changes made meanwhile were never signalled. Everything is read
         again with its watch; only what changed is published (by mzxid), so nothing else moves."""
         self._read_brokers()
+        self._read_broker_configs(None)
         names = set(self._zk.get_children(TOPICS, watch=self._on_watch))
         with self._lock:
             gone = [n for n in self._topics if n not in names]
@@ -799,6 +834,16 @@ class ZooKeeperMetadataStore(MetadataStore):
 
     def _apply_one(self, ch: Change) -> list[str]:
         """Write one change; returns the paths the reader must re-read."""
+        if isinstance(ch, SetBrokerConfigs):
+            path = f"{CONFIG_BROKERS}/{ch.entity}"
+            try:
+                self._zk.set(path, config_znode(ch.configs))
+            except NoNodeError:
+                try:
+                    self._zk.create(path, config_znode(ch.configs))
+                except NodeExistsError:  # created meanwhile by another broker: ours is the later write
+                    self._zk.set(path, config_znode(ch.configs))
+            return [CONFIG_BROKERS, path]
         if isinstance(ch, CreateTopic):
             t = ch.topic
             tx = self._zk.transaction()

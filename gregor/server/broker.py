@@ -33,10 +33,20 @@ from gregor.controller.controller import Controller
 from gregor.coordinator.group.coordinator import OFFSETS_TOPIC, GroupCoordinator, append_via
 from gregor.metadata.cache import MetadataCache
 from gregor.metadata.embedded import EmbeddedMetadataStore
-from gregor.metadata.store import SESSION, SESSION_RESTORED, BrokerInfo, CreateTopic, MetadataStore, TopicMetadata
+from gregor.metadata.store import (
+    BROKER_CONFIGS,
+    DEFAULT_ENTITY,
+    SESSION,
+    SESSION_RESTORED,
+    BrokerInfo,
+    CreateTopic,
+    MetadataStore,
+    TopicMetadata,
+)
 from gregor.metadata.zookeeper import ZooKeeperMetadataStore  # issue 10: zk
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.server.dispatcher import Dispatcher
+from gregor.server.dynamic_config import DynamicBrokerConfig
 from gregor.server.handlers import HANDLERS
 from gregor.server.network import SocketServer
 from gregor.server.replica_manager import ReplicaManager, log_config_for
@@ -74,6 +84,7 @@ class Broker:
                                       load=False, open_files_max=config.get("log.segment.open.files.max"))
         log.info("scanned the log dirs in %.0f ms", (time.monotonic() - t0) * 1000)
         self.topic_admin = TopicAdmin(self.store, self.metadata_cache, config)
+        self.dynamic_config = DynamicBrokerConfig(config)
         self.replica_manager = ReplicaManager(config, self.store, self.log_manager, self.metadata_cache)
         self.controller = Controller(config, self.store, self.metadata_cache)  # issue 10: ctl
         commits = append_via(self.replica_manager, config.get("offsets.commit.required.acks"),
@@ -119,6 +130,8 @@ class Broker:
         self.metadata_cache.add_listener(self.replica_manager.on_metadata_change)
         self.metadata_cache.add_listener(self._follow_offsets_leadership)  # after the replica manager's
         self.metadata_cache.add_listener(self._on_session_change)  # issue 10: zk
+        self.metadata_cache.add_listener(self._on_broker_configs)
+        self._apply_dynamic_configs()
         self.controller.start()  # issue 10: ctl
         self.replica_manager.sync_all()  # new partitions only: the ones on disk are still loading
         self.replica_manager.start_replication()  # issue 10: repl
@@ -203,6 +216,19 @@ class Broker:
         self.store.unregister_broker(self.config.broker_id)  # issue 10: zk: the registration goes last
         if self._owns_store:
             self.store.close()
+
+    def _on_broker_configs(self, kind: str, entity: str) -> None:
+        if kind == BROKER_CONFIGS and entity in (DEFAULT_ENTITY, str(self.config.broker_id)):
+            self._apply_dynamic_configs()
+
+    def _apply_dynamic_configs(self) -> None:
+        """This broker's dynamic configs over the cluster default's, applied at once (dynamic_config)."""
+        changed = self.dynamic_config.update(self.metadata_cache.broker_configs(DEFAULT_ENTITY),
+                                             self.metadata_cache.broker_configs(str(self.config.broker_id)))
+        if changed:
+            d = self.dynamic_config
+            self.replica_manager.set_replication_throttles(d.get("leader.replication.throttled.rate"),
+                                                           d.get("follower.replication.throttled.rate"))
 
     def _on_session_change(self, kind: str, what: str) -> None:  # issue 10: zk
         """The store registered this broker again on a new ZooKeeper session: a new broker epoch."""

@@ -28,6 +28,7 @@ from gregor.metadata.cache import MetadataCache
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.messages.fetch import FETCH
 from gregor.server.broker_client import BrokerClient, BrokerConnectionError
+from gregor.server.replication_quota import ReplicationQuota
 from gregor.storage.errors import StorageError
 from gregor.storage.leader_epoch import LeaderEpochFileCache
 
@@ -40,6 +41,8 @@ TopicPartition = tuple[str, int]
 FETCH_VERSION = 12
 
 # Errors after which the partition waits for our metadata to change (we are behind the leader's epoch).
+# How soon a partition held back by the follower throttle is looked at again.
+_THROTTLE_RECHECK_S = 0.1
 _PAUSE = {ErrorCode.FENCED_LEADER_EPOCH}
 # Errors after which the partition is retried after replica.fetch.backoff.ms: the leader is behind us
 # (it has not applied the new state yet) or cannot serve it now.
@@ -159,16 +162,27 @@ class ReplicaFetcher:
                                         max_in_flight=1, max_response_bytes=m.max_response_bytes)
         return self._client
 
+    def _throttled(self, key: TopicPartition, part: Partition) -> bool:
+        """A replica this broker copies under follower.replication.throttled.* (outside the ISR, named by
+        its topic's follower.replication.throttled.replicas) while a rate is set."""
+        m = self.manager
+        return (m.follower_quota.active and m.broker_id not in part.isr and part.log_config is not None
+                and part.log_config.throttles(key[1], m.broker_id, leader_side=False))
+
     async def _fetch_once(self, active: list[TopicPartition]) -> None:
         m = self.manager
         requested: list[tuple[TopicPartition, Partition, int, int]] = []
         topics: dict[str, list[dict[str, Any]]] = {}
+        held_back = m.follower_quota.active and m.follower_quota.exceeded()
         for key in active:
             part = m.partition(key)
             if part is None:
                 self.partitions.pop(key, None)
                 continue
             state = self.partitions[key]
+            if held_back and self._throttled(key, part):  # past the follower throttle: not fetched this round
+                state.delayed_until = time.monotonic() + _THROTTLE_RECHECK_S
+                continue
             try:
                 lg = part.log
             except (KafkaError, StorageError, OSError) as e:
@@ -203,6 +217,8 @@ class ReplicaFetcher:
                     or part.log_end_offset != leo:
                 continue
             self._process(key, part, state, a, leo, now_ms)
+            if a.records is not None and self._throttled(key, part):
+                m.follower_quota.record(len(a.records))
             if a.records is not None and len(a.records) > 0:
                 # Kafka's order: a partition that got data goes to the back, so the response budget and
                 # the one-whole-batch allowance of the first partition (KIP-74) come round to every one.
@@ -264,8 +280,10 @@ class ReplicaFetcherManager:
 
     def __init__(self, config: BrokerConfig, metadata_cache: MetadataCache,
                  partition: Callable[[TopicPartition], Partition | None],
-                 on_follower_progress: Callable[[TopicPartition], None]) -> None:
+                 on_follower_progress: Callable[[TopicPartition], None],
+                 follower_quota: ReplicationQuota | None = None) -> None:
         self.config = config
+        self.follower_quota = follower_quota or ReplicationQuota()
         self.broker_id = config.broker_id
         self.metadata_cache = metadata_cache
         self.partition = partition
@@ -283,6 +301,10 @@ class ReplicaFetcherManager:
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         self._where: dict[TopicPartition, tuple[int, int]] = {}
         self._stopped = False
+
+    def wake_all(self) -> None:
+        for f in self.fetchers.values():
+            f.wake()
 
     def fetcher_id(self, key: TopicPartition) -> int:
         return zlib.crc32(f"{key[0]}-{key[1]}".encode()) % self.num_fetchers

@@ -22,6 +22,7 @@ from typing import NamedTuple, TypeVar
 from gregor.config import BrokerConfig
 from gregor.metadata.cache import MetadataCache
 from gregor.metadata.store import (
+    BROKER_CONFIGS,
     BROKERS,
     SESSION,
     SESSION_LOST,
@@ -39,7 +40,8 @@ from gregor.server.log_work import LogWorkQueue
 from gregor.server.partition import FETCH_LOG_END, AppendResult, Partition, ReadResult
 from gregor.server.purgatory import Clock, Purgatory, PurgatoryFullError, TopicPartition
 from gregor.server.replica_fetcher import ReplicaFetcherManager
-from gregor.storage.config import LogConfig
+from gregor.server.replication_quota import ReplicationQuota
+from gregor.storage.config import LONG_MAX, LogConfig
 from gregor.storage.errors import StorageError
 from gregor.storage.log import Log
 from gregor.storage.log_manager import LogManager, LogOfflineError
@@ -141,8 +143,13 @@ class ReplicaManager:
         self.purgatory = Purgatory(config.get("gregor.purgatory.max.operations"), clock)
         # Creating and deleting logs, on executor threads, chained per topic.
         self.log_work = LogWorkQueue(log_manager, self.partitions, self._set_offline)
+        # Replication throttles (a reassignment's copying), set by dynamic broker configs (set_replication_throttles).
+        samples, sample_s = config.get("replication.quota.window.num"), config.get("replication.quota.window.size.seconds")
+        self.leader_quota = ReplicationQuota(config.get("leader.replication.throttled.rate"), samples, sample_s)
+        self.follower_quota = ReplicationQuota(config.get("follower.replication.throttled.rate"), samples, sample_s)
         # Replication (issue 10): followers fetch from their leaders; leaders write their own ISR changes.
-        self.fetcher_manager = ReplicaFetcherManager(config, metadata_cache, self.partitions.get, self._after_progress)
+        self.fetcher_manager = ReplicaFetcherManager(config, metadata_cache, self.partitions.get, self._after_progress,
+                                                     self.follower_quota)
         self.session_lost = False
         self.lag_time_max_ms: int = config.get("replica.lag.time.max.ms")
         self._isr_writer: concurrent.futures.ThreadPoolExecutor | None = None  # one writer thread, on first use
@@ -238,7 +245,20 @@ class ReplicaManager:
     def is_loading(self, topic: str, p: int) -> bool:
         return (topic, p) in self.loading
 
+    def set_replication_throttles(self, leader_rate: int, follower_rate: int) -> None:
+        """leader/follower.replication.throttled.rate as the dynamic broker configs have them now."""
+        if (leader_rate, follower_rate) != (self.leader_quota.rate, self.follower_quota.rate):
+            log.info("broker %d: replication throttles: leader %s, follower %s bytes/s", self.broker_id,
+                     leader_rate if leader_rate < LONG_MAX else "unlimited",
+                     follower_rate if follower_rate < LONG_MAX else "unlimited")
+        self.leader_quota.set_rate(leader_rate)
+        self.follower_quota.set_rate(follower_rate)
+        if follower_rate >= LONG_MAX:
+            self.fetcher_manager.wake_all()  # partitions held back by the throttle fetch again now
+
     def on_metadata_change(self, event: str, topic: str) -> None:
+        if event == BROKER_CONFIGS:  # the broker applies its dynamic configs (Broker._apply_dynamic_configs)
+            return
         if event == BROKERS:  # a leader we follow may have come or gone
             for part in self.partitions.values():
                 if part.leader_id != self.broker_id:
@@ -402,12 +422,23 @@ class ReplicaManager:
         out: list[ReadResult] = []
         for fp in requests:
             part: Partition | None = None
+            throttled = False
             try:
                 part = self.get_partition(fp.topic, fp.partition)
                 max_bytes = min(fp.partition_max_bytes, max(budget - total, 0))
+                one_batch = total == 0 and may_exceed
+                if params.replica_id >= 0 and self.leader_quota.active:
+                    # A reassignment's copying to a replica outside the ISR, paced (leader.replication.throttled.*):
+                    # past the rate it gets no records this time, its fetch state still moves.
+                    throttled = (params.replica_id not in part.isr
+                                 and part.log_config is not None
+                                 and part.log_config.throttles(fp.partition, self.broker_id, leader_side=True))
+                    if throttled and self.leader_quota.exceeded():
+                        max_bytes, one_batch = 0, False
                 res, moved = part.fetch_records(params.replica_id, fp.fetch_offset, max_bytes, isolation,
-                                                total == 0 and may_exceed, now_ms, fp.current_leader_epoch,
-                                                fp.last_fetched_epoch)
+                                                one_batch, now_ms, fp.current_leader_epoch, fp.last_fetched_epoch)
+                if throttled:
+                    self.leader_quota.record(len(res.records))
             except KafkaError as e:
                 res, moved = ReadResult(e.code), False
             except StorageError as e:  # its log could not be opened or created, or closed under a deletion

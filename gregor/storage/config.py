@@ -13,6 +13,7 @@ Bounds are Kafka 4.0's unless the entry's documentation says why not.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -124,6 +125,12 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {t.name: t for t in [
        doc="Bytes of batches between two offset-index entries."),
     _t("max.compaction.lag.ms", "long", LONG_MAX, "log.cleaner.max.compaction.lag.ms", lo=1,
        doc="The longest a record may stay uncompacted in a compacted log."),
+    _t("leader.replication.throttled.replicas", "list", [],
+       doc="Replicas (partition:broker, or *) whose leader throttles what it sends to followers outside the ISR "
+           "to the broker's leader.replication.throttled.rate (a reassignment's copying)."),
+    _t("follower.replication.throttled.replicas", "list", [],
+       doc="Replicas (partition:broker, or *) that, while outside the ISR, fetch at most the broker's "
+           "follower.replication.throttled.rate (a reassignment's copying)."),
     _t("max.message.bytes", "int", 1048588, "message.max.bytes", lo=0,
        doc="The largest record batch (after compression) the partition accepts."),
     _t("message.timestamp.type", "string", CREATE_TIME, "log.message.timestamp.type", choices=TIMESTAMP_TYPES,
@@ -184,6 +191,9 @@ def broker_synonym_props() -> list[Prop]:
     return [p for t in TOPIC_CONFIGS.values() for p in t.synonym_props()]
 
 
+_THROTTLED_REPLICA = re.compile(r"\d+:\d+")
+
+
 def _default(name: str) -> Any:
     v = TOPIC_CONFIGS[name].prop.default
     return ",".join(v) if isinstance(v, list) else v
@@ -201,7 +211,9 @@ class LogConfig:
     file_delete_delay_ms: int = _default("file.delete.delay.ms")
     flush_messages: int = _default("flush.messages")
     flush_ms: int = _default("flush.ms")
+    follower_replication_throttled_replicas: str = _default("follower.replication.throttled.replicas")
     index_interval_bytes: int = _default("index.interval.bytes")
+    leader_replication_throttled_replicas: str = _default("leader.replication.throttled.replicas")
     max_compaction_lag_ms: int = _default("max.compaction.lag.ms")
     max_message_bytes: int = _default("max.message.bytes")
     message_timestamp_after_max_ms: int = _default("message.timestamp.after.max.ms")
@@ -225,11 +237,25 @@ class LogConfig:
                 t.prop.check(_table_value(t, getattr(self, t.field)))
             except ConfigError as e:
                 raise InvalidConfigError(str(e)) from None
+        for name in ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas"):
+            items = _table_value(TOPIC_CONFIGS[name], getattr(self, TOPIC_CONFIGS[name].field))
+            if items != ["*"] and not all(_THROTTLED_REPLICA.fullmatch(x) for x in items):
+                raise InvalidConfigError(
+                    f"Invalid value {','.join(items)} for configuration {name}: it must be the literal '*' or a "
+                    "list of replicas in the form [partitionId]:[brokerId],[partitionId]:[brokerId],...")
         if self.min_compaction_lag_ms > self.max_compaction_lag_ms:  # Kafka's LogConfig.validateValues
             raise InvalidConfigError(
                 f"Invalid value {self.min_compaction_lag_ms} for configuration min.compaction.lag.ms: "
                 f"conflicts with max.compaction.lag.ms={self.max_compaction_lag_ms} (min must not exceed max)"
             )
+
+    def throttles(self, partition: int, broker_id: int, leader_side: bool) -> bool:
+        """Whether (leader|follower).replication.throttled.replicas names this replica (or is '*')."""
+        text = self.leader_replication_throttled_replicas if leader_side else self.follower_replication_throttled_replicas
+        if not text:
+            return False
+        items = {x.strip() for x in text.split(",")}
+        return "*" in items or f"{partition}:{broker_id}" in items
 
     @property
     def cleanup_policies(self) -> frozenset[str]:

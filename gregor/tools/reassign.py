@@ -3,13 +3,19 @@ broker list (Kafka's placement, gregor.admin.topic_admin.assign_replicas); --exe
 reassignment JSON to the controller (AlterPartitionReassignments, 45) after printing the current
 assignment for rollback; --verify compares ListPartitionReassignments (46) and Metadata with the
 JSON; --cancel withdraws reassignments under way. The JSON is Kafka's:
-{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[1,2],"log_dirs":["any","any"]}]}."""
+{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[1,2],"log_dirs":["any","any"]}]}.
+
+--execute --throttle B paces the copying as Kafka's tool does, through configs
+(IncrementalAlterConfigs, 44): every broker of the old and new replica sets gets the dynamic configs
+leader.replication.throttled.rate and follower.replication.throttled.rate = B bytes/s; each topic gets
+leader.replication.throttled.replicas (the moving partitions' current replicas, which send) and
+follower.replication.throttled.replicas (their new replicas, which copy). --verify removes all of
+them once every reassignment in the file has completed."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
 from gregor.metadata.store import BrokerInfo
@@ -146,6 +152,55 @@ def _alter(client: ClusterClient, assignment: dict[tuple[str, int], list[int] | 
             for t in resp.responses for p in t.partitions if p.error_code != ErrorCode.NONE]
 
 
+_RATES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
+_REPLICAS = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
+_SET, _DELETE = 0, 1
+_TOPIC, _BROKER = 2, 4
+
+
+def _alter_configs(client: ClusterClient, resources: list[dict[str, Any]]) -> None:
+    resp = client.to_controller(44, {"resources": resources, "validate_only": False}, max_version=1)
+    failed = [f"{r.resource_name or 'cluster default'}: {error_name(r.error_code)}: {r.error_message or ''}"
+              for r in resp.responses if r.error_code != ErrorCode.NONE]
+    if failed:
+        raise ToolError("setting the replication throttle failed:\n" + "\n".join(failed))
+
+
+def set_throttle(client: ClusterClient, current: Assignment, target: Assignment, rate: int) -> list[int]:
+    """Kafka's throttle for a reassignment (module doc); returns the brokers whose rate was set."""
+    leaders: dict[str, list[str]] = {}
+    followers: dict[str, list[str]] = {}
+    brokers: set[int] = set()
+    for (t, p), new in sorted(target.items()):
+        old = current[(t, p)]
+        if old == new:
+            continue
+        brokers.update(old)
+        brokers.update(new)
+        leaders.setdefault(t, []).extend(f"{p}:{b}" for b in old)
+        followers.setdefault(t, []).extend(f"{p}:{b}" for b in new if b not in old)
+    resources = [{"resource_type": _BROKER, "resource_name": str(b), "configs": [
+        {"name": n, "config_operation": _SET, "value": str(rate)} for n in _RATES]} for b in sorted(brokers)]
+    resources += [{"resource_type": _TOPIC, "resource_name": t, "configs": [
+        {"name": _REPLICAS[0], "config_operation": _SET, "value": ",".join(leaders[t])},
+        {"name": _REPLICAS[1], "config_operation": _SET, "value": ",".join(followers.get(t, []))}]}
+        for t in sorted(leaders)]
+    if resources:
+        _alter_configs(client, resources)
+    return sorted(brokers)
+
+
+def clear_throttle(client: ClusterClient, topics: list[str]) -> list[int]:
+    """Remove the throttle rates from every live broker and the throttled replicas from `topics`."""
+    brokers = sorted(b.node_id for b in client.metadata([]).brokers)
+    resources = [{"resource_type": _BROKER, "resource_name": str(b), "configs": [
+        {"name": n, "config_operation": _DELETE, "value": None} for n in _RATES]} for b in brokers]
+    resources += [{"resource_type": _TOPIC, "resource_name": t, "configs": [
+        {"name": n, "config_operation": _DELETE, "value": None} for n in _REPLICAS]} for t in sorted(set(topics))]
+    _alter_configs(client, resources)
+    return brokers
+
+
 def _in_progress(client: ClusterClient, parts: list[tuple[str, int]], timeout_ms: int) -> dict[tuple[str, int], Any]:
     topics: dict[str, list[int]] = {}
     for t, p in sorted(parts):
@@ -176,9 +231,8 @@ def cmd_reassign(args: argparse.Namespace) -> int:
         if not args.reassignment_json_file:
             raise UsageError(f"--{action} needs --reassignment-json-file FILE")
         target = parse_reassignment_json(_read(args.reassignment_json_file), args.reassignment_json_file)
-    if args.throttle is not None:
-        print("Warning: --throttle is not implemented yet (it needs dynamic broker configs); the reassignment "
-              "runs unthrottled.", file=sys.stderr)
+    if args.throttle is not None and (action != "execute" or args.throttle < 0):
+        raise UsageError("--throttle takes a rate in bytes/s >= 0, with --execute")
     timeout_ms = int(timeout_s(args) * 1000)
     client = ClusterClient(bootstrap(args), timeout_s(args))
     try:
@@ -200,6 +254,11 @@ def cmd_reassign(args: argparse.Namespace) -> int:
             print(format_json({tp: current[tp] for tp in target}))
             print()
             print("Save this to use as the --reassignment-json-file option during rollback")
+            if args.throttle is not None:
+                set_throttle(client, current, dict(target), args.throttle)
+                print("Warning: You must run --verify periodically, until the reassignment completes, to ensure "
+                      "the throttle is removed.")
+                print(f"The inter-broker throttle limit was set to {args.throttle} B/s")
             failed = _alter(client, dict(target), timeout_ms)
             if failed:
                 print("Error reassigning partition(s):\n" + "\n".join(failed))
@@ -232,6 +291,10 @@ def cmd_reassign(args: argparse.Namespace) -> int:
                 print(f"There is no active reassignment of partition {name}, but replica set is {have} rather "
                       f"than {','.join(map(str, target[tp]))}.")
                 done = False
+        if done:
+            brokers = clear_throttle(client, [t for t, _ in target])
+            print(f"Clearing broker-level throttles on brokers {','.join(map(str, brokers))}")
+            print(f"Clearing topic-level throttles on topic(s) {','.join(sorted({t for t, _ in target}))}")
         return 0 if done else 1
     finally:
         client.close()
@@ -260,6 +323,7 @@ def add_subcommands(sub: Any) -> None:
     r.add_argument("--reassignment-json-file", metavar="FILE",
                    help='{"version": 1, "partitions": [{"topic": T, "partition": P, "replicas": [..]}]}')
     r.add_argument("--throttle", type=int, metavar="BYTES_PER_S",
-                   help="(--execute) replication throttle: accepted, not implemented yet")
+                   help="(--execute) pace the copying to this many bytes/s per broker (removed by --verify once "
+                        "done)")
     add_request_timeout(r)
     r.set_defaults(func=cmd_reassign)

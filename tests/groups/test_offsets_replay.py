@@ -66,3 +66,34 @@ def test_a_batch_that_does_not_decode_is_skipped(caplog: pytest.LogCaptureFixtur
 def test_garbage_between_commits_never_changes_them(caplog: pytest.LogCaptureFixture) -> None:
     gc = _load(_commit(0, 5) + _batch(1, [(rec.offset_key("g", "t", 0), b"\x7f\x7f" + b"\x00" * 30)]))
     assert gc.groups["g"].offsets[("t", 0)].offset == 5
+
+
+def test_resignation_answers_waiting_joins_not_coordinator() -> None:
+    """The coordinator's partition moves away while a rebalance waits for a member's rejoin: the
+    JoinGroup already parked is answered NOT_COORDINATOR at once (Kafka's onGroupUnloaded), so its
+    member looks for the new coordinator now, and the group is gone from here."""
+    from gregor.protocol.errors import ErrorCode
+
+    gc = GroupCoordinator(BrokerConfig({"offsets.topic.num.partitions": "1",
+                                        "group.initial.rebalance.delay.ms": "0"}), lambda *a: None, lambda p: [])
+
+    def join(member_id: str) -> object:
+        return gc.join_group("g", member_id, None, "c", "h", 30000, 30000, "consumer", [("range", b"")], False)
+
+    async def run() -> tuple[object, object]:
+        gc.load()
+        first = join("")
+        if isinstance(first, asyncio.Future):
+            first = await asyncio.wait_for(first, 5)
+        assert first.error == ErrorCode.NONE  # type: ignore[attr-defined]
+        waiting = join("")  # a second member: a rebalance that waits for the first to rejoin
+        assert isinstance(waiting, asyncio.Future) and not waiting.done()
+        gc.follow_leadership(set())
+        await asyncio.sleep(0)
+        result = waiting.result() if waiting.done() else None
+        gc.shutdown()
+        return result, gc.groups.get("g")
+
+    result, group = asyncio.run(run())
+    assert result is not None and result.error == ErrorCode.NOT_COORDINATOR  # type: ignore[attr-defined]
+    assert group is None

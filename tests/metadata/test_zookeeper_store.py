@@ -387,3 +387,34 @@ def test_a_zookeeper_restart_within_the_session_timeout_changes_nothing(tmp_path
             if x is not None:
                 x.close()
         zk.kill()
+
+
+def test_dynamic_broker_configs_in_kafka_znodes(stores: StoreFactory, raw_zk: KazooClient) -> None:
+    """/config/brokers/<id> and /config/brokers/<default> as Kafka writes them; a second store sees each
+    change as a BROKER_CONFIGS event and in its snapshot, also one made directly in ZooKeeper (as
+    Kafka's own tools would), and an emptied entity disappears."""
+    from gregor.metadata.store import BROKER_CONFIGS, DEFAULT_ENTITY
+
+    a, b = stores(1), stores(2)
+    seen = Events(b)
+    try:
+        a.set_broker_configs("1", {"leader.replication.throttled.rate": "1000"})
+        a.set_broker_configs(DEFAULT_ENTITY, {"follower.replication.throttled.rate": "5"})
+        assert json.loads(raw_zk.get("/config/brokers/1")[0]) == {
+            "version": 1, "config": {"leader.replication.throttled.rate": "1000"}}
+        assert json.loads(raw_zk.get("/config/brokers/<default>")[0])["config"] == {
+            "follower.replication.throttled.rate": "5"}
+        _wait(lambda: b.snapshot().broker_configs == {"1": {"leader.replication.throttled.rate": "1000"},
+                                                      DEFAULT_ENTITY: {"follower.replication.throttled.rate": "5"}})
+        raw_zk.set("/config/brokers/1", json.dumps({"version": 1, "config": {"leader.replication.throttled.rate": "7"}}).encode())
+        _wait(lambda: b.snapshot().broker_configs.get("1") == {"leader.replication.throttled.rate": "7"})
+        a.set_broker_configs("1", {})
+        _wait(lambda: "1" not in b.snapshot().broker_configs)
+        events = [(e.entity, e.configs) for e in seen.items if e.kind == BROKER_CONFIGS]
+        assert events == [("1", {"leader.replication.throttled.rate": "1000"}),
+                          (DEFAULT_ENTITY, {"follower.replication.throttled.rate": "5"}),
+                          ("1", {"leader.replication.throttled.rate": "7"}), ("1", {})]
+        c = stores(3)  # a store started later reads them all at once
+        assert c.snapshot().broker_configs == {DEFAULT_ENTITY: {"follower.replication.throttled.rate": "5"}}
+    finally:
+        seen.close()

@@ -9,6 +9,7 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -150,3 +151,63 @@ def test_reassign_end_to_end(cluster: InProcessCluster, tmp_path: Path) -> None:
     assert md.topics["m"].partitions[0].replicas == [3, 4]
     r = gregor("reassign", "--cancel", *common)  # nothing under way any more
     assert r.returncode == 1 and "m-0: NO_REASSIGNMENT_IN_PROGRESS" in r.stdout
+
+
+def test_reassign_with_throttle(tmp_path: Path) -> None:
+    """--execute --throttle: the brokers get leader/follower.replication.throttled.rate and the topic its
+    throttled replicas (old replicas lead, the new one follows); the copying to the new replica is paced
+    to the rate (6 MB at 1 MB/s takes seconds, where unthrottled it takes well under one); --verify
+    removes every throttle once the reassignment completed, and the new replica holds every record."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import ConfigResource
+
+    c = InProcessCluster(tmp_path, [1, 2, 3], props={"replication.quota.window.num": "2"})
+    try:
+        _create(c, NewTopic("big", 1, replica_assignment=[[1]]))
+        p = Producer({"bootstrap.servers": c.bootstrap, "linger.ms": 20, "compression.type": "none"})
+        for i in range(6000):
+            p.produce("big", b"%06d" % i + b"x" * 994, partition=0)
+            if i % 1000 == 0:
+                p.poll(0)
+        assert p.flush(30) == 0
+        plan = tmp_path / "plan.json"
+        plan.write_text('{"version":1,"partitions":[{"topic":"big","partition":0,"replicas":[1,2]}]}')
+        common = ("--bootstrap-server", c.bootstrap, "--reassignment-json-file", str(plan))
+        t0 = time.monotonic()
+        r = gregor("reassign", "--execute", "--throttle", "1000000", *common)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "The inter-broker throttle limit was set to 1000000 B/s" in r.stdout
+
+        admin = AdminClient({"bootstrap.servers": c.bootstrap})
+
+        def config(kind: Any, name: str, key: str) -> Any:
+            res = ConfigResource(kind, name)
+            return admin.describe_configs([res])[res].result(20)[key]
+
+        for b in ("1", "2"):
+            e = config(ConfigResource.Type.BROKER, b, "follower.replication.throttled.rate")
+            assert (e.value, e.source) == ("1000000", 2), b  # DYNAMIC_BROKER_CONFIG
+        assert config(ConfigResource.Type.TOPIC, "big", "leader.replication.throttled.replicas").value == "0:1"
+        assert config(ConfigResource.Type.TOPIC, "big", "follower.replication.throttled.replicas").value == "0:2"
+
+        deadline = time.monotonic() + 60
+        while True:
+            r = gregor("reassign", "--verify", *common)
+            if r.returncode == 0:
+                break
+            assert "still in progress" in r.stdout, r.stdout + r.stderr
+            assert time.monotonic() < deadline, "reassignment did not complete"
+            time.sleep(0.3)
+        elapsed = time.monotonic() - t0
+        assert elapsed >= 3.0, f"6 MB copied in {elapsed:.1f} s: not throttled to 1 MB/s"
+        assert "Clearing broker-level throttles on brokers 1,2,3" in r.stdout
+        assert "Clearing topic-level throttles on topic(s) big" in r.stdout
+        for b in ("1", "2", "3"):
+            assert config(ConfigResource.Type.BROKER, b, "leader.replication.throttled.rate").source == 5  # DEFAULT
+        assert config(ConfigResource.Type.TOPIC, "big", "follower.replication.throttled.replicas").value == ""
+        replica = c.brokers[2].replica_manager.partitions[("big", 0)]
+        assert replica.log.log_end_offset == 6000
+        assert c.brokers[1].replica_manager.leader_quota.rate == c.brokers[2].replica_manager.follower_quota.rate
+        assert not c.brokers[2].replica_manager.follower_quota.active
+    finally:
+        c.stop()

@@ -89,6 +89,20 @@ class ClassicRebalance:
             for t in g.pending_members.values():
                 t.cancel()
 
+    def unloaded(self, groups: Iterable[Group]) -> None:
+        """This broker stopped coordinating these groups (its __consumer_offsets partition moved): their
+        timers stop, and a member waiting on a JoinGroup or SyncGroup is answered NOT_COORDINATOR at once
+        (Kafka's onGroupUnloaded), so it finds the new coordinator now rather than at its next request."""
+        groups = list(groups)
+        self.cancel_timers(groups)
+        for g in groups:
+            for m in g.members.values():
+                for fut in (m.join_future, m.sync_future):
+                    if fut is not None and not fut.done():
+                        fut.set_result(JoinResult(ErrorCode.NOT_COORDINATOR, member_id=m.member_id)
+                                       if fut is m.join_future else SyncResult(ErrorCode.NOT_COORDINATOR))
+                m.join_future = m.sync_future = None
+
     # --- sessions (DelayedHeartbeat) -------------------------------------------------
     def schedule_heartbeat(self, g: Group, m: Member) -> None:
         if m.heartbeat_timer is not None:

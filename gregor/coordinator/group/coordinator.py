@@ -116,7 +116,7 @@ class GroupCoordinator:
         (onResignation: their members find the new coordinator through NOT_COORDINATOR)."""
         for p in sorted(self.loaded - leading):
             gone = self.metadata.unload(p)
-            self.rebalance.cancel_timers(gone)
+            self.rebalance.unloaded(gone)
             self.loaded.discard(p)
             log.info("no longer the coordinator of %s-%d: unloaded %d groups", OFFSETS_TOPIC, p, len(gone))
         if leading - self.loaded:

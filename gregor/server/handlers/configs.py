@@ -1,11 +1,12 @@
-"""DescribeConfigs, AlterConfigs, IncrementalAlterConfigs for topics (and reading broker configs).
+"""DescribeConfigs, AlterConfigs, IncrementalAlterConfigs for topics and brokers.
 
 Topic overrides live in the metadata store (read from the broker's metadata cache); a topic config shows where its value comes
 from (topic override, the broker's server.properties, or the default) the way Kafka
 reports config sources and synonyms. Everything here reads the one table of each kind
 (gregor.storage.config's TOPIC_CONFIGS, gregor.config's BROKER_PROPS), which also validates
-what is stored and what the logs load. Broker configs are static here: they can be read,
-and an attempt to alter them gets a clear error.
+what is stored and what the logs load. Broker configs are read with their dynamic values
+(gregor.server.dynamic_config); altering one writes the broker's, or the cluster default's,
+dynamic configs to the metadata store, for the properties this broker applies at runtime.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ import asyncio
 from typing import Any
 
 from gregor.config import BROKER_PROPS, READ_ONLY, TOPIC_CONFIGS, BrokerConfig, Prop, format_value
-from gregor.metadata.store import SetTopicConfigs
+from gregor.metadata.store import DEFAULT_ENTITY, Change, SetBrokerConfigs
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.schema import Struct
 from gregor.server.dispatcher import RequestContext
+from gregor.server.dynamic_config import APPLIED, validate_alter
 from gregor.server.replica_manager import effective_topic_configs, valid_overrides
 from gregor.storage.config import TopicConfigDef
 
@@ -106,11 +108,18 @@ def _describe_topic(ctx: RequestContext, name: str, keys: list[str] | None, req:
 
 
 def _describe_broker(ctx: RequestContext, name: str, keys: list[str] | None, req: Struct) -> list[dict[str, Any]]:
-    """Every broker property. All are read-only until dynamic broker configs exist (AlterConfigs
-    refuses them); the documentation names the update mode Kafka gives each."""
+    """Every broker property with its value here, dynamic ones first among its synonyms; the empty name
+    (the cluster default entity) lists only what is set there, as Kafka does. Only the properties this
+    broker applies at runtime are writable; the documentation names the update mode Kafka gives each."""
     broker = ctx.broker
-    if name not in ("", str(broker.config.broker_id)):
+    if name == "":
+        return [_entry(k, v, [{"name": k, "value": _text(v), "source": 3}], BROKER_PROPS[k], False, req,
+                       BROKER_PROPS[k].mode)
+                for k, v in sorted(ctx.broker.metadata_cache.broker_configs(DEFAULT_ENTITY).items())
+                if k in BROKER_PROPS and (keys is None or k in keys)]
+    if name != str(broker.config.broker_id):
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {broker.config.broker_id}, got {name}")
+    dynamic = broker.dynamic_config
     out = []
     for k, prop in sorted(BROKER_PROPS.items()):
         if keys is not None and k not in keys:
@@ -120,7 +129,8 @@ def _describe_broker(ctx: RequestContext, name: str, keys: list[str] | None, req
         syn = _broker_synonyms(broker.config, names[names.index(k):])
         while syn and syn[0]["name"] != k:  # Kafka's rule: a property's synonyms start with itself
             syn.pop(0)
-        out.append(_entry(k, broker.config.get(k), syn, prop, True, req, prop.mode))
+        syn = [{"name": k, "value": _text(v), "source": src} for src, v in dynamic.layers(k)] + syn
+        out.append(_entry(k, dynamic.get(k), syn, prop, k not in APPLIED, req, prop.mode))
     return out
 
 
@@ -147,14 +157,18 @@ def handle_describe_configs(ctx: RequestContext, req: Struct) -> dict[str, Any]:
 def _alter(ctx: RequestContext, req: Struct, incremental: bool) -> dict[str, Any] | asyncio.Future[dict[str, Any]]:
     """Checks on the loop, then one store write for the request's topics, answered once the cache has it."""
     admin = ctx.broker.topic_admin
-    writes: list[tuple[dict[str, Any], SetTopicConfigs]] = []
+    writes: list[tuple[dict[str, Any], Change]] = []
     responses = []
     for r in req.resources:
         entry: dict[str, Any] = {"error_code": ErrorCode.NONE, "error_message": None,
                                  "resource_type": r.resource_type, "resource_name": r.resource_name}
         try:
             if r.resource_type == BROKER:
-                raise KafkaError(ErrorCode.INVALID_REQUEST, "Broker configs are static: edit server.properties and restart")
+                broker_change = _alter_broker(ctx, r, incremental)
+                if not req.validate_only:
+                    writes.append((entry, broker_change))
+                responses.append(entry)
+                continue
             if r.resource_type != TOPIC:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {r.resource_type}")
             meta = ctx.broker.metadata_cache.topic(r.resource_name)
@@ -189,16 +203,36 @@ def _alter(ctx: RequestContext, req: Struct, incremental: bool) -> dict[str, Any
     return task
 
 
-def _apply_incremental(ctx: RequestContext, current: dict[str, str], ops: list[Struct]) -> dict[str, str]:
+def _alter_broker(ctx: RequestContext, r: Struct, incremental: bool) -> SetBrokerConfigs:
+    """A BROKER resource's alter: the entity's dynamic configs after it, checked (see dynamic_config)."""
+    name = r.resource_name
+    if name == "":
+        entity = DEFAULT_ENTITY
+    elif name.isdigit():
+        entity = str(int(name))
+    else:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Invalid broker id {name!r}: an id, or empty for the cluster default")
+    current = ctx.broker.metadata_cache.broker_configs(entity)
+    if incremental:
+        new = _apply_incremental(ctx, current, r.configs, BROKER_PROPS)
+    else:
+        new = {c.name: c.value for c in r.configs}
+    validate_alter(new)
+    return SetBrokerConfigs(entity, new)
+
+
+def _apply_incremental(ctx: RequestContext, current: dict[str, str], ops: list[Struct],
+                       table: Any = TOPIC_CONFIGS) -> dict[str, str]:
     new = dict(current)
     names = [c.name for c in ops]
     if len(set(names)) != len(names):
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
+    kind = "topic" if table is TOPIC_CONFIGS else "broker"
     for c in ops:
-        t = TOPIC_CONFIGS.get(c.name)
+        t = table.get(c.name)
         op = c.config_operation
         if t is None and not (op == DELETE and c.name in new):  # a stored unknown key may be deleted
-            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {c.name}")
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown {kind} config name: {c.name}")
         if op == SET:
             if c.value is None:
                 raise KafkaError(ErrorCode.INVALID_CONFIG, f"Null value not supported for : {c.name}")
@@ -207,11 +241,11 @@ def _apply_incremental(ctx: RequestContext, current: dict[str, str], ops: list[S
             new.pop(c.name, None)
         elif op in (APPEND, SUBTRACT):
             assert t is not None
-            if t.prop.type != "list":
+            if (t.prop if kind == "topic" else t).type != "list":
                 raise KafkaError(ErrorCode.INVALID_CONFIG, f"Config value append is not allowed for config key: {c.name}")
             base = new.get(c.name)
             items = [x.strip() for x in base.split(",") if x.strip()] if base is not None else list(
-                ctx.broker.config.topic_default(c.name))
+                ctx.broker.config.topic_default(c.name) if kind == "topic" else ctx.broker.config.get(c.name) or [])
             given = [x.strip() for x in (c.value or "").split(",") if x.strip()]
             if op == APPEND:
                 items += [x for x in given if x not in items]

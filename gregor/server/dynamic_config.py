@@ -1,0 +1,101 @@
+"""Dynamic broker configs (Kafka's DynamicBrokerConfig): the part built so far.
+
+AlterConfigs and IncrementalAlterConfigs on a BROKER resource write to the metadata store: for one
+broker (the resource name is its id) or as the cluster-wide default (the name is empty), kept in
+ZooKeeper at /config/brokers/<id> and /config/brokers/<default> as Kafka keeps them. Every broker
+watches both and applies a change at once. A value is taken from, in order: this broker's dynamic
+configs, the cluster default, server.properties, the property's default.
+
+Only the properties in `APPLIED` may be altered: those this broker applies at runtime. A read-only
+property is refused as Kafka refuses it ("Cannot update these configs dynamically"); a property
+Kafka could update but this broker cannot yet apply is refused too, rather than stored and ignored.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from gregor.config import BROKER_PROPS, READ_ONLY, BrokerConfig
+from gregor.configdef import ConfigError
+from gregor.protocol.errors import ErrorCode, KafkaError
+
+log = logging.getLogger("gregor.config")
+
+# What this broker applies without a restart (the replication throttles of a reassignment).
+APPLIED = frozenset({"leader.replication.throttled.rate", "follower.replication.throttled.rate"})
+
+# Where a dynamic value comes from: Kafka's ConfigSource ids.
+DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 2, 3
+
+
+def validate_alter(configs: Mapping[str, str]) -> dict[str, Any]:
+    """Check the dynamic configs an alter would leave (name -> text); returns them parsed. Raises
+    KafkaError INVALID_REQUEST for a property that cannot be updated dynamically, INVALID_CONFIG for
+    an unknown name or a bad value."""
+    static = sorted(n for n in configs if n in BROKER_PROPS and BROKER_PROPS[n].mode == READ_ONLY)
+    if static:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: {set(static)}")
+    unknown = sorted(n for n in configs if n not in BROKER_PROPS)
+    if unknown:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown broker configs: {', '.join(unknown)}")
+    later = sorted(n for n in configs if n not in APPLIED)
+    if later:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically (this broker does "
+                                                    f"not apply them at runtime yet): {set(later)}")
+    parsed: dict[str, Any] = {}
+    for name, text in configs.items():
+        try:
+            parsed[name] = BROKER_PROPS[name].parse(text)
+        except ConfigError as e:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
+    return parsed
+
+
+class DynamicBrokerConfig:
+    """This broker's view of its dynamic configs over its static ones."""
+
+    def __init__(self, static: BrokerConfig) -> None:
+        self.static = static
+        self._mine: dict[str, Any] = {}
+        self._default: dict[str, Any] = {}
+
+    def update(self, default: Mapping[str, str], mine: Mapping[str, str]) -> set[str]:
+        """Take the stored dynamic configs (as text); returns the names whose value changed. A stored value
+        that does not parse (written by another version) is logged and left out, never fatal."""
+        before = {n: self.get(n) for n in APPLIED}
+        self._default = self._parse(default, "the cluster default")
+        self._mine = self._parse(mine, f"broker {self.static.broker_id}")
+        return {n for n in APPLIED if self.get(n) != before[n]}
+
+    @staticmethod
+    def _parse(stored: Mapping[str, str], whose: str) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, text in stored.items():
+            prop = BROKER_PROPS.get(name)
+            if prop is None or name not in APPLIED:
+                log.warning("dynamic config %s=%s of %s is not applied by this broker", name, text, whose)
+                continue
+            try:
+                out[name] = prop.parse(text)
+            except ConfigError as e:
+                log.warning("dynamic config %s of %s ignored: %s", name, whose, e)
+        return out
+
+    def get(self, name: str) -> Any:
+        if name in self._mine:
+            return self._mine[name]
+        if name in self._default:
+            return self._default[name]
+        return self.static.get(name)
+
+    def layers(self, name: str) -> list[tuple[int, Any]]:
+        """(ConfigSource, value) of each dynamic layer that sets `name`, finest first (DescribeConfigs'
+        synonyms, before the static ones)."""
+        out: list[tuple[int, Any]] = []
+        if name in self._mine:
+            out.append((DYNAMIC_BROKER_CONFIG, self._mine[name]))
+        if name in self._default:
+            out.append((DYNAMIC_DEFAULT_BROKER_CONFIG, self._default[name]))
+        return out
