@@ -19,6 +19,9 @@ every broker drops its replicas when the deletion event reaches it; Kafka's cont
 deletion is not needed without a controller-to-broker StopReplica), /config/changes notifications
 (brokers watch /config/topics/<t> itself), /isr_change_notification (brokers watch the state znodes).
 
+Code: the znodes' paths and JSON are zk_znodes.py; the image and the reader thread that keeps it from
+watches are zk_watcher.py's ZooKeeperWatcher; this module's store writes and composes the watcher.
+
 Events. ZooKeeper watches are one-shot and fire on kazoo's thread, where no broker code may run: each
 firing only queues the path. ONE reader thread drains the queue, reads the current data (pipelined with
 kazoo's async calls, re-arming the watches), compares it with its image (by the znodes' mzxid, so a
@@ -48,43 +51,27 @@ then SESSION "restored".
 from __future__ import annotations
 
 import base64
-import dataclasses
 import json
 import logging
-import queue
-import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from kazoo.client import KazooClient, KazooState
+from kazoo.client import KazooClient
 from kazoo.exceptions import (
     BadVersionError as ZkBadVersion,
 )
 from kazoo.exceptions import (
-    KazooException,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
-    RolledBackError,
-    ZookeeperError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.states import WatchedEvent, ZnodeStat
+from kazoo.protocol.states import ZnodeStat
 
 from gregor.config import BrokerConfig
 from gregor.metadata.store import (
-    BROKER_CONFIGS,
-    BROKERS,
-    CONFIGS,
-    CREATED,
-    DELETED,
-    PARTITIONS,
-    SESSION,
-    SESSION_LOST,
-    SESSION_RESTORED,
-    STATE,
     AddPartitions,
     BadVersionError,
     BrokerInfo,
@@ -93,7 +80,6 @@ from gregor.metadata.store import (
     CreateTopic,
     DeleteTopic,
     MetadataError,
-    MetadataEvent,
     MetadataImage,
     MetadataStore,
     NoSuchTopicError,
@@ -105,87 +91,34 @@ from gregor.metadata.store import (
     TopicExistsError,
     TopicMetadata,
 )
+from gregor.metadata.zk_watcher import ZooKeeperWatcher
+from gregor.metadata.zk_znodes import (  # noqa: F401 - the layout's names are imported from here too
+    BROKER_IDS,
+    CLUSTER_ID,
+    CONFIG_BROKERS,
+    CONFIG_TOPICS,
+    CONTROLLER,
+    CONTROLLER_EPOCH,
+    INTERNAL_TOPICS,
+    PARTITIONS_PER_MULTI,
+    PERSISTENT_PATHS,
+    PRODUCER_ID_BLOCK,
+    STATE_MULTI_CHUNK,
+    TOPICS,
+    _create_states,
+    _dumps,
+    _failed,
+    _parse_assignment,
+    _raise_first,
+    _state_path,
+    _topic_path,
+    config_znode,
+    parse_connect,
+    state_znode,
+    topic_znode,
+)
 
 log = logging.getLogger("gregor.metadata.zookeeper")
-
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
-BROKER_IDS, TOPICS, CONFIG_TOPICS = "/brokers/ids", "/brokers/topics", "/config/topics"
-CONFIG_BROKERS = "/config/brokers"
-CONTROLLER, CONTROLLER_EPOCH = "/controller", "/controller_epoch"
-CLUSTER_ID, PRODUCER_ID_BLOCK = "/cluster/id", "/latest_producer_id_block"
-PERSISTENT_PATHS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, CONFIG_BROKERS, "/cluster")
-# Partitions created or deleted per multi (~250 bytes each), so a request stays under ZooKeeper's 1 MB
-# jute.maxbuffer, beyond which the server drops the connection.
-PARTITIONS_PER_MULTI = 2000
-# Partition-state writes per multi: ~150 bytes each, well under ZooKeeper's 1 MB request limit (jute.maxbuffer).
-STATE_MULTI_CHUNK = 500
-
-
-def _topic_path(t: str) -> str:
-    return f"{TOPICS}/{t}"
-
-
-def _state_path(t: str, p: int) -> str:
-    return f"{TOPICS}/{t}/partitions/{p}/state"
-
-
-def _dumps(doc: Any) -> bytes:
-    return json.dumps(doc, separators=(",", ":")).encode()
-
-
-def _topic_id_text(topic_id: uuid.UUID) -> str:
-    """Kafka's Uuid.toString: the 16 bytes in URL-safe base64 without padding."""
-    return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
-
-
-def _topic_id_parse(text: str) -> uuid.UUID:
-    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
-
-
-def topic_znode(t: TopicMetadata) -> bytes:
-    parts = sorted(t.partitions.items())
-    return _dumps({"version": 3, "topic_id": _topic_id_text(t.topic_id),
-                   "partitions": {str(p): s.replicas for p, s in parts},
-                   "adding_replicas": {str(p): s.adding_replicas for p, s in parts if s.adding_replicas},
-                   "removing_replicas": {str(p): s.removing_replicas for p, s in parts if s.removing_replicas}})
-
-
-def state_znode(s: PartitionState, controller_epoch: int | None = None) -> bytes:
-    return _dumps({"controller_epoch": s.controller_epoch if controller_epoch is None else controller_epoch,
-                   "leader": s.leader, "version": 1, "leader_epoch": s.leader_epoch, "isr": s.isr,
-                   "leader_recovery_state": 0})
-
-
-def config_znode(configs: dict[str, str]) -> bytes:
-    return _dumps({"version": 1, "config": configs})
-
-
-def _parse_assignment(data: bytes) -> tuple[uuid.UUID, dict[int, tuple[list[int], list[int], list[int]]]]:
-    doc = json.loads(data)
-    adding, removing = doc.get("adding_replicas") or {}, doc.get("removing_replicas") or {}
-    tid = doc.get("topic_id")
-    return (_topic_id_parse(tid) if tid else uuid.UUID(int=0),
-            {int(p): (list(r), list(adding.get(p, [])), list(removing.get(p, []))) for p, r in doc["partitions"].items()})
-
-
-def parse_connect(connect: str) -> tuple[str, str]:
-    """'h1:p1,h2:p2/chroot' -> ('h1:p1,h2:p2', '/chroot' or '')."""
-    hosts, slash, chroot = connect.partition("/")
-    chroot = ("/" + chroot).rstrip("/") if slash else ""
-    return hosts, chroot
-
-
-@dataclasses.dataclass
-class _Topic:
-    """The reader's image of one topic with the znode versions that built it."""
-
-    meta: TopicMetadata
-    # Partitions in the assignment whose state znode did not exist yet when read (a creation larger than
-    # one multi writes them after the topic znode): an exists watch brings each in once it does.
-    pending: dict[int, tuple[list[int], list[int], list[int]]] = dataclasses.field(default_factory=dict)
-    assignment_mzxid: int = -1
-    config_mzxid: int = -1
-    state_mzxid: dict[int, int] = dataclasses.field(default_factory=dict)
 
 
 class ZooKeeperMetadataStore(MetadataStore):
@@ -218,32 +151,22 @@ class ZooKeeperMetadataStore(MetadataStore):
         if self._chroot:  # Kafka creates its chroot; kazoo cannot while it is its root, so it is set after
             self._zk.ensure_path(self._chroot)
             self._zk.chroot = self._chroot
-        self._lock = threading.Lock()  # the image below (the reader writes it, snapshot() copies it)
-        self._version = 0
-        self._brokers: dict[int, BrokerInfo] = {}
-        self._controller = -1
-        self._topics: dict[str, _Topic] = {}
-        self._broker_configs: dict[str, dict[str, str]] = {}  # /config/brokers/<entity>, the non-empty ones
         self._registration: BrokerInfo | None = None
         self._controller_epoch: tuple[int, int] | None = None  # (epoch, /controller_epoch zk version) we hold
-        self._queue: queue.Queue[tuple[Any, ...]] = queue.Queue()
-        # zookeeper.max.in.flight.requests, as Kafka's ZooKeeperClient: pipelined requests wait for a permit,
-        # released when ZooKeeper answers (on kazoo's callback thread, which never waits for one).
-        self._in_flight = threading.BoundedSemaphore(config.get("zookeeper.max.in.flight.requests"))
         self._closed = False
-        self._session_lost = False
         try:
             for path in PERSISTENT_PATHS:
                 self._zk.ensure_path(path)
             self._cluster_id = self._ensure_cluster_id()
-            self._reload()
+            self._watcher = ZooKeeperWatcher(self._zk, self._cluster_id, config.get("zookeeper.max.in.flight.requests"),
+                                             self._publish, self._session_lost, self._new_session)
+            self._watcher.reload()
         except BaseException:
             self._zk.stop()
             self._zk.close()
             raise
-        self._zk.add_listener(self._on_session_state)
-        self._reader = threading.Thread(target=self._run_reader, name="zk-metadata-reader", daemon=True)
-        self._reader.start()
+        self._zk.add_listener(self._watcher.on_session_state)
+        self._watcher.start()
 
     def _ensure_cluster_id(self) -> str:
         """The first broker creates /cluster/id; a racing one reads the winner's."""
@@ -255,25 +178,14 @@ class ZooKeeperMetadataStore(MetadataStore):
             data, _ = self._zk.get(CLUSTER_ID)
             return str(json.loads(data)["id"])
 
-    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """One pipelined kazoo request, within zookeeper.max.in.flight.requests."""
-        self._in_flight.acquire()
-        try:
-            r = fn(*args, **kwargs)
-        except BaseException:
-            self._in_flight.release()
-            raise
-        r.rawlink(lambda _: self._in_flight.release())
-        return r
-
-    # --- reads -------------------------------------------------------------------------
+    # --- reads: the watcher's image ------------------------------------------------------
     @property
     def cluster_id(self) -> str:
         return self._cluster_id
 
     @property
     def version(self) -> int:
-        return self._version
+        return self._watcher.version
 
     @property
     def session_id(self) -> int:
@@ -285,362 +197,25 @@ class ZooKeeperMetadataStore(MetadataStore):
         return self._zk.client_id
 
     def snapshot(self) -> MetadataImage:
-        with self._lock:
-            return MetadataImage(self._version, self._cluster_id, self._brokers_tuple(), self._controller,
-                                 {n: t.meta.copy() for n, t in self._topics.items()},
-                                 {e: dict(c) for e, c in self._broker_configs.items()})
+        return self._watcher.snapshot()
 
-    def _brokers_tuple(self) -> tuple[BrokerInfo, ...]:
-        return tuple(sorted(self._brokers.values(), key=lambda b: b.broker_id))
+    # --- session callbacks (on the watcher's reader thread) ----------------------------------
+    def _session_lost(self) -> None:
+        self._controller_epoch = None  # the /controller ephemeral went with the session
 
-    # --- the reader ----------------------------------------------------------------------
-    def _on_watch(self, event: WatchedEvent) -> None:
-        """kazoo's thread: only queue the path (a read on the reader thread follows)."""
-        if event.path is not None and not self._closed:
-            self._queue.put(("path", event.path))
-
-    def _on_session_state(self, state: str) -> None:
-        """kazoo's thread: queue LOST and the CONNECTED after it; SUSPENDED changes nothing."""
-        if state == KazooState.LOST:
-            self._session_lost = True
-            self._queue.put(("lost",))
-        elif state == KazooState.CONNECTED and self._session_lost:
-            self._session_lost = False
-            self._queue.put(("restored",))
-        elif state == KazooState.CONNECTED:  # the same session again: kazoo dropped every watch meanwhile
-            self._queue.put(("resync",))
-
-    def _run_reader(self) -> None:
-        while True:
-            batch = [self._queue.get()]
-            while True:
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            if any(item[0] == "stop" for item in batch):
-                for item in batch:
-                    if item[0] == "sync":
-                        item[1].set()
-                return
-            try:
-                self._process(batch)
-            except KazooException as e:  # connection loss mid-read: the same reads again once connected
-                if self._closed:
-                    return
-                log.warning("reading ZooKeeper metadata failed (%s: %s); retrying", type(e).__name__, e)
-                time.sleep(0.2)
-                for item in batch:
-                    if item[0] != "lost":  # published already (first, before any read)
-                        self._queue.put(item)
-            except Exception:  # a znode this code cannot parse: reported, not retried forever
-                log.exception("could not apply ZooKeeper metadata changes %s", [i for i in batch if i[0] == "path"][:20])
-                for item in batch:
-                    if item[0] == "sync":
-                        item[1].set()
-
-    def _process(self, batch: list[tuple[Any, ...]]) -> None:
-        paths: set[str] = set()
-        syncs: list[threading.Event] = []
-        if any(item[0] == "lost" for item in batch):  # first: nothing read in this batch can undo it
-            with self._lock:
-                self._controller_epoch = None
-                self._publish_locked(SESSION, session=SESSION_LOST)
-            log.warning("ZooKeeper session expired: this broker is no longer registered")
-        for item in batch:
-            kind = item[0]
-            if kind == "restored":
-                self._restore()
-            elif kind == "resync":
-                self._resync()
-            elif kind == "path":
-                paths.add(item[1])
-            elif kind == "sync":
-                syncs.append(item[1])
-                paths.update(item[2])
-        self._read_paths(paths)
-        for ev in syncs:
-            ev.set()
-
-    def _read_paths(self, paths: set[str]) -> None:
-        """Turn changed paths into reads (all pipelined) and events."""
-        if not paths:
-            return
-        if BROKER_IDS in paths or any(p.startswith(BROKER_IDS + "/") for p in paths) or CONTROLLER in paths:
-            self._read_brokers()
-        if CONFIG_BROKERS in paths:
-            self._read_broker_configs(None)
-        else:
-            entities = {p.split("/")[3] for p in paths if p.startswith(CONFIG_BROKERS + "/") and p.count("/") == 3}
-            if entities:
-                self._read_broker_configs(entities)
-        topics_changed = TOPICS in paths
-        full: set[str] = set()
-        states: dict[str, set[int]] = {}
-        configs: set[str] = set()
-        for p in paths:
-            parts = p.split("/")
-            if p.startswith(TOPICS + "/") and len(parts) == 4:
-                full.add(parts[3])
-            elif p.startswith(TOPICS + "/") and len(parts) == 7 and parts[6] == "state":
-                states.setdefault(parts[3], set()).add(int(parts[5]))
-            elif p.startswith(CONFIG_TOPICS + "/") and len(parts) == 4:
-                configs.add(parts[3])
-        if topics_changed:
-            names = set(self._zk.get_children(TOPICS, watch=self._on_watch))
-            with self._lock:
-                gone = [n for n in self._topics if n not in names]
-                full.update(n for n in names if n not in self._topics)
-            for n in gone:
-                self._topic_gone(n)
-        self._read_topics(full)
-        with self._lock:
-            known = set(self._topics)
-        configs -= full
-        self._read_configs({n for n in configs if n in known})
-        # A state or config of a topic not known yet: its topic's read (children watch) brings it.
-        self._read_states({n: ps for n, ps in states.items() if n in known and n not in full})
-
-    def _read_brokers(self) -> None:
-        ids = self._zk.get_children(BROKER_IDS, watch=self._on_watch)
-        reads = {int(i): self._call(self._zk.get_async, f"{BROKER_IDS}/{i}") for i in ids}
-        ctl = self._call(self._zk.get_async, CONTROLLER, watch=self._on_watch)
-        ex = self._call(self._zk.exists_async, CONTROLLER, watch=self._on_watch)  # a watch even while it is absent
-        brokers: dict[int, BrokerInfo] = {}
-        for bid, r in reads.items():
-            try:
-                data, stat = r.get()
-            except NoNodeError:
-                continue
-            brokers[bid] = _parse_broker(bid, data, stat)
-        try:
-            controller = int(json.loads(ctl.get()[0])["brokerid"])
-        except NoNodeError:
-            controller = -1
-        ex.get()
-        with self._lock:
-            if brokers != self._brokers or controller != self._controller:
-                self._brokers, self._controller = brokers, controller
-                self._publish_locked(BROKERS, brokers=self._brokers_tuple(), controller_id=controller)
-
-    def _topic_gone(self, name: str) -> None:
-        with self._lock:
-            if self._topics.pop(name, None) is not None:
-                self._publish_locked(DELETED, topic=name)
-
-    def _read_topics(self, names: set[str]) -> None:
-        """Whole topics (assignment, config, every state), pipelined; publishes CREATED or PARTITIONS."""
-        if not names:
-            return
-        assign = {n: self._call(self._zk.get_async, _topic_path(n), watch=self._on_watch) for n in names}
-        confs = {n: self._call(self._zk.get_async, f"{CONFIG_TOPICS}/{n}", watch=self._on_watch) for n in names}
-        state_reads: dict[str, dict[int, Any]] = {}
-        assignments: dict[str, tuple[uuid.UUID, dict[int, tuple[list[int], list[int], list[int]]], ZnodeStat]] = {}
-        for n, r in assign.items():
-            try:
-                data, stat = r.get()
-            except NoNodeError:
-                self._topic_gone(n)
-                continue
-            tid, parts = _parse_assignment(data)
-            assignments[n] = (tid, parts, stat)
-            with self._lock:
-                cur = self._topics.get(n)
-                known = set(cur.meta.partitions) if cur is not None else set()
-            state_reads[n] = {p: self._call(self._zk.get_async, _state_path(n, p), watch=self._on_watch)
-                              for p in parts if p not in known}
-        for n, (tid, parts, stat) in assignments.items():
-            try:
-                cdata, cstat = confs[n].get()
-                configs, cmzxid = {str(k): str(v) for k, v in json.loads(cdata).get("config", {}).items()}, cstat.mzxid
-            except NoNodeError:
-                configs, cmzxid = {}, -1
-            new_states: dict[int, tuple[PartitionState, int]] = {}
-            missing: dict[int, tuple[list[int], list[int], list[int]]] = {}
-            for p, r in state_reads[n].items():
-                try:
-                    sdata, sstat = r.get()
-                except NoNodeError:  # written after its topic znode (a large creation): watched for
-                    missing[p] = parts[p]
-                    continue
-                replicas, adding, removing = parts[p]
-                new_states[p] = (_parse_state(sdata, sstat, replicas, adding, removing), sstat.mzxid)
-            with self._lock:
-                cur = self._topics.get(n)
-                if cur is not None and cur.meta.topic_id != tid:  # deleted and created again in between
-                    self._topics.pop(n)
-                    self._publish_locked(DELETED, topic=n)
-                    cur = None
-                if cur is None:
-                    meta = TopicMetadata(n, tid, {p: s for p, (s, _) in new_states.items()}, configs, n in INTERNAL_TOPICS)
-                    self._topics[n] = _Topic(meta, missing, stat.mzxid, cmzxid, {p: z for p, (_, z) in new_states.items()})
-                    self._publish_locked(CREATED, topic=n, snapshot=meta.copy())
-                    self._watch_missing(n, missing)
-                    continue
-                cur.pending.update(missing)
-                self._watch_missing(n, missing)
-                changed = False
-                if cmzxid != cur.config_mzxid:
-                    cur.meta.configs, cur.config_mzxid = configs, cmzxid
-                    self._publish_locked(CONFIGS, topic=n, snapshot=cur.meta.copy())
-                if stat.mzxid != cur.assignment_mzxid:
-                    cur.assignment_mzxid = stat.mzxid
-                    for p, (replicas, adding, removing) in parts.items():
-                        s = cur.meta.partitions.get(p)
-                        if s is not None and (s.replicas, s.adding_replicas, s.removing_replicas) != (replicas, adding, removing):
-                            s.replicas, s.adding_replicas, s.removing_replicas = replicas, adding, removing
-                            changed = True
-                for p, (s, z) in new_states.items():
-                    cur.meta.partitions[p] = s
-                    cur.state_mzxid[p] = z
-                    changed = True
-                if changed:
-                    self._publish_locked(PARTITIONS, topic=n, snapshot=cur.meta.copy())
-
-    def _watch_missing(self, name: str, missing: dict[int, Any]) -> None:
-        """An exists watch on each missing state znode; one created meanwhile is queued for a read now."""
-        checks = [(p, self._call(self._zk.exists_async, _state_path(name, p), watch=self._on_watch)) for p in missing]
-        for p, r in checks:
-            if r.get() is not None:
-                self._queue.put(("path", _state_path(name, p)))
-
-    def _read_configs(self, names: set[str]) -> None:
-        reads = {n: self._call(self._zk.get_async, f"{CONFIG_TOPICS}/{n}", watch=self._on_watch) for n in names}
-        for n, r in reads.items():
-            try:
-                data, stat = r.get()
-                configs, mzxid = {str(k): str(v) for k, v in json.loads(data).get("config", {}).items()}, stat.mzxid
-            except NoNodeError:
-                configs, mzxid = {}, -1
-            with self._lock:
-                cur = self._topics.get(n)
-                if cur is not None and mzxid != cur.config_mzxid:
-                    cur.meta.configs, cur.config_mzxid = configs, mzxid
-                    self._publish_locked(CONFIGS, topic=n, snapshot=cur.meta.copy())
-
-    def _read_broker_configs(self, entities: set[str] | None) -> None:
-        """Dynamic broker configs: the named entities, or all of them (and the children watch) for None;
-        publishes BROKER_CONFIGS for each that changed (a removed znode or an empty one: no configs)."""
-        if entities is None:
-            entities = set(self._zk.get_children(CONFIG_BROKERS, watch=self._on_watch))
-            with self._lock:
-                entities |= set(self._broker_configs)
-        reads = {e: self._call(self._zk.get_async, f"{CONFIG_BROKERS}/{e}", watch=self._on_watch) for e in entities}
-        for e, r in reads.items():
-            try:
-                configs = {str(k): str(v) for k, v in json.loads(r.get()[0]).get("config", {}).items()}
-            except NoNodeError:
-                configs = {}
-            with self._lock:
-                if configs != self._broker_configs.get(e, {}):
-                    if configs:
-                        self._broker_configs[e] = configs
-                    else:
-                        self._broker_configs.pop(e, None)
-                    self._publish_locked(BROKER_CONFIGS, entity=e, configs=dict(configs))
-
-    def _read_states(self, states: dict[str, set[int]]) -> None:
-        reads = {(n, p): self._call(self._zk.get_async, _state_path(n, p), watch=self._on_watch)
-                 for n, ps in states.items() for p in ps}
-        results = {}
-        for key, r in reads.items():
-            try:
-                results[key] = r.get()
-            except NoNodeError:
-                continue
-        self._apply_states(results)
-
-    def _apply_states(self, results: dict[tuple[str, int], tuple[bytes, ZnodeStat]]) -> None:
-        """State znodes' data, read or just written: the ones newer than the image (by mzxid) become one
-        STATE event per topic."""
-        changed: dict[str, dict[int, PartitionState]] = {}
-        appeared: set[str] = set()
-        with self._lock:
-            for (n, p), (data, stat) in results.items():
-                cur = self._topics.get(n)
-                if cur is None or cur.state_mzxid.get(p, -1) >= stat.mzxid:
-                    continue
-                old = cur.meta.partitions.get(p)
-                if old is not None:
-                    assignment = (old.replicas, old.adding_replicas, old.removing_replicas)
-                elif p in cur.pending:
-                    assignment = cur.pending.pop(p)
-                    appeared.add(n)
-                else:
-                    continue
-                s = _parse_state(data, stat, *assignment)
-                cur.meta.partitions[p] = s
-                cur.state_mzxid[p] = stat.mzxid
-                changed.setdefault(n, {})[p] = s.copy()
-            for n, parts in changed.items():
-                if n in appeared:  # new partitions: the whole topic, as for AddPartitions
-                    self._publish_locked(PARTITIONS, topic=n, snapshot=self._topics[n].meta.copy())
-                else:
-                    self._publish_locked(STATE, topic=n, partitions=parts)
-
-    def _publish_locked(self, kind: str, **fields: Any) -> None:
-        self._version += 1
-        self._publish(MetadataEvent(self._version, kind, **fields))
-
-    def _reload(self) -> None:
-        """Read everything and set every watch: at start, and on a new session, where every topic is
-        published again as read now (CREATED replaces a cached topic) and the ones gone as DELETED."""
-        self._read_brokers()
-        self._read_broker_configs(None)
-        names = set(self._zk.get_children(TOPICS, watch=self._on_watch))
-        with self._lock:
-            old = set(self._topics)
-            self._topics = {}
-        self._read_topics(names)
-        with self._lock:
-            for n in sorted(old - set(self._topics)):
-                self._publish_locked(DELETED, topic=n)
-
-    def _resync(self) -> None:
-        """After a disconnection of the same session: kazoo forgot every watch (it fires them with no path
-        when the connection drops), and changes made meanwhile were never signalled. Everything is read
-        again with its watch; only what changed is published (by mzxid), so nothing else moves."""
-        self._read_brokers()
-        self._read_broker_configs(None)
-        names = set(self._zk.get_children(TOPICS, watch=self._on_watch))
-        with self._lock:
-            gone = [n for n in self._topics if n not in names]
-            states = {n: set(t.meta.partitions) for n, t in self._topics.items() if n in names}
-        for n in gone:
-            self._topic_gone(n)
-        self._read_topics(names)
-        self._read_states(states)
-
-    def _restore(self) -> None:
-        """A new session: register again (a new broker epoch), re-read everything, publish, then "restored"."""
+    def _new_session(self) -> None:
         reg = self._registration
         if reg is not None:
             try:
                 self._create_registration(reg)
             except MetadataError as e:
                 log.error("re-registering broker %d after the session expired failed: %s", reg.broker_id, e)
-        self._reload()
-        with self._lock:
-            self._publish_locked(SESSION, session=SESSION_RESTORED)
-        log.info("ZooKeeper session re-established: broker registered again, metadata reloaded")
-
-    def _sync(self, paths: Sequence[str]) -> int:
-        """Have the reader re-read `paths` (and anything queued before) and publish; returns the version after."""
-        if threading.current_thread() is self._reader:
-            self._read_paths(set(paths))
-            return self._version
-        done = threading.Event()
-        self._queue.put(("sync", done, tuple(paths)))
-        while not done.wait(0.5):
-            if self._closed or not self._reader.is_alive():
-                break
-        return self._version
 
     # --- brokers -----------------------------------------------------------------------
     def register_broker(self, info: BrokerInfo) -> int:
         epoch = self._create_registration(info)
         self._registration = info
-        self._sync([BROKER_IDS])
+        self._watcher.sync([BROKER_IDS])
         return epoch
 
     def _create_registration(self, info: BrokerInfo) -> int:
@@ -694,7 +269,7 @@ class ZooKeeperMetadataStore(MetadataStore):
             self._zk.delete(f"{BROKER_IDS}/{broker_id}")
         except NoNodeError:
             return
-        self._sync([BROKER_IDS])
+        self._watcher.sync([BROKER_IDS])
 
     # --- the controller ------------------------------------------------------------------
     def elect_controller(self, broker_id: int) -> int | None:
@@ -714,13 +289,13 @@ class ZooKeeperMetadataStore(MetadataStore):
             results = tx.commit()
             if isinstance(results[0], NodeExistsError):
                 held = self._controller_held()
-                self._sync([CONTROLLER])
+                self._watcher.sync([CONTROLLER])
                 return held[0] if held is not None and held[1] == broker_id else None
             if isinstance(results[1], ZkBadVersion):
                 continue  # another broker bumped the epoch in between (and lost /controller since): retry
             _raise_first(results, "electing the controller")
             self._controller_epoch = (epoch, stat.version + 1)
-            self._sync([CONTROLLER])
+            self._watcher.sync([CONTROLLER])
             return epoch
 
     def _controller_held(self) -> tuple[int, int] | None:
@@ -743,7 +318,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         results = tx.commit()
         self._controller_epoch = None
         if not any(isinstance(r, Exception) for r in results):
-            self._sync([CONTROLLER])
+            self._watcher.sync([CONTROLLER])
 
     # --- partition states ----------------------------------------------------------------
     def update_partition_states(self, updates: Sequence[StateUpdate],
@@ -791,7 +366,7 @@ class ZooKeeperMetadataStore(MetadataStore):
                 assert r is not None
                 results.append(r)  # type: ignore[arg-type]
         if written:  # what ZooKeeper acknowledged, published now as if read: the watches' re-reads (which
-            self._apply_states(written)  # re-arm them) find nothing newer by mzxid, under the same lock
+            self._watcher.apply_states(written)  # re-arm them) find nothing newer by mzxid, under the same lock
         return results
 
     def _commit_states(self, updates: Sequence[StateUpdate], datas: list[bytes], idx: list[int],
@@ -802,7 +377,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         for i in idx:
             u = updates[i]
             tx.set_data(_state_path(u.topic, u.partition), datas[i], version=u.expected_version)
-        return self._call(tx.commit_async)
+        return self._watcher.call(tx.commit_async)
 
     @staticmethod
     def _state_result(updates: Sequence[StateUpdate], out: list[Any], i: int, res: Any) -> None:
@@ -829,7 +404,7 @@ class ZooKeeperMetadataStore(MetadataStore):
                 results.append(None)
             except MetadataError as e:
                 results.append(e)
-        version = self._sync(paths) if paths else self._version
+        version = self._watcher.sync(paths) if paths else self._watcher.version
         return [version if r is None else r for r in results]
 
     def _apply_one(self, ch: Change) -> list[str]:
@@ -946,7 +521,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         for i in range(0, len(items), PARTITIONS_PER_MULTI):
             tx = self._zk.transaction()
             _create_states(tx, name, items[i:i + PARTITIONS_PER_MULTI])
-            pending.append(self._call(tx.commit_async))
+            pending.append(self._watcher.call(tx.commit_async))
         for r in pending:
             _raise_first(r.get(), f"creating the partition states of topic {name}")
 
@@ -957,7 +532,7 @@ class ZooKeeperMetadataStore(MetadataStore):
             for p in parts[i:i + PARTITIONS_PER_MULTI]:
                 tx.delete(f"{path}/partitions/{p}/state")
                 tx.delete(f"{path}/partitions/{p}")
-            pending.append(self._call(tx.commit_async))
+            pending.append(self._watcher.call(tx.commit_async))
         for r in pending:
             r.get()  # a failure (deleted meanwhile) shows in the final multi, which is retried
 
@@ -989,46 +564,8 @@ class ZooKeeperMetadataStore(MetadataStore):
         if self._closed:
             return
         self._closed = True
-        self._queue.put(("stop",))
-        self._reader.join(10)
+        self._watcher.stop()
         try:
             self._zk.stop()
         finally:
             self._zk.close()
-
-
-def _parse_broker(bid: int, data: bytes, stat: ZnodeStat) -> BrokerInfo:
-    doc = json.loads(data)
-    host, port = doc.get("host"), doc.get("port")
-    for ep in doc.get("endpoints") or []:  # Kafka's v2+ registrations may leave host/port empty
-        if ep.startswith("PLAINTEXT://"):
-            h, _, p = ep[len("PLAINTEXT://"):].rpartition(":")
-            host, port = h, int(p)
-            break
-    return BrokerInfo(bid, str(host), int(port), doc.get("rack"), int(stat.czxid))
-
-
-def _parse_state(data: bytes, stat: ZnodeStat, replicas: list[int], adding: list[int],
-                 removing: list[int]) -> PartitionState:
-    doc = json.loads(data)
-    return PartitionState(list(replicas), int(doc["leader"]), int(doc["leader_epoch"]), list(doc["isr"]),
-                          int(doc["controller_epoch"]), int(stat.version), list(adding), list(removing))
-
-
-def _create_states(tx: Any, name: str, items: list[tuple[int, PartitionState]]) -> None:
-    for p, s in items:
-        tx.create(f"{_topic_path(name)}/partitions/{p}", b"")
-        tx.create(_state_path(name, p), state_znode(s))
-
-
-def _failed(r: Any) -> bool:
-    return isinstance(r, Exception) and not isinstance(r, RolledBackError)
-
-
-def _raise_first(results: list[Any], what: str) -> None:
-    """A multi's first real failure (the others are RolledBackError) as a MetadataError."""
-    for r in results:
-        if isinstance(r, Exception) and not isinstance(r, RolledBackError):
-            if isinstance(r, ZookeeperError | KazooException):
-                raise MetadataError(f"{what}: ZooKeeper answered {type(r).__name__}")
-            raise MetadataError(f"{what}: {r}")

@@ -12,7 +12,6 @@ purgatory re-check the operations parked on that partition.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -26,16 +25,13 @@ from gregor.metadata.store import (
     BROKERS,
     SESSION,
     SESSION_LOST,
-    BadVersionError,
-    MetadataError,
     MetadataStore,
-    PartitionState,
-    StateUpdate,
     TopicMetadata,
 )
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.records import BatchHeader
 from gregor.server.delayed import DelayedFetch, DelayedProduce, FetchPartitionStatus, ProducePartitionStatus
+from gregor.server.isr_manager import IsrManager
 from gregor.server.log_work import LogWorkQueue
 from gregor.server.partition import FETCH_LOG_END, AppendResult, Partition, ReadResult
 from gregor.server.purgatory import Clock, Purgatory, PurgatoryFullError, TopicPartition
@@ -152,10 +148,8 @@ class ReplicaManager:
                                                      self.follower_quota)
         self.session_lost = False
         self.lag_time_max_ms: int = config.get("replica.lag.time.max.ms")
-        self._isr_writer: concurrent.futures.ThreadPoolExecutor | None = None  # one writer thread, on first use
-        self._isr_task: asyncio.Task[None] | None = None
-        self._replication_stopped = False
-        self._last_summary = 0.0
+        self.isr = IsrManager(self.broker_id, self.partitions, store, metadata_cache, self.lag_time_max_ms,
+                              lambda: self.session_lost, self._after_progress, self.purgatory.check_and_complete)
 
     # --- metadata -> local state -----------------------------------------------------
     def sync_all(self) -> None:
@@ -219,7 +213,7 @@ class ReplicaManager:
             else:
                 part.apply_state(state, int(time.time() * 1000))
                 self._follow_state(part)
-                self._drop_unassigned_from_isr(part)
+                self.isr.drop_unassigned(part)
                 # A new leader or epoch answers what waits on the partition; an ISR change may move the HW.
                 self.purgatory.check_and_complete(key)
                 part.min_insync_replicas = min_isr
@@ -449,7 +443,7 @@ class ReplicaManager:
                 self._after_progress((fp.topic, fp.partition))
             if params.replica_id >= 0 and part is not None and res.error == ErrorCode.NONE \
                     and params.replica_id not in part.isr:
-                self.maybe_expand_isr(part, params.replica_id)
+                self.isr.maybe_expand(part, params.replica_id)
             total += len(res.records)
             out.append(res)
         return out
@@ -541,133 +535,28 @@ class ReplicaManager:
         else:
             self.sync_all()
 
-    # --- replication: ISR changes written by the leader --------------------------------------
+    # --- replication: the ISR, written by the leader (isr_manager.IsrManager) ----------------
     def start_replication(self) -> None:
-        """Start the leader's ISR shrink check (every replica.lag.time.max.ms / 2) on the running loop."""
-        if self._isr_task is None:
-            self._isr_task = asyncio.ensure_future(self._isr_loop())
+        """Start the leader's ISR shrink check on the running loop."""
+        self.isr.start()
 
     async def stop_replication(self) -> None:
-        """Stop the fetchers and the ISR check; ISR writes in flight finish on their thread."""
-        self._replication_stopped = True
-        task, self._isr_task = self._isr_task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        """Stop the ISR check and the fetchers; ISR writes in flight finish on their thread."""
+        await self.isr.stop()
         await self.fetcher_manager.shutdown()
-        writer, self._isr_writer = self._isr_writer, None
-        if writer is not None:  # the write under way finishes (its answer is dropped), off the loop
-            await asyncio.get_running_loop().run_in_executor(None, writer.shutdown)
-
-    async def _isr_loop(self) -> None:
-        interval = max(self.lag_time_max_ms / 2, 1) / 1000.0
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                self.maybe_shrink_isr(int(time.time() * 1000))
-                self._maybe_log_summary()
-            except Exception:  # one bad partition must not end the check for all
-                log.exception("ISR check failed")
 
     def maybe_shrink_isr(self, now_ms: int) -> None:
-        """Drop from each led partition's ISR the followers not caught up within replica.lag.time.max.ms
-        (all of them in one batched store write: a dead broker's thousands of partitions at once)."""
-        if self.session_lost:
-            return
-        changes: list[tuple[Partition, list[int], str]] = []
-        for part in self.partitions.values():
-            if not part.is_leader or part.pending_isr is not None or len(part.isr) <= 1 or not part.has_log:
-                continue
-            out = part.out_of_sync_replicas(now_ms, self.lag_time_max_ms)
-            if out:
-                changes.append((part, [r for r in part.isr if r not in out],
-                                f"replicas {out} not caught up within replica.lag.time.max.ms={self.lag_time_max_ms}"))
-        if changes:
-            self._write_isr(changes)
+        self.isr.maybe_shrink(now_ms)
 
-    def _drop_unassigned_from_isr(self, part: Partition) -> None:
-        """A leader whose ISR names a broker no longer assigned (an expansion written while a reassignment
-        removed that replica: the ISR and the assignment are separate znodes, each with its own version)
-        drops it at once; the ISR must stay within the replicas."""
-        if part.is_leader and part.pending_isr is None and not self.session_lost \
-                and any(r not in part.replicas for r in part.isr):
-            self._write_isr([(part, [r for r in part.isr if r in part.replicas],
-                              f"replicas {[r for r in part.isr if r not in part.replicas]} are not assigned any more")])
-
-    def maybe_expand_isr(self, part: Partition, replica_id: int) -> None:
-        """A follower fetched: add it to the ISR once it reached the HW and the current epoch's start."""
-        if part.pending_isr is None and part.isr_expansion_candidate(replica_id) \
-                and self.metadata_cache.broker(replica_id) is not None:
-            self._write_isr([(part, part.isr + [replica_id],
-                              f"replica {replica_id} caught up to the high watermark {part.high_watermark}")])
-
-    def _write_isr(self, changes: list[tuple[Partition, list[int], str]]) -> None:
-        """Write each (partition, new ISR, why) (leader and epoch unchanged) conditionally on the state's
-        version, in one store call off the loop on the one writer thread; one change in flight per
-        partition, counted in the HW meanwhile (maximal ISR). A lost race (BadVersionError) waits for the
-        metadata event that says what won; the next check proposes again from the new state."""
-        updates: list[StateUpdate] = []
-        sent: list[tuple[Partition, list[int], list[int], str]] = []
-        for part, new_isr, why in changes:
-            state = self.metadata_cache.partition_state(part.topic, part.index)
-            if state is None or state.leader != self.broker_id or state.leader_epoch != part.leader_epoch:
-                continue
-            new_state = PartitionState(list(state.replicas), state.leader, state.leader_epoch, list(new_isr),
-                                       state.controller_epoch, state.version)
-            updates.append(StateUpdate(part.topic, part.index, new_state, expected_version=state.version))
-            sent.append((part, list(part.isr), list(new_isr), why))
-            part.pending_isr = list(new_isr)
-        if not updates:
-            return
-        if self._isr_writer is None:
-            if self._replication_stopped:
-                for part, _, _, _ in sent:
-                    part.pending_isr = None
-                return
-            self._isr_writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="isr-writer")
-        job = asyncio.get_running_loop().run_in_executor(
-            self._isr_writer, lambda: self.store.update_partition_states(updates, controller_epoch=None))
-
-        def done(f: asyncio.Future[list[int | MetadataError]]) -> None:
-            failure: BaseException | None = (asyncio.CancelledError() if f.cancelled() else f.exception())
-            results: list[int | MetadataError] | None = None if failure is not None else f.result()
-            for i, (part, old_isr, new_isr, why) in enumerate(sent):
-                key = (part.topic, part.index)
-                if self.partitions.get(key) is part and part.pending_isr == new_isr:
-                    part.pending_isr = None
-                result = failure if results is None else results[i]
-                if isinstance(result, BaseException):
-                    level = logging.INFO if isinstance(result, BadVersionError) else logging.ERROR
-                    log.log(level, "%s-%d: ISR change %s -> %s not written (%s): %s", part.topic, part.index,
-                            old_isr, new_isr, why, result)
-                else:
-                    log.warning("%s-%d: ISR %s -> %s (%s)", part.topic, part.index, old_isr, new_isr, why)
-                if part.maybe_increment_high_watermark():
-                    self._after_progress(key)
-                self.purgatory.check_and_complete(key)
-
-        job.add_done_callback(done)
-
-    # --- observability --------------------------------------------------------------------
     def under_replicated(self) -> list[TopicPartition]:
         """Partitions this broker leads whose ISR is smaller than their replicas."""
-        return [k for k, p in self.partitions.items() if p.is_leader and len(p.isr) < len(p.replicas)]
+        return self.isr.under_replicated()
 
     def offline_partitions(self) -> list[TopicPartition]:
         """Hosted partitions with no leader, or whose log is offline here."""
         out = [k for k, p in self.partitions.items() if p.leader_id < 0]
         out.extend(self.offline)
         return out
-
-    def _maybe_log_summary(self) -> None:
-        now = time.monotonic()
-        if now - self._last_summary < 10.0:
-            return
-        under = self.under_replicated()
-        if under:
-            self._last_summary = now
-            log.warning("broker %d leads %d under-replicated partitions (e.g. %s)", self.broker_id, len(under),
-                        ", ".join(f"{t}-{p}" for t, p in under[:5]))
 
 
 def append_error(topic: str, p: int, e: BaseException) -> AppendResult:

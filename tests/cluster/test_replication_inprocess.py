@@ -361,7 +361,7 @@ def test_isr_write_that_loses_a_race_waits_for_the_metadata_and_proposes_again(t
         s = c.state("t")
         assert c.store.update_partition_states([StateUpdate("t", 0, PartitionState([0, 1], 0, 0, [0], 5, s.version),
                                                             s.version)]) == [s.version + 1]
-        rm0._write_isr([(part, [0, 1], "test")])
+        rm0.isr.write([(part, [0, 1], "test")])
         assert part.pending_isr == [0, 1]
         await until(lambda: part.pending_isr is None, what="the write's answer")
         assert c.state("t").controller_epoch == 5  # the controller's write stands
