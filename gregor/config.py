@@ -32,6 +32,10 @@ __all__ = ["BROKER_PROPS", "CLEANUP_POLICIES", "COMPRESSION_TYPES", "CLUSTER_WID
            "parse_listener", "read_properties", "validate_topic_configs"]
 
 
+# replica.selector.class: the one selector implemented, under Kafka's class name.
+RACK_AWARE_REPLICA_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+
+
 def _p(name: str, type_: str, default: Any, lo: float | None = None, hi: float | None = None,
        choices: tuple[str, ...] | None = None, doc: str = "", mode: str = READ_ONLY) -> Prop:
     """One broker property; `mode` is Kafka's update mode (READ_ONLY, PER_BROKER or CLUSTER_WIDE)."""
@@ -107,6 +111,10 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
     _p("zookeeper.max.in.flight.requests", "int", 10, lo=1,
        doc="ZooKeeper requests one broker pipelines before waiting for answers"),
     _p("broker.rack", "string", None, doc="This broker's rack: replicas of a partition are spread across racks"),
+    _p("replica.selector.class", "string", None, choices=(RACK_AWARE_REPLICA_SELECTOR,),
+       doc="KIP-392 fetch from follower: with Kafka's RackAwareReplicaSelector a leader sends a consumer that "
+           "names its client.rack (Fetch v11+) to an in-sync replica in that rack; unset, consumers read from "
+           "leaders only"),
     _p("controller.socket.timeout.ms", "int", 30000, lo=1, doc="Timeout of requests to and from the controller"),
     _p("controlled.shutdown.enable", "bool", True,
        doc="On SIGTERM, ask the controller to move this broker's leaderships away before stopping"),

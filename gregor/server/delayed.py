@@ -89,6 +89,10 @@ class FetchPartitionStatus:
     end_bytes: int  # bytes appended up to end_offset
     read_bytes: int  # bytes the read before parking returned
     partition_max_bytes: int
+    was_leader: bool = True  # a consumer may read from a follower (KIP-392): a change of role answers it
+    # A follower's fetch while followers serve consumers (KIP-392): the HW when it parked. A HW move then
+    # answers it, so the follower, and the consumers reading from it, learn the new HW at once.
+    hw_at_park: int = -1
 
 
 class DelayedFetch(DelayedOperation):
@@ -107,8 +111,10 @@ class DelayedFetch(DelayedOperation):
             if s.partition is None:
                 continue
             current = self._lookup(s.key)
-            if current is not s.partition or not current.is_leader or current.leader_epoch != s.leader_epoch:
+            if current is not s.partition or current.is_leader != s.was_leader or current.leader_epoch != s.leader_epoch:
                 return self.force_complete()  # removed, re-created or a new leader: answer with the news
+            if 0 <= s.hw_at_park < current.high_watermark:
+                return self.force_complete()
             end_offset, end_bytes = current.end_offset_for(self.isolation)
             if end_offset < s.end_offset:  # the log was truncated or its start moved past: answer now
                 return self.force_complete()

@@ -103,6 +103,7 @@ class ReadResult:
     last_stable_offset: int = -1
     log_start_offset: int = -1
     diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset): the fetcher must truncate
+    preferred_read_replica: int = -1  # KIP-392: the consumer should fetch from this replica instead
 
 
 class Partition:
@@ -407,6 +408,11 @@ class Partition:
         lg = self.log
         info = lg.append_as_follower(records, headers, now_ms)
         self.appended_bytes += info.size_bytes
+        if self._above_hw is None:  # consumers reading from this follower (KIP-392) wait on these bytes
+            self._above_hw = collections.deque()
+        self._above_hw.append((lg.log_end_offset, self.appended_bytes))
+        if len(self._above_hw) > MAX_TRACKED_APPENDS:
+            self._above_hw.popleft()
         self.update_follower_high_watermark(leader_high_watermark)
         return lg.log_end_offset
 
@@ -416,6 +422,10 @@ class Partition:
         hw = lg.update_high_watermark(min(leader_high_watermark, lg.log_end_offset))
         if hw >= lg.log_end_offset:
             self.high_watermark_bytes = self.appended_bytes
+            self._above_hw = None
+        elif self._above_hw is not None:
+            while self._above_hw and self._above_hw[0][0] <= hw:
+                self.high_watermark_bytes = self._above_hw.popleft()[1]
         return hw
 
     def truncate_to(self, offset: int, now_ms: int) -> bool:
@@ -439,14 +449,16 @@ class Partition:
 
     def fetch_records(self, replica_id: int, fetch_offset: int, max_bytes: int, isolation: int,
                       min_one_batch: bool, now_ms: int, current_leader_epoch: int = -1,
-                      last_fetched_epoch: int = -1) -> tuple[ReadResult, bool]:
-        """A consumer's (`replica_id` < 0) or follower's read, as leader. Returns the result and whether
+                      last_fetched_epoch: int = -1, fetch_only_from_leader: bool = True) -> tuple[ReadResult, bool]:
+        """A consumer's (`replica_id` < 0) or follower's read, as leader; or, when not
+        `fetch_only_from_leader` (a consumer sent here by KIP-392's preferred read replica), a consumer's
+        read from this follower, below the HW it learnt from the leader. Returns the result and whether
         the HW moved (a follower's fetch offset is its LEO). Raises KafkaError for fencing, leadership
         and a replica not assigned here; an offset out of range is the result's error. A fetcher whose
         last fetched epoch diverges from our history gets the epoch and end offset to truncate to, and
         no records (KIP-595/KIP-320)."""
         self.check_leader_epoch(current_leader_epoch)
-        lg = self._leader_log()
+        lg = self.log if not fetch_only_from_leader and replica_id < 0 and not self.fenced else self._leader_log()
         follower = None
         if replica_id >= 0:
             follower = self.followers.get(replica_id)

@@ -244,7 +244,9 @@ class ReplicaFetcher:
                     part.append_records_as_follower(memoryview(records), None, a.high_watermark, now_ms)
                     m.on_follower_progress(key)
                 else:
-                    part.update_follower_high_watermark(a.high_watermark)
+                    before = part.high_watermark
+                    if part.update_follower_high_watermark(a.high_watermark) > before:
+                        m.on_follower_progress(key)  # consumers reading from this follower (KIP-392) see more
                 follow_log_start(part, a.log_start_offset, now_ms)
                 return
             if err == ErrorCode.OFFSET_OUT_OF_RANGE:

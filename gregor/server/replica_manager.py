@@ -78,6 +78,9 @@ class FetchParams:
     min_bytes: int
     isolation_level: int
     limits: Callable[[], tuple[int, bool]]
+    # A consumer's Fetch v11+ (KIP-392): its client.rack ("" when unset). Such a consumer may read from a
+    # follower; None (older versions, followers) reads from leaders only.
+    client_rack: str | None = None
 
 
 _reported: set[tuple[str, str, str]] = set()
@@ -148,6 +151,7 @@ class ReplicaManager:
                                                      self.follower_quota)
         self.session_lost = False
         self.lag_time_max_ms: int = config.get("replica.lag.time.max.ms")
+        self.rack_selector = config.get("replica.selector.class") is not None  # KIP-392
         self.isr = IsrManager(self.broker_id, self.partitions, store, metadata_cache, self.lag_time_max_ms,
                               lambda: self.session_lost, self._after_progress, self.purgatory.check_and_complete)
 
@@ -429,8 +433,17 @@ class ReplicaManager:
                                  and part.log_config.throttles(fp.partition, self.broker_id, leader_side=True))
                     if throttled and self.leader_quota.exceeded():
                         max_bytes, one_batch = 0, False
-                res, moved = part.fetch_records(params.replica_id, fp.fetch_offset, max_bytes, isolation,
-                                                one_batch, now_ms, fp.current_leader_epoch, fp.last_fetched_epoch)
+                preferred = (self._preferred_read_replica(part, fp.fetch_offset, params.client_rack)
+                             if params.client_rack and self.rack_selector and part.is_leader else None)
+                if preferred is not None:  # KIP-392: no records, the consumer goes to `preferred`
+                    part.check_leader_epoch(fp.current_leader_epoch)
+                    hw = part.high_watermark
+                    res, moved = ReadResult(ErrorCode.NONE, b"", hw, hw, part.log.log_start_offset,
+                                            preferred_read_replica=preferred), False
+                else:
+                    res, moved = part.fetch_records(params.replica_id, fp.fetch_offset, max_bytes, isolation,
+                                                    one_batch, now_ms, fp.current_leader_epoch, fp.last_fetched_epoch,
+                                                    fetch_only_from_leader=params.client_rack is None)
                 if throttled:
                     self.leader_quota.record(len(res.records))
             except KafkaError as e:
@@ -448,6 +461,26 @@ class ReplicaManager:
             out.append(res)
         return out
 
+    def _preferred_read_replica(self, part: Partition, fetch_offset: int, rack: str) -> int | None:
+        """Kafka's RackAwareReplicaSelector (replica.selector.class): the leader itself when it is in the
+        consumer's rack, else the in-sync follower in that rack furthest ahead that holds `fetch_offset`;
+        None (the leader serves) when there is none. Only ISR members are offered, so the consumer is
+        never sent to a replica that is falling behind."""
+        me = self.metadata_cache.broker(self.broker_id)
+        if me is not None and me.rack == rack:
+            return None
+        best: tuple[int, int] | None = None
+        for r in part.replicas:
+            if r == self.broker_id or r not in part.isr:
+                continue
+            info = self.metadata_cache.broker(r)
+            f = part.followers.get(r)
+            if info is None or info.rack != rack or f is None or f.log_end_offset < fetch_offset:
+                continue
+            if best is None or f.log_end_offset > best[1]:
+                best = (r, f.log_end_offset)
+        return None if best is None else best[0]
+
     def fetch_messages(self, params: FetchParams, requests: Sequence[FetchPartition],
                        respond: Callable[[list[ReadResult]], T]) -> T | asyncio.Future[T]:
         """Read now; answer at once when there is enough (fetch.min.bytes), nothing to wait for, an
@@ -457,9 +490,11 @@ class ReplicaManager:
         results = self.read_from_local_log(params, requests)
         nbytes = sum(len(r.records) for r in results)
         if (params.max_wait_ms <= 0 or not requests or nbytes >= params.min_bytes
-                or any(r.error != ErrorCode.NONE or r.diverging_epoch is not None for r in results)):
+                or any(r.error != ErrorCode.NONE or r.diverging_epoch is not None or r.preferred_read_replica >= 0
+                       for r in results)):
             return respond(results)
         isolation = FETCH_LOG_END if params.replica_id >= 0 else params.isolation_level
+        hw_watch = params.replica_id >= 0 and self.rack_selector
         statuses = []
         for fp, r in zip(requests, results, strict=True):
             key = (fp.topic, fp.partition)
@@ -468,7 +503,8 @@ class ReplicaManager:
                 continue
             end_offset, end_bytes = part.end_offset_for(isolation)
             statuses.append(FetchPartitionStatus(key, part, part.leader_epoch, end_offset, end_bytes,
-                                                 len(r.records), fp.partition_max_bytes))
+                                                 len(r.records), fp.partition_max_bytes, part.is_leader,
+                                                 part.high_watermark if hw_watch else -1))
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
 

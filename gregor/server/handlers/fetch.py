@@ -62,7 +62,8 @@ def handle_fetch(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.F
     requests = [FetchPartition(topic, p.partition, p.fetch_offset, p.partition_max_bytes,
                                p.current_leader_epoch, p.last_fetched_epoch)
                 for topic, tparts in grouped for p in tparts]
-    params = FetchParams(req.replica_id, req.max_wait_ms, req.min_bytes, req.isolation_level, limits)
+    client_rack = req.rack_id if ctx.version >= 11 and req.replica_id < 0 else None
+    params = FetchParams(req.replica_id, req.max_wait_ms, req.min_bytes, req.isolation_level, limits, client_rack)
     read_committed = req.isolation_level == READ_COMMITTED
     correlation_id = ctx.header.correlation_id
 
@@ -79,7 +80,7 @@ def handle_fetch(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.F
                     "partition_index": p.partition, "error_code": r.error, "high_watermark": r.high_watermark,
                     "last_stable_offset": r.last_stable_offset, "log_start_offset": r.log_start_offset,
                     "aborted_transactions": [] if read_committed and r.error == ErrorCode.NONE else None,
-                    "preferred_read_replica": -1, "records": r.records,
+                    "preferred_read_replica": r.preferred_read_replica, "records": r.records,
                 }
                 if r.diverging_epoch is not None:
                     entry["diverging_epoch"] = {"epoch": r.diverging_epoch[0], "end_offset": r.diverging_epoch[1]}
