@@ -55,6 +55,7 @@ class ReplicaState:
     last_caught_up_time_ms: int = 0
     last_fetch_leader_log_end_offset: int = -1
     last_fetch_time_ms: int = 0
+    last_sent_high_watermark: int = -1  # the HW its last fetch response carried (KIP-392: see ReplicaManager)
 
     def reset(self, now_ms: int, in_isr: bool) -> None:
         """A new leader epoch: nothing is known of the follower until it fetches again. An ISR member is
@@ -62,6 +63,7 @@ class ReplicaState:
         self.log_end_offset = -1
         self.last_fetch_leader_log_end_offset = -1
         self.last_fetch_time_ms = 0
+        self.last_sent_high_watermark = -1
         self.last_caught_up_time_ms = now_ms if in_isr else 0
 
     def update_fetch_state(self, fetch_offset: int, leader_log_end_offset: int, now_ms: int) -> None:

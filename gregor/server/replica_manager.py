@@ -454,9 +454,11 @@ class ReplicaManager:
                 res, moved = ReadResult(ErrorCode.KAFKA_STORAGE_ERROR), False
             if moved:
                 self._after_progress((fp.topic, fp.partition))
-            if params.replica_id >= 0 and part is not None and res.error == ErrorCode.NONE \
-                    and params.replica_id not in part.isr:
-                self.isr.maybe_expand(part, params.replica_id)
+            if params.replica_id >= 0 and part is not None and res.error == ErrorCode.NONE:
+                if params.replica_id not in part.isr:
+                    self.isr.maybe_expand(part, params.replica_id)
+                if (f := part.followers.get(params.replica_id)) is not None:
+                    f.last_sent_high_watermark = res.high_watermark
             total += len(res.records)
             out.append(res)
         return out
@@ -481,20 +483,33 @@ class ReplicaManager:
                 best = (r, f.log_end_offset)
         return None if best is None else best[0]
 
+    def _high_watermarks_sent(self, replica_id: int, requests: Sequence[FetchPartition]) -> list[int]:
+        out = []
+        for fp in requests:
+            part = self.partitions.get((fp.topic, fp.partition))
+            f = part.followers.get(replica_id) if part is not None else None
+            out.append(f.last_sent_high_watermark if f is not None else 2**63 - 1)
+        return out
+
     def fetch_messages(self, params: FetchParams, requests: Sequence[FetchPartition],
                        respond: Callable[[list[ReadResult]], T]) -> T | asyncio.Future[T]:
         """Read now; answer at once when there is enough (fetch.min.bytes), nothing to wait for, an
         error or a diverging epoch, or no wait allowed. Otherwise park a DelayedFetch: it reads again
         (and `respond`s, in a Future) when enough is visible, the partitions change hands, or at
         max wait."""
+        hw_watch = params.replica_id >= 0 and self.rack_selector
+        # While followers serve consumers (KIP-392) a follower must learn a new HW at once, not at its next
+        # fetch's max wait: a fetch that will tell it a HW it has not been sent yet is answered now.
+        told = self._high_watermarks_sent(params.replica_id, requests) if hw_watch else None
         results = self.read_from_local_log(params, requests)
         nbytes = sum(len(r.records) for r in results)
+        if told is not None and any(r.high_watermark > hw for r, hw in zip(results, told, strict=True)):
+            return respond(results)
         if (params.max_wait_ms <= 0 or not requests or nbytes >= params.min_bytes
                 or any(r.error != ErrorCode.NONE or r.diverging_epoch is not None or r.preferred_read_replica >= 0
                        for r in results)):
             return respond(results)
         isolation = FETCH_LOG_END if params.replica_id >= 0 else params.isolation_level
-        hw_watch = params.replica_id >= 0 and self.rack_selector
         statuses = []
         for fp, r in zip(requests, results, strict=True):
             key = (fp.topic, fp.partition)
