@@ -341,3 +341,47 @@ def recompress_batch(buf: memoryview | bytes, header: BatchHeader, codec: int,
         control=header.is_control,
         leader_epoch=header.partition_leader_epoch,
     )
+
+
+# --- control records: transaction markers ---------------------------------------------------
+# A control batch (CONTROL_BIT, and TRANSACTIONAL_BIT for a marker) holds one record whose key is
+# (version int16 = 0, type int16) and, for a transaction marker, whose value is (version int16 = 0,
+# coordinator epoch int32). Written only by the transaction coordinator (WriteTxnMarkers), never by
+# a client (the validator refuses client control batches).
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+_CONTROL_KEY = struct.Struct(">hh")
+_MARKER_VALUE = struct.Struct(">hi")
+
+
+@dataclass(frozen=True, slots=True)
+class ControlRecord:
+    type: int  # CONTROL_ABORT, CONTROL_COMMIT, or a type transactions ignore
+    coordinator_epoch: int  # -1 unless a transaction marker
+
+    @property
+    def is_txn_marker(self) -> bool:
+        return self.type in (CONTROL_ABORT, CONTROL_COMMIT)
+
+
+def build_marker_batch(producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                       timestamp: int, leader_epoch: int = -1) -> bytes:
+    """A transaction's end marker for one partition, offsets to be assigned by the append."""
+    key = _CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT)
+    value = _MARKER_VALUE.pack(0, coordinator_epoch)
+    return build_batch([Record(0, timestamp, key, value)], producer_id=producer_id, producer_epoch=producer_epoch,
+                       transactional=True, control=True, leader_epoch=leader_epoch)
+
+
+def read_control_record(buf: memoryview | bytes, header: BatchHeader) -> ControlRecord:
+    """The control record of the control batch `header` (at `header.position` in `buf`). Raises
+    DecodeError if it has none or its key is not a control key."""
+    records = decode_records(buf, header)
+    if not records or records[0].key is None or len(records[0].key) < _CONTROL_KEY.size:
+        raise DecodeError(f"control batch at offset {header.base_offset} has no control record key")
+    _, ctype = _CONTROL_KEY.unpack_from(records[0].key, 0)
+    epoch = -1
+    v = records[0].value
+    if ctype in (CONTROL_ABORT, CONTROL_COMMIT) and v is not None and len(v) >= _MARKER_VALUE.size:
+        epoch = _MARKER_VALUE.unpack_from(v, 0)[1]
+    return ControlRecord(ctype, epoch)

@@ -31,6 +31,9 @@ from gregor.admin.topic_admin import TopicAdmin
 from gregor.config import BrokerConfig, ConfigError, parse_listener
 from gregor.controller.controller import Controller
 from gregor.coordinator.group.coordinator import OFFSETS_TOPIC, GroupCoordinator, append_via
+from gregor.coordinator.transaction.coordinator import TransactionCoordinator
+from gregor.coordinator.transaction.producer_ids import ProducerIdManager
+from gregor.coordinator.transaction.state_manager import TRANSACTION_STATE_TOPIC
 from gregor.metadata.cache import MetadataCache
 from gregor.metadata.embedded import EmbeddedMetadataStore
 from gregor.metadata.store import (
@@ -48,8 +51,10 @@ from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.server.dispatcher import Dispatcher
 from gregor.server.dynamic_config import DynamicBrokerConfig
 from gregor.server.handlers import HANDLERS
+from gregor.server.internal_topics import InternalTopic
 from gregor.server.network import SocketServer
 from gregor.server.replica_manager import ReplicaManager, log_config_for
+from gregor.server.txn_markers import build_txn_coordinator
 from gregor.storage.config import CleanerConfig
 from gregor.storage.log_manager import LogManager
 
@@ -87,9 +92,20 @@ class Broker:
         self.dynamic_config = DynamicBrokerConfig(config)
         self.replica_manager = ReplicaManager(config, self.store, self.log_manager, self.metadata_cache)
         self.controller = Controller(config, self.store, self.metadata_cache)  # issue 10: ctl
+        self.producer_ids = ProducerIdManager(self.store)
         commits = append_via(self.replica_manager, config.get("offsets.commit.required.acks"),
                              config.get("offsets.commit.timeout.ms"))
         self.group_coordinator = GroupCoordinator(config, commits, self._read_offsets_partition)
+        self.offsets_topic = InternalTopic(
+            OFFSETS_TOPIC, self.topic_admin, self.metadata_cache, config.get("offsets.topic.num.partitions"),
+            config.get("offsets.topic.replication.factor"),
+            {"cleanup.policy": "compact", "segment.bytes": str(config.get("offsets.topic.segment.bytes"))})
+        self.txn_topic = InternalTopic(
+            TRANSACTION_STATE_TOPIC, self.topic_admin, self.metadata_cache,
+            config.get("transaction.state.log.num.partitions"), config.get("transaction.state.log.replication.factor"),
+            {"cleanup.policy": "compact", "segment.bytes": str(config.get("transaction.state.log.segment.bytes"))},
+            min_isr=config.get("transaction.state.log.min.isr"))
+        self.txn_coordinator = build_txn_coordinator(self, self._read_txn_partition)
         self.dispatcher = Dispatcher(self, HANDLERS)
         self.socket_server = SocketServer(
             self.dispatcher,
@@ -110,9 +126,7 @@ class Broker:
         self._shutting_down = False
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
-        self._offsets_topic_creation: asyncio.Future[None] | None = None
-        self._offsets_loaded = False  # the group coordinator replayed what it leads, after the logs loaded
-        self._offsets_topic_error: KafkaError | None = None
+        self._offsets_loaded = False  # the coordinators replayed what they lead, after the logs loaded
 
     # --- lifecycle -------------------------------------------------------------------
     async def start(self) -> None:
@@ -160,6 +174,11 @@ class Broker:
         self.replica_manager.on_logs_loaded()
         self._offsets_loaded = True
         self.group_coordinator.load(self._offsets_partitions_led())
+        self.txn_coordinator.follow_leadership(self.txn_topic.led(self.replica_manager))
+        self._every(self.config.get("transaction.abort.timed.out.transaction.cleanup.interval.ms"),
+                    self._abort_timed_out_txns)
+        self._every(self.config.get("transaction.remove.expired.transaction.cleanup.interval.ms"),
+                    self._expire_transactional_ids)
         self._every(self.config.get("log.retention.check.interval.ms"), self._retention)
         # Kafka checks flush.ms every log.flush.scheduler.interval.ms (default: never); we check at
         # least every second, which also flushes rolled segments (Kafka schedules those one by one).
@@ -196,6 +215,7 @@ class Broker:
         self.metadata_cache.detach(self.store)  # its logs close below: no listener may act on them after
         self.replica_manager.shutdown()
         self.group_coordinator.shutdown()
+        self.txn_coordinator.shutdown()
         await self.socket_server.drain(timeout_s=5.0)
         for t in self._tasks:
             t.cancel()
@@ -263,6 +283,12 @@ class Broker:
     async def _expire_offsets(self) -> None:
         self.group_coordinator.expire_offsets()
 
+    async def _abort_timed_out_txns(self) -> None:
+        self.txn_coordinator.abort_timed_out()
+
+    async def _expire_transactional_ids(self) -> None:
+        self.txn_coordinator.expire_ids()
+
     async def _expire_producers(self) -> None:
         # On the loop thread, where appends update the state; a dict scan per log, no I/O.
         expiration_ms, now = self.config.get("producer.id.expiration.ms"), _now_ms()
@@ -271,14 +297,18 @@ class Broker:
 
     # --- the group coordinator follows __consumer_offsets leadership ------------------------
     def _offsets_partitions_led(self) -> set[int]:
-        return {p for (t, p), part in self.replica_manager.partitions.items() if t == OFFSETS_TOPIC and part.is_leader}
+        return set(self.offsets_topic.led(self.replica_manager))
 
     def _follow_offsets_leadership(self, kind: str, topic: str) -> None:
         """A cache listener (after the replica manager's, so each Partition knows whether it leads): the
-        coordinator of a group is the leader of its __consumer_offsets partition, as in Kafka."""
-        if not self._offsets_loaded or self._shutting_down or topic not in (OFFSETS_TOPIC, "", "lost", "restored"):
+        coordinator of a group is the leader of its __consumer_offsets partition, as in Kafka; of a
+        transactional id, the leader of its __transaction_state partition."""
+        if not self._offsets_loaded or self._shutting_down:
             return
-        self.group_coordinator.follow_leadership(self._offsets_partitions_led())
+        if topic in (OFFSETS_TOPIC, "", "lost", "restored"):
+            self.group_coordinator.follow_leadership(self._offsets_partitions_led())
+        if topic in (TRANSACTION_STATE_TOPIC, "", "lost", "restored"):
+            self.txn_coordinator.follow_leadership(self.txn_topic.led(self.replica_manager))
 
     # --- helpers for handlers --------------------------------------------------------
     def group_coordinator_ready(self) -> GroupCoordinator:
@@ -291,62 +321,29 @@ class Broker:
         return self.group_coordinator
 
     def _ensure_offsets_topic(self) -> None:
-        """Raise COORDINATOR_NOT_AVAILABLE (clients retry) while __consumer_offsets does not exist, starting
-        its creation if none is under way."""
-        if self.metadata_cache.topic(OFFSETS_TOPIC) is not None:
-            return
-        self.offsets_topic_creation()
-        err = self._offsets_topic_error
-        raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                         f"cannot create {OFFSETS_TOPIC}: {err}" if err is not None else f"{OFFSETS_TOPIC} is being created")
+        self.offsets_topic.ensure()
 
     def offsets_topic_creation(self) -> asyncio.Future[None] | None:
         """None once __consumer_offsets exists; else a future done when the creation under way (started now
         if none is) ends, whether it succeeded or not. FindCoordinator waits on it rather than failing."""
-        if self.metadata_cache.topic(OFFSETS_TOPIC) is not None:
-            return None
-        if self._offsets_topic_creation is None:
-            self._offsets_topic_creation = asyncio.ensure_future(self._create_offsets_topic())
-        return asyncio.shield(self._offsets_topic_creation)
+        return self.offsets_topic.creation()
 
-    async def _create_offsets_topic(self) -> None:
-        rf = self.config.get("offsets.topic.replication.factor")
-        live = len(self.metadata_cache.brokers())
-        if rf > live:  # Kafka refuses until enough brokers are up; a lone broker could then never serve groups
-            log.warning("creating %s with replication factor %d: offsets.topic.replication.factor is %d but only %d "
-                        "brokers are live", OFFSETS_TOPIC, max(live, 1), rf, live)
-            rf = max(live, 1)
-        try:
-            await self.topic_admin.create_topic(
-                OFFSETS_TOPIC,
-                self.config.get("offsets.topic.num.partitions"),
-                rf,
-                configs={"cleanup.policy": "compact",
-                         "segment.bytes": str(self.config.get("offsets.topic.segment.bytes"))},
-                internal_allowed=True,
-            )
-            self._offsets_topic_error = None
-        except KafkaError as e:
-            if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:
-                log.warning("cannot create %s: %s", OFFSETS_TOPIC, e)
-                self._offsets_topic_error = e
-        finally:
-            self._offsets_topic_creation = None
+    def txn_topic_creation(self) -> asyncio.Future[None] | None:
+        return self.txn_topic.creation()
+
+    def txn_coordinator_ready(self) -> TransactionCoordinator:
+        """The transaction coordinator, once __transaction_state exists (created on first use) and the
+        logs are loaded."""
+        if self.log_manager.loading:
+            raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "the broker is loading its logs")
+        self.txn_topic.ensure()
+        return self.txn_coordinator
 
     def _read_offsets_partition(self, p: int) -> Iterator[memoryview]:
-        part = self.replica_manager.partitions.get((OFFSETS_TOPIC, p))
-        if part is None:
-            return
-        if not part.has_log and not self.log_manager.is_unopened(OFFSETS_TOPIC, p):
-            return  # a log not created yet holds nothing to replay (one left from a clean shutdown is opened)
-        lg = part.log
-        offset = lg.log_start_offset
-        while offset < lg.log_end_offset:
-            data = lg.read(offset, 1 << 20, lg.log_end_offset)
-            if data.next_offset <= offset:
-                break
-            yield data.records
-            offset = data.next_offset
+        return self.offsets_topic.read_partition(self.replica_manager, self.log_manager, p)
+
+    def _read_txn_partition(self, p: int) -> Iterator[memoryview]:
+        return self.txn_topic.read_partition(self.replica_manager, self.log_manager, p)
 
     async def auto_create_topics(self, names: list[str]) -> dict[str, TopicMetadata | KafkaError]:
         """Metadata's auto topic creation: with the broker's defaults and limits (max.broker.partitions and
@@ -355,13 +352,14 @@ class Broker:
         out: dict[str, TopicMetadata | KafkaError] = {}
         prepared: list[TopicMetadata] = []
         for name in names:
-            if name == OFFSETS_TOPIC:
-                pending = self.offsets_topic_creation()
+            internal = {OFFSETS_TOPIC: self.offsets_topic, TRANSACTION_STATE_TOPIC: self.txn_topic}.get(name)
+            if internal is not None:
+                pending = internal.creation()
                 if pending is not None:
                     await pending
                 t = self.metadata_cache.topic(name)
                 out[name] = t if t is not None else KafkaError(
-                    ErrorCode.LEADER_NOT_AVAILABLE, f"{OFFSETS_TOPIC} is being created")
+                    ErrorCode.LEADER_NOT_AVAILABLE, f"{name} is being created")
                 continue
             try:
                 prepared.append(self.topic_admin.prepare_topic(name))

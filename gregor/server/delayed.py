@@ -118,6 +118,10 @@ class DelayedFetch(DelayedOperation):
             end_offset, end_bytes = current.end_offset_for(self.isolation)
             if end_offset < s.end_offset:  # the log was truncated or its start moved past: answer now
                 return self.force_complete()
+            if end_bytes < 0 or s.end_bytes < 0:  # read_committed below the HW: any move of the LSO answers
+                if end_offset > s.end_offset:
+                    return self.force_complete()
+                continue
             available = end_bytes - s.end_bytes + s.read_bytes
             accumulated += min(available, s.partition_max_bytes)
         if accumulated >= self.min_bytes:

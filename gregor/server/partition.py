@@ -25,6 +25,7 @@ from gregor.storage.config import LogConfig
 from gregor.storage.errors import KafkaStorageError, OffsetOutOfRangeError
 from gregor.storage.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from gregor.storage.log import FetchDataInfo, Log
+from gregor.storage.txn_index import AbortedTxn
 
 # ListOffsets special timestamps
 LATEST_TIMESTAMP = -1
@@ -106,6 +107,7 @@ class ReadResult:
     log_start_offset: int = -1
     diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset): the fetcher must truncate
     preferred_read_replica: int = -1  # KIP-392: the consumer should fetch from this replica instead
+    aborted: list[AbortedTxn] | None = None  # read_committed: aborted transactions overlapping the records
 
 
 class Partition:
@@ -266,7 +268,7 @@ class Partition:
 
     # --- appends and the high watermark ----------------------------------------------
     def append_records_to_leader(self, records: memoryview, headers: list[BatchHeader], required_acks: int,
-                                 now_ms: int, defer_flush: bool = False) -> AppendResult:
+                                 now_ms: int, defer_flush: bool = False, client: bool = True) -> AppendResult:
         """Append validated batches as leader. acks=all is refused before the append when the ISR is
         smaller than min.insync.replicas (NOT_ENOUGH_REPLICAS); its wait for the HW is the caller's
         (DelayedProduce). With `defer_flush`, a flush.messages fsync the append makes due is left to the
@@ -278,7 +280,7 @@ class Partition:
                 f"The size of the current ISR {len(self.isr)} is insufficient to satisfy the min.isr "
                 f"requirement of {self.min_insync_replicas} for partition {self.topic}-{self.index}",
             )
-        info = lg.append_as_leader(records, headers, self.leader_epoch, now_ms, defer_flush=defer_flush)
+        info = lg.append_as_leader(records, headers, self.leader_epoch, now_ms, defer_flush=defer_flush, client=client)
         flush_due = defer_flush and lg.unflushed_messages >= lg.config.flush_messages
         if flush_due:
             if self.unflushed_appends is None:
@@ -444,9 +446,14 @@ class Partition:
     # --- reads ---------------------------------------------------------------------------
     def end_offset_for(self, isolation: int) -> tuple[int, int]:
         """(offset, bytes appended up to it) of where a read of this isolation stops: the LEO for a
-        follower, else the HW (the last stable offset for read_committed: the HW until transactions)."""
+        follower, the HW for read_uncommitted, the last stable offset for read_committed (bytes -1 when
+        it is below the HW: no byte position is kept for it)."""
         if isolation == FETCH_LOG_END:
             return self.log_end_offset, self.appended_bytes
+        if isolation == READ_COMMITTED:
+            lso = self.log.last_stable_offset
+            if lso < self.high_watermark:
+                return lso, -1
         return self.high_watermark, self.high_watermark_bytes
 
     def fetch_records(self, replica_id: int, fetch_offset: int, max_bytes: int, isolation: int,
@@ -479,13 +486,16 @@ class Partition:
         if follower is not None and lg.log_start_offset <= fetch_offset <= lg.log_end_offset:
             moved = self.update_follower_fetch_state(replica_id, fetch_offset, now_ms)
         hw = lg.high_watermark
-        lso = hw  # the last stable offset: the HW until transactions exist
-        max_offset = None if isolation == FETCH_LOG_END else hw
+        lso = lg.last_stable_offset
+        max_offset = None if isolation == FETCH_LOG_END else lso if isolation == READ_COMMITTED else hw
         try:
             data: FetchDataInfo = lg.read(fetch_offset, max_bytes, max_offset, min_one_batch=min_one_batch)
         except OffsetOutOfRangeError:
             return ReadResult(ErrorCode.OFFSET_OUT_OF_RANGE, b"", hw, lso, lg.log_start_offset), moved
-        return ReadResult(ErrorCode.NONE, data.records, hw, lso, data.log_start_offset), moved
+        aborted = None
+        if isolation == READ_COMMITTED and data.next_offset > fetch_offset:
+            aborted = lg.aborted_transactions(fetch_offset, data.next_offset)
+        return ReadResult(ErrorCode.NONE, data.records, hw, lso, data.log_start_offset, aborted=aborted), moved
 
     def last_offset_for_leader_epoch(self, current_leader_epoch: int, leader_epoch: int,
                                      fetch_only_from_leader: bool) -> tuple[int, int]:
@@ -506,7 +516,8 @@ class Partition:
         self.check_leader_epoch(current_leader_epoch)
         lg = self._leader_log() if fetch_only_from_leader else self.log
         epoch = self.leader_epoch
-        last = lg.log_end_offset if isolation == FETCH_LOG_END else lg.high_watermark
+        last = (lg.log_end_offset if isolation == FETCH_LOG_END
+                else lg.last_stable_offset if isolation == READ_COMMITTED else lg.high_watermark)
         if timestamp == LATEST_TIMESTAMP:
             return -1, last, epoch
         if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP, LATEST_TIERED_TIMESTAMP):

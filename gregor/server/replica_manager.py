@@ -54,6 +54,7 @@ class AppendEntry(NamedTuple):
     partition: int
     records: memoryview
     headers: list[BatchHeader]
+    client: bool = True  # False: a coordinator's own write (sequence numbers not checked, as Kafka's origin)
 
 
 @dataclass(frozen=True, slots=True)
@@ -363,11 +364,12 @@ class ReplicaManager:
         results: list[AppendResult] = []
         waiting: list[ProducePartitionStatus] = []
         flushes: list[tuple[AppendResult, asyncio.Future[None]]] = []
-        for topic, p, records, headers in entries:
+        for topic, p, records, headers, client in entries:
             key = (topic, p)
             try:
                 part = self.get_partition(topic, p)
-                res = part.append_records_to_leader(records, headers, required_acks, now_ms, defer_flush=True)
+                res = part.append_records_to_leader(records, headers, required_acks, now_ms, defer_flush=True,
+                                                    client=client)
             except (KafkaError, StorageError, OSError) as e:
                 results.append(append_error(topic, p, e))
                 continue

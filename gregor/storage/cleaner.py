@@ -266,13 +266,14 @@ class LogCleaner:
         """Plan: the dirty range [first dirty, first uncleanable) and its share of the log's bytes.
 
         The first uncleanable offset is the lowest of: the active segment's base offset, the high
-        watermark (data above it may still be truncated), and the base offset of the first dirty
+        watermark (data above it may still be truncated), the last stable offset (an open
+        transaction may still abort), and the base offset of the first dirty
         segment holding a record newer than min.compaction.lag.ms."""
         snap = log.cleaner_snapshot()
         config = log.config
         segs = snap.segments
         first_dirty = self._first_dirty_offset(log, snap)
-        upper = min(segs[-1].base_offset, snap.high_watermark)
+        upper = min(segs[-1].base_offset, snap.high_watermark, snap.last_stable_offset)
         dirty = [s for s in segs[:-1] if s.next_base > first_dirty and s.base_offset < upper]
         need_now = False
         if dirty and (config.min_compaction_lag_ms > 0 or config.max_compaction_lag_ms < LONG_MAX):

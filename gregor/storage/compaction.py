@@ -15,6 +15,10 @@ One clean of one log:
      loses records is re-encoded and recompressed with its codec; untouched batches are copied
      byte for byte. Records without a key are dropped (Kafka rejects them at produce time:
      gregor.protocol.validator). Control batches (transaction markers) are kept as they are.
+     Batches of aborted transactions (found in the .txnindex files) are left out of the offset
+     map and dropped, so an aborted write can never shadow a committed one; the abort marker and
+     its .txnindex entry stay (Kafka also removes markers after delete.retention.ms: not yet).
+     Nothing at or past the last stable offset is cleaned.
      Records are read with the validator's functions (gregor.protocol.validator.read_records:
      CRC, framing, decompression under a limit); a stored batch that fails them is left out of
      the offset map and copied as it is, with a warning naming topic, partition and offset, and
@@ -88,6 +92,7 @@ from gregor.storage.segment import (
     SegmentInfo,
     file_prefix,
 )
+from gregor.storage.txn_index import AbortedTxn
 
 logger = logging.getLogger(__name__)
 
@@ -292,13 +297,15 @@ class Cleaner:
         horizon: int | None = None
         try:
             offset_map = OffsetMap(self.map_capacity)
-            end = self._build_offset_map(log, ltc, offset_map, stats, throttler)
+            aborted = _AbortedRanges(log.aborted_transactions(snap.log_start_offset, ltc.first_uncleanable_offset))
+            end = self._build_offset_map(log, ltc, offset_map, stats, throttler, aborted)
             stats.end_offset = end
             closed = [s for s in snap.segments[:-1] if s.base_offset < end]
             if closed:
                 producers = self._producer_last_offsets(log, snap.segments)
                 for group in group_segments(closed, config):
-                    h = self._clean_group(log, snap, group, end, offset_map, producers, now, stats, throttler)
+                    h = self._clean_group(log, snap, group, end, offset_map, producers, now, stats, throttler,
+                                          aborted)
                     if h is not None and (horizon is None or h < horizon):
                         horizon = h
                 fsync_dir(log.dir)  # the final names are durable before the checkpoint says so
@@ -342,7 +349,8 @@ class Cleaner:
                     last_yield = clock()
 
     def _build_offset_map(
-        self, log: Log, ltc: LogToClean, offset_map: OffsetMap, stats: CleanerStats, throttler: _Throttler
+        self, log: Log, ltc: LogToClean, offset_map: OffsetMap, stats: CleanerStats, throttler: _Throttler,
+        aborted: _AbortedRanges,
     ) -> int:
         """Map the keys of the dirty range; returns where the map ends (the next first dirty offset):
         the first uncleanable offset, or the first batch that did not fit."""
@@ -358,7 +366,7 @@ class Cleaner:
                         continue
                     if h.last_offset >= upper:  # straddles the high watermark: not ours yet
                         return max(start, h.base_offset)
-                    if not h.is_control:
+                    if not h.is_control and not aborted.holds(h):
                         if len(offset_map) and len(offset_map) + h.records_count > capacity:
                             logger.info("%s-%d: offset map full (%d keys); cleaning up to offset %d this time",
                                         log.topic, log.partition, len(offset_map), h.base_offset)
@@ -397,6 +405,7 @@ class Cleaner:
         now: int,
         stats: CleanerStats,
         throttler: _Throttler,
+        aborted: _AbortedRanges,
     ) -> int | None:
         """Rewrite `group` into one .cleaned segment and swap it in. Returns the earliest delete
         horizon of the tombstones kept, if any."""
@@ -414,6 +423,8 @@ class Cleaner:
                 stats.bytes_read += info.size
                 for h, raw in self._batches(log, info, throttler):
                     stats.batches_read += 1
+                    if h.base_offset < end and aborted.holds(h):
+                        continue  # an aborted transaction's batch: read_committed never saw it
                     if h.base_offset >= end or h.is_control or h.records_count == 0:
                         _emit(out, h, raw)  # past the map, a transaction marker, or already empty
                     elif (got := _read_stored(log, h, raw, rules, "keeping it as it is")) is None:
@@ -427,6 +438,9 @@ class Cleaner:
                         _flush_output(new, out, stats)
                 mtime_ns = max(mtime_ns, _mtime_ns(log, info))
             _flush_output(new, out, stats)
+            for info in group:  # the aborted transactions whose markers the group holds stay indexed
+                for entry in info.segment.txn_index.entries:
+                    new.txn_index.append(entry)
             new.on_become_inactive()
             if mtime_ns:
                 os.utime(new.log_path, ns=(mtime_ns, mtime_ns))  # retention falls back to it without timestamps
@@ -450,6 +464,22 @@ class Cleaner:
 
 
 # --- helpers -----------------------------------------------------------------------------------
+
+
+class _AbortedRanges:
+    """The aborted transactions of the range being cleaned: producer id -> [(first, last offset)]."""
+
+    def __init__(self, entries: list[AbortedTxn]) -> None:
+        self._by_producer: dict[int, list[tuple[int, int]]] = {}
+        for e in entries:
+            self._by_producer.setdefault(e.producer_id, []).append((e.first_offset, e.last_offset))
+
+    def holds(self, h: BatchHeader) -> bool:
+        """Whether `h` is a data batch of an aborted transaction."""
+        if not self._by_producer or not h.attributes & TRANSACTIONAL_BIT or h.is_control:
+            return False
+        ranges = self._by_producer.get(h.producer_id)
+        return ranges is not None and any(first <= h.base_offset < last for first, last in ranges)
 
 
 def group_segments(segments: list[SegmentInfo], config: LogConfig) -> list[list[SegmentInfo]]:

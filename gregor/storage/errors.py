@@ -100,3 +100,15 @@ class InvalidProducerEpochError(StorageError):
     """A batch from an older epoch of a producer than the partition has seen (a zombie producer)."""
 
     error = "INVALID_PRODUCER_EPOCH"
+
+
+class InvalidTxnStateError(StorageError):
+    """A plain batch from a producer whose transaction on this partition is still open."""
+
+    error = "INVALID_TXN_STATE"
+
+
+class TransactionCoordinatorFencedError(StorageError):
+    """A transaction marker from a coordinator older than the one whose marker the partition saw last."""
+
+    error = "TRANSACTION_COORDINATOR_FENCED"

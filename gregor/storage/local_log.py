@@ -20,16 +20,18 @@ flushes, whose fsyncs run outside `lock` so appends are never stalled by one.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import logging
 import os
 import threading
 from collections.abc import Callable, Iterator
 
-from gregor.protocol.records import BatchHeader
+from gregor.protocol.records import BatchHeader, ControlRecord, read_control_record
 from gregor.storage.checkpoint import fsync_dir
 from gregor.storage.config import LogConfig
 from gregor.storage.errors import KafkaStorageError
 from gregor.storage.segment import DELETED_SUFFIX, SWAP_SUFFIX, LogSegment, SegmentInfo, SegmentRead
+from gregor.storage.txn_index import AbortedTxn
 
 logger = logging.getLogger(__name__)
 
@@ -131,6 +133,34 @@ class LocalLog:
         except OSError as e:
             raise KafkaStorageError(f"read from {self.dir} failed: {e}") from e
         return None
+
+    def _segment_for(self, offset: int) -> LogSegment:
+        return self.segments[max(bisect.bisect_right(self.bases, offset) - 1, 0)]
+
+    def read_control(self, h: BatchHeader) -> ControlRecord:
+        """The control record of a stored control batch (producer state replay needs a marker's type)."""
+        data = self._segment_for(h.base_offset).pread(h.size, h.position)
+        return read_control_record(data, dataclasses.replace(h, position=0))
+
+    def add_aborted_txn(self, entry: AbortedTxn) -> None:
+        """An abort marker was appended (or replayed): its entry in the .txnindex of its segment."""
+        try:
+            self._segment_for(entry.last_offset).txn_index.add_if_absent(entry)
+        except OSError as e:
+            raise KafkaStorageError(f"cannot write the transaction index in {self.dir}: {e}") from e
+
+    def collect_aborted_txns(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping [fetch_offset, upper_bound): their markers are at or after
+        `fetch_offset`, so the indexes from its segment on are searched, until one says none can follow."""
+        out: list[AbortedTxn] = []
+        segments = self.segments
+        try:
+            for i in range(max(bisect.bisect_right(self.bases, fetch_offset) - 1, 0), len(segments)):
+                if segments[i].txn_index.collect(fetch_offset, upper_bound, out):
+                    break
+        except OSError as e:
+            raise KafkaStorageError(f"cannot read the transaction index in {self.dir}: {e}") from e
+        return out
 
     def segment_infos(self) -> list[SegmentInfo]:
         segs = self.segments

@@ -45,7 +45,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from gregor.protocol.records import BatchHeader
+from gregor.protocol.records import BatchHeader, read_control_record
 from gregor.protocol.validator import ValidationRules
 from gregor.storage import log_timestamps, retention
 from gregor.storage.checkpoint import LEADER_EPOCH_CHECKPOINT
@@ -61,6 +61,7 @@ from gregor.storage.log_append import assign_offsets, check_follower_offsets, va
 from gregor.storage.log_loader import LogLoader
 from gregor.storage.producer_state import ProducerStateEntry, ProducerStateManager
 from gregor.storage.segment import LogSegment, SegmentInfo
+from gregor.storage.txn_index import AbortedTxn
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +119,7 @@ class CleanerSnapshot:
     high_watermark: int
     segments: list[SegmentInfo]  # the active segment last
     truncated_to: int | None  # lowest LEO a truncation left since the previous snapshot, if any
+    last_stable_offset: int = -1  # open transactions are not cleaned (their outcome is unknown)
 
 
 class TimestampAndOffset(NamedTuple):
@@ -141,6 +143,7 @@ class Log:
         self.leader_epoch_cache = leader_epoch_cache
         self.producer_state = producer_state or ProducerStateManager(self.dir, f"{self.topic}-{self.partition}")
         local.on_roll = self.producer_state.snapshot_at_roll  # a snapshot at every roll, for fast restarts
+        self.producer_state.aborted_sink = local.add_aborted_txn
         self._check_invariants()
 
     def __repr__(self) -> str:
@@ -167,7 +170,7 @@ class Log:
         log = cls(local, loaded.log_start_offset, cache)
         try:
             log.producer_state.load(loaded.log_start_offset, local.log_end_offset, local.recovery_point,
-                                    clean_shutdown, local.batches_from, loader.snapshot_offsets)
+                                    clean_shutdown, local.batches_from, loader.snapshot_offsets, local.read_control)
         except BaseException:
             local.close(lambda: None)
             raise
@@ -250,14 +253,15 @@ class Log:
 
     def append_as_leader(
         self, records: bytearray | memoryview, headers: list[BatchHeader], leader_epoch: int, now_ms: int,
-        defer_flush: bool = False,
+        defer_flush: bool = False, client: bool = True,
     ) -> AppendInfo:
         """Assign offsets to validated batches (patching their headers in `records` in place) and
         append them. `headers` are `validate_record_set(records, ...)`'s, positions relative to
         `records`; they are updated to the assigned offsets too. No fsync unless flush.messages
         says so (`_flush_if_messages_due`); flush.ms and rolled segments are `maybe_flush`'s.
         With `defer_flush` the caller runs the flush.messages fsync itself (off the event loop:
-        `unflushed_messages >= config.flush_messages` says it is due).
+        `unflushed_messages >= config.flush_messages` says it is due). A coordinator's own batches
+        (not `client`: transactional offset commits) have their producer's epoch checked, not sequences.
         """
         if not headers:
             raise ValueError("nothing to append")
@@ -269,14 +273,19 @@ class Log:
             if n > config.segment_bytes:
                 raise RecordListTooLargeError(f"record set of {n} bytes exceeds segment.bytes {config.segment_bytes}")
             log_append_time = now_ms if config.log_append_time else None
-            dup = self.producer_state.check(headers)
+            if headers[0].is_control:  # a transaction marker from the coordinator (clients cannot send these)
+                self.producer_state.check_marker(headers[0].producer_id, headers[0].producer_epoch,
+                                                 read_control_record(records, headers[0]).coordinator_epoch)
+                dup = None
+            else:
+                dup = self.producer_state.check(headers, client)
             if dup is not None:  # a retry of a batch in the log: answered with the original's offsets
                 return AppendInfo(dup.first_offset, dup.last_offset, dup.timestamp if log_append_time else -1,
                                   self._log_start_offset, dup.timestamp, dup.last_offset, 0, 0, duplicate=True)
             first, nxt, max_ts, offset_of_max, count = assign_offsets(
                 records, headers, local.log_end_offset, leader_epoch, log_append_time, config.max_message_bytes)
             local.append(records, headers, max_ts, now_ms)
-            self.producer_state.update(headers)
+            self.producer_state.update(headers, lambda h: read_control_record(records, h))
             assert local.log_end_offset == nxt > first, (local.log_end_offset, nxt, first)
             if leader_epoch >= 0:
                 latest = self.leader_epoch_cache.latest_epoch
@@ -315,7 +324,8 @@ class Log:
                 raise RecordListTooLargeError(f"record set of {n} bytes exceeds segment.bytes")
             first, nxt, max_ts, offset_of_max, count = check_follower_offsets(headers, n, local.log_end_offset)
             local.append(records, headers, max_ts, now)
-            self.producer_state.update(headers)  # a follower takes the leader's word: no checks
+            # A follower takes the leader's word: no checks.
+            self.producer_state.update(headers, lambda h: read_control_record(records, h))
             cache = self.leader_epoch_cache
             for h in headers:
                 latest = cache.latest_epoch
@@ -424,6 +434,7 @@ class Log:
         with self._lock:
             hw = min(max(high_watermark, self._log_start_offset), self._local.log_end_offset)
             self._high_watermark = hw
+            self.producer_state.on_high_watermark(hw)
             self._check_invariants(offsets_only=True)
             return hw
 
@@ -436,8 +447,24 @@ class Log:
             if high_watermark <= self._high_watermark:
                 return False
             self._high_watermark = high_watermark
+            self.producer_state.on_high_watermark(high_watermark)
             self._check_invariants(offsets_only=True)
             return True
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Where read_committed reads stop: the HW, or the first offset of the oldest transaction not yet
+        decided (or whose marker the HW has not passed), whichever is lower."""
+        with self._lock:
+            first = self.producer_state.first_unstable_offset()
+            hw = self._high_watermark
+            return hw if first is None or first > hw else max(first, self._log_start_offset)
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [fetch_offset, upper_bound), from the .txnindex files
+        (LocalLog.collect_aborted_txns): what a read_committed Fetch returns with its records."""
+        with self._lock:
+            return self._local.collect_aborted_txns(fetch_offset, upper_bound)
 
     # --- deletion: DeleteRecords and retention -------------------------------------------------
 
@@ -512,9 +539,11 @@ class Log:
             local = self._local
             local.check_open()
             truncated_to, self._truncated_to = self._truncated_to, None
+            first = self.producer_state.first_unstable_offset()
+            lso = self._high_watermark if first is None else min(first, self._high_watermark)
             return CleanerSnapshot(
                 local.truncations, self._log_start_offset, local.log_end_offset, self._high_watermark,
-                local.segment_infos(), truncated_to,
+                local.segment_infos(), truncated_to, lso,
             )
 
     def segment_timestamps(self, seg: LogSegment) -> tuple[int, int | None] | None:
@@ -565,7 +594,8 @@ class Log:
             self._log_start_offset = min(self._log_start_offset, leo)
             self._high_watermark = min(self._high_watermark, leo)
             self.leader_epoch_cache.truncate_from_end(leo)
-            self.producer_state.load(self._log_start_offset, leo, leo, False, local.batches_from)
+            self.producer_state.load(self._log_start_offset, leo, leo, False, local.batches_from,
+                                     read_control=local.read_control)
             self._check_invariants()
             logger.info("%s-%d: truncated to offset %d", self.topic, self.partition, leo)
             return True

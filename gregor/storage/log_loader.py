@@ -42,6 +42,7 @@ from gregor.storage.segment import (
     file_prefix,
     parse_base_offset,
 )
+from gregor.storage.txn_index import TXN_INDEX_SUFFIX
 
 logger = logging.getLogger(__name__)
 
@@ -94,11 +95,12 @@ class LogLoader:
             if name.endswith(SWAP_SUFFIX):
                 if name == file_prefix(base) + LOG_SUFFIX + SWAP_SUFFIX:
                     swaps.append(base)
-                else:  # index swap files are rebuilt from the log
-                    os.unlink(path)
+                elif not name.endswith(TXN_INDEX_SUFFIX + SWAP_SUFFIX):  # the .txnindex goes with its segment;
+                    os.unlink(path)  # other index swap files are rebuilt from the log
             elif name == file_prefix(base) + LOG_SUFFIX:
                 logs.add(base)
-            elif name in (file_prefix(base) + INDEX_SUFFIX, file_prefix(base) + TIME_INDEX_SUFFIX):
+            elif name in (file_prefix(base) + INDEX_SUFFIX, file_prefix(base) + TIME_INDEX_SUFFIX,
+                          file_prefix(base) + TXN_INDEX_SUFFIX):
                 index_files.append((base, path))
             elif name == file_prefix(base) + SNAPSHOT_SUFFIX:
                 self.snapshot_offsets.append(base)
@@ -120,7 +122,7 @@ class LogLoader:
             for old in sorted(logs):
                 if base <= old < max(end, base + 1):
                     logger.info("swap %s replaces segment %d", seg.log_path, old)
-                    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
                         _unlink(os.path.join(self.dir, file_prefix(old) + suffix))
                     logs.discard(old)
                     if old in opened:

@@ -19,6 +19,16 @@ headers after it, so a restart after a clean shutdown reads one small file and r
 The file format is Gregor's own (a magic, a version, a CRC32C of the body, then the entries), so a
 torn or damaged snapshot is detected and an older one (or the log itself) used instead.
 
+Transactions: a transactional batch from a producer with no open transaction on the partition opens
+one at its base offset (`ProducerStateEntry.current_txn_first_offset`, kept in snapshots); the
+producer's commit or abort marker (a control batch from the transaction coordinator) closes it. The
+first offset of the oldest open transaction is the partition's first unstable offset; the last
+stable offset (LSO) is the smaller of it and the HW. A transaction whose marker is still above the HW
+stays unstable until the HW passes the marker (`unreplicated`), so a read_committed consumer never
+reads into a transaction whose outcome a failover could still change. Each abort marker hands an
+AbortedTxn to `aborted_sink` (the Log puts it in the segment's .txnindex), on appends and on replay
+alike (the index skips entries it has: replay is how entries lost with a machine crash come back).
+
 Threads: the owning Log calls every method under its lock.
 """
 
@@ -35,12 +45,16 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
-from gregor.protocol.records import BatchHeader
+from gregor.protocol.primitives import DecodeError
+from gregor.protocol.records import TRANSACTIONAL_BIT, BatchHeader, ControlRecord
 from gregor.storage.errors import (
     InvalidProducerEpochError,
+    InvalidTxnStateError,
     OutOfOrderSequenceError,
     RecordValidationError,
+    TransactionCoordinatorFencedError,
 )
+from gregor.storage.txn_index import AbortedTxn
 
 logger = logging.getLogger(__name__)
 
@@ -94,8 +108,8 @@ class ProducerStateEntry:
     producer_id: int
     producer_epoch: int = NO_EPOCH
     last_timestamp: int = -1  # the max timestamp of its last batch: what producer.id.expiration.ms is measured from
-    coordinator_epoch: int = -1  # transactions (issue 11)
-    current_txn_first_offset: int = -1
+    coordinator_epoch: int = -1  # of the last transaction marker
+    current_txn_first_offset: int = -1  # the open transaction's first offset, -1 when none
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=BATCHES_PER_PRODUCER))
 
     @property
@@ -128,6 +142,9 @@ class ProducerStateEntry:
             self.batches.append(_new_tuple(BatchMetadata, (seq, last, base, base + delta, ts)))
 
 
+ControlReader = Callable[[BatchHeader], ControlRecord]
+
+
 class ProducerStateManager:
     """The producer state of one partition and its snapshot files in `dir`."""
 
@@ -135,6 +152,11 @@ class ProducerStateManager:
         self.dir = dir
         self.name = name  # "<topic>-<partition>", for messages
         self.producers: dict[int, ProducerStateEntry] = {}
+        self.ongoing: dict[int, int] = {}  # producer id -> first offset of its open transaction
+        self.unreplicated: deque[tuple[int, int]] = deque()  # (marker offset, first offset) above the HW
+        self._first_unstable: int | None = None
+        self._first_unstable_known = True
+        self.aborted_sink: Callable[[AbortedTxn], None] = lambda e: None  # the Log's .txnindex
         self.map_end_offset = 0  # where the last load or truncation left the state (the LEO then)
         # What the last load did, for tests and logs: (snapshot offset or None, batches replayed).
         self.loaded_from: tuple[int | None, int] = (None, 0)
@@ -145,7 +167,7 @@ class ProducerStateManager:
 
     # --- the leader's checks and the updates --------------------------------------------
 
-    def check(self, headers: list[BatchHeader]) -> BatchMetadata | None:
+    def check(self, headers: list[BatchHeader], client: bool = True) -> BatchMetadata | None:
         """Check client batches against the state before they are appended. Returns the metadata
         of the original if a batch duplicates one of its producer's last 5 batches (the whole
         append is then answered with it and nothing is appended, as Kafka does); raises
@@ -155,7 +177,8 @@ class ProducerStateManager:
             if h.producer_id < 0:  # a plain producer
                 return None
             entry = self.producers.get(h.producer_id)
-            if entry is not None and h.producer_epoch == entry.producer_epoch and entry.batches:
+            if (entry is not None and h.producer_epoch == entry.producer_epoch and entry.batches
+                    and (entry.current_txn_first_offset < 0 or h.attributes & TRANSACTIONAL_BIT)):
                 last = entry.batches[-1][1]
                 if h.base_sequence == last + 1 and last < INT32_MAX:  # the next batch, as nearly always
                     return None
@@ -163,6 +186,12 @@ class ProducerStateManager:
         for h in headers:
             pid = h.producer_id
             if pid < 0:
+                continue
+            if not client:  # a coordinator writing for a producer (TxnOffsetCommit): its epoch only
+                entry = self.producers.get(pid)
+                if entry is not None and h.producer_epoch < entry.producer_epoch:
+                    raise InvalidProducerEpochError(
+                        f"{self.name}: producer {pid} epoch {h.producer_epoch} is older than {entry.producer_epoch}")
                 continue
             epoch, first_seq = h.producer_epoch, h.base_sequence
             if first_seq < 0:
@@ -178,6 +207,10 @@ class ProducerStateManager:
                 cur_epoch, cur_last = entry.producer_epoch, entry.last_seq
             else:
                 cur_epoch, cur_last = NO_EPOCH, NO_SEQUENCE
+            if entry is not None and entry.current_txn_first_offset >= 0 and not h.is_transactional:
+                raise InvalidTxnStateError(
+                    f"{self.name}: producer {pid} sent a non-transactional batch while its transaction "
+                    f"(from offset {entry.current_txn_first_offset}) is open")
             if epoch < cur_epoch:
                 raise InvalidProducerEpochError(
                     f"{self.name}: producer {pid} epoch {epoch} is older than the current epoch {cur_epoch}")
@@ -193,8 +226,24 @@ class ProducerStateManager:
             staged[pid] = (epoch, last_seq)
         return None
 
-    def update(self, headers: Iterable[BatchHeader]) -> None:
-        """Apply appended batches (leader after `check`, follower and replay without checks)."""
+    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
+        """A transaction marker the coordinator asks the leader to append: refused from an epoch older
+        than the producer's (INVALID_PRODUCER_EPOCH) or from a deposed coordinator."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return
+        if producer_epoch < entry.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"{self.name}: marker of producer {producer_id} has epoch {producer_epoch}, older than "
+                f"{entry.producer_epoch}")
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"{self.name}: marker of producer {producer_id} comes from coordinator epoch {coordinator_epoch}, "
+                f"older than {entry.coordinator_epoch}")
+
+    def update(self, headers: Iterable[BatchHeader], read_control: ControlReader | None = None) -> None:
+        """Apply appended batches (leader after `check`, follower and replay without checks).
+        `read_control` decodes a control batch's record (markers need their type)."""
         producers = self.producers
         for h in headers:
             pid = h.producer_id
@@ -202,7 +251,60 @@ class ProducerStateManager:
                 entry = producers.get(pid)
                 if entry is None:
                     entry = producers[pid] = ProducerStateEntry(pid)
+                if h.attributes & TRANSACTIONAL_BIT:
+                    if h.is_control:
+                        self._end_txn(entry, h, read_control)
+                    elif entry.current_txn_first_offset < 0:
+                        entry.current_txn_first_offset = h.base_offset
+                        self.ongoing[pid] = h.base_offset
+                        self._first_unstable_known = False
                 entry.add(h)
+
+    def _end_txn(self, entry: ProducerStateEntry, h: BatchHeader, read_control: ControlReader | None) -> None:
+        if read_control is None:
+            raise ValueError(f"{self.name}: a control batch needs its record read")
+        try:
+            cr = read_control(h)
+        except DecodeError as e:
+            logger.warning("%s: unreadable control batch at offset %d (%s); ignoring it", self.name, h.base_offset, e)
+            return
+        if not cr.is_txn_marker:
+            return
+        entry.coordinator_epoch = cr.coordinator_epoch
+        first = entry.current_txn_first_offset
+        if first < 0:  # a marker for a transaction that wrote nothing here
+            return
+        entry.current_txn_first_offset = -1
+        del self.ongoing[entry.producer_id]
+        self.unreplicated.append((h.base_offset, first))
+        self._first_unstable_known = False
+        if cr.type == 0:  # abort: its LSO is where the first still undecided transaction begins
+            lso = min(self.ongoing.values(), default=h.base_offset + 1)
+            self.aborted_sink(AbortedTxn(entry.producer_id, first, h.base_offset, lso))
+
+    def on_high_watermark(self, hw: int) -> None:
+        """Completed transactions whose markers the HW passed are stable."""
+        u = self.unreplicated
+        if u and u[0][0] < hw:
+            while u and u[0][0] < hw:
+                u.popleft()
+            self._first_unstable_known = False
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest transaction not yet decided and replicated; None when none."""
+        if not self._first_unstable_known:
+            firsts = list(self.ongoing.values())
+            firsts.extend(first for _, first in self.unreplicated)
+            self._first_unstable = min(firsts) if firsts else None
+            self._first_unstable_known = True
+        return self._first_unstable
+
+    def _reset(self, producers: dict[int, ProducerStateEntry]) -> None:
+        self.producers = producers
+        self.ongoing = {pid: e.current_txn_first_offset for pid, e in producers.items()
+                        if e.current_txn_first_offset >= 0}
+        self.unreplicated.clear()
+        self._first_unstable_known = False
 
     def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
         """Forget producers idle for producer.id.expiration.ms (measured from their last batch's
@@ -302,14 +404,15 @@ class ProducerStateManager:
     # --- loading and truncation -----------------------------------------------------------
 
     def load(self, log_start_offset: int, log_end_offset: int, recovery_point: int, clean_shutdown: bool,
-             batches_from: Callable[[int], Iterable[BatchHeader]], snapshot_offsets: list[int] | None = None) -> None:
+             batches_from: Callable[[int], Iterable[BatchHeader]], snapshot_offsets: list[int] | None = None,
+             read_control: ControlReader | None = None) -> None:
         """Rebuild the state: the latest valid snapshot at or below min(recovery point, LEO), then
         the batch headers from there to the LEO (`batches_from(offset)` yields them). Snapshots
         above the LEO (a truncated log) are deleted first, damaged ones when met. A log that has no
         snapshot after a clean shutdown never held producer state (close writes one whenever it
         did), so nothing is replayed. `snapshot_offsets`: the snapshot files the caller found in
         its own listing of the directory (None: list it here)."""
-        self.producers = {}
+        self._reset({})
         if snapshot_offsets is not None:
             self._snapshots = sorted(snapshot_offsets)
         self.delete_snapshots(lambda off: off <= log_end_offset)
@@ -319,7 +422,7 @@ class ProducerStateManager:
             if off > min(recovery_point, log_end_offset):
                 continue
             try:
-                self.producers = self.read_snapshot(off)
+                self._reset(self.read_snapshot(off))
             except (OSError, ValueError) as e:
                 logger.warning("%s: producer state snapshot %s is unusable (%s); deleting it",
                                self.name, snapshot_name(off), e)
@@ -333,7 +436,7 @@ class ProducerStateManager:
             for h in batches_from(self.map_end_offset):
                 if h.base_offset >= log_end_offset:
                     break
-                self.update((h,))
+                self.update((h,), read_control)
                 replayed += 1
         self.map_end_offset = log_end_offset
         self.loaded_from = (start, replayed)
@@ -344,7 +447,7 @@ class ProducerStateManager:
 
     def truncate_fully(self, offset: int) -> None:
         """The log restarts empty at `offset`: no producer state, no snapshots."""
-        self.producers = {}
+        self._reset({})
         self.delete_snapshots(lambda off: False)
         self.map_end_offset = offset
         self.loaded_from = (None, 0)

@@ -1,4 +1,4 @@
-"""LogSegment: one `<base offset>.log` file of record batches, with its .index and .timeindex.
+"""LogSegment: one `<base offset>.log` file of record batches, with its .index, .timeindex and .txnindex.
 
 Batches are stored exactly as they travel on the wire. Appends are one positional write of
 the whole record set; reads are one `os.pread` starting from the offset index's entry at or
@@ -53,6 +53,7 @@ from gregor.storage.segment_scan import (  # noqa: F401 - SegmentRead is importe
     read_batches,
     scan_for_recovery,
 )
+from gregor.storage.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ TIME_INDEX_SUFFIX = ".timeindex"
 DELETED_SUFFIX = ".deleted"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
-SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 
 def parse_base_offset(file_name: str) -> int | None:
@@ -93,6 +94,7 @@ class LogSegment(SegmentFile):
         size: int,
         offset_index: OffsetIndex,
         time_index: TimeIndex,
+        txn_index: TransactionIndex,
         *,
         suffix: str,
         index_interval_bytes: int,
@@ -104,6 +106,7 @@ class LogSegment(SegmentFile):
         self.size = size
         self.offset_index = offset_index
         self.time_index = time_index
+        self.txn_index = txn_index  # aborted transactions whose markers are here (txn_index.py)
         self.index_interval_bytes = index_interval_bytes
         self.roll_jitter_ms = roll_jitter_ms
         self.created_ms = created_ms
@@ -150,6 +153,7 @@ class LogSegment(SegmentFile):
             dir, base_offset, size,
             OffsetIndex(prefix + INDEX_SUFFIX + suffix, base_offset, config.max_index_entries, new=new),
             TimeIndex(prefix + TIME_INDEX_SUFFIX + suffix, base_offset, config.max_time_index_entries, new=new),
+            TransactionIndex(prefix + TXN_INDEX_SUFFIX + suffix, new=new),
             suffix=suffix, index_interval_bytes=config.index_interval_bytes, roll_jitter_ms=_jitter(config),
             created_ms=now_ms, preallocated=preallocated,
         )
@@ -412,6 +416,7 @@ class LogSegment(SegmentFile):
         self._preallocated = False
         self.offset_index.write_pending()
         self.time_index.write_pending()
+        self.txn_index.truncate_to(scan.next_offset)  # markers lost with a torn tail; replay re-adds the rest
         return truncated
 
 
@@ -423,6 +428,7 @@ class LogSegment(SegmentFile):
         self._ensure_time_index()
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(h.base_offset)
         removed = self.size - h.position
         self._ftruncate(h.position)
         self.size = h.position
@@ -472,6 +478,7 @@ class LogSegment(SegmentFile):
             os.fsync(fd)
             self.offset_index.fsync()
             self.time_index.fsync()
+            self.txn_index.fsync()
         except OSError:
             if self.closed:
                 return
@@ -494,15 +501,16 @@ class LogSegment(SegmentFile):
         )
 
     def change_suffix(self, new_suffix: str) -> None:
-        """Rename the three files, e.g. to `.deleted` before an asynchronous delete."""
+        """Rename the files, e.g. to `.deleted` before an asynchronous delete."""
         prefix = os.path.join(self.dir, file_prefix(self.base_offset))
         os.replace(prefix + LOG_SUFFIX + self.suffix, prefix + LOG_SUFFIX + new_suffix)
         self.offset_index.rename(prefix + INDEX_SUFFIX + new_suffix)
         self.time_index.rename(prefix + TIME_INDEX_SUFFIX + new_suffix)
+        self.txn_index.rename(prefix + TXN_INDEX_SUFFIX + new_suffix)
         self.suffix = new_suffix
 
     def file_paths(self) -> list[str]:
-        return [self.log_path, self.offset_index.path, self.time_index.path]
+        return [self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path]
 
     def delete_files(self) -> None:
         for path in self.file_paths():

@@ -19,6 +19,7 @@ from gregor.protocol.records import (
     BatchHeader,
     Record,
     build_batch,
+    build_marker_batch,
     compute_crc,
     decode_records,
     iter_headers,
@@ -607,3 +608,45 @@ def test_compact_delete_still_applies_retention(tmp_path) -> None:
     assert log.num_segments == 4  # each batch fills a segment: none merged
     assert log.delete_old_segments(now_ms=3500) == 2  # the segments with timestamps 1000 and 2000
     assert [r.key for r in read_records(log)] == [b"k2"]
+
+
+# --- transactions ---------------------------------------------------------------------------------------
+
+
+def _append_txn(log: Log, pid: int, seq: int, pairs: list[tuple[Key, bytes]]) -> None:
+    first = log.log_end_offset
+    recs = [Record(first + i, 1000, k, v) for i, (k, v) in enumerate(pairs)]
+    buf = bytearray(build_batch(recs, base_offset=first, producer_id=pid, producer_epoch=0, base_sequence=seq,
+                                transactional=True))
+    log.append_as_leader(buf, validate_record_set(memoryview(buf), 1 << 30), 0, 1000)
+    log.update_high_watermark(log.log_end_offset)
+
+
+def _marker(log: Log, pid: int, commit: bool) -> None:
+    buf = bytearray(build_marker_batch(pid, 0, commit, 0, 1000))
+    log.append_as_leader(buf, validate_record_set(memoryview(buf), 1 << 30), 0, 1000)
+    log.update_high_watermark(log.log_end_offset)
+
+
+def test_an_aborted_write_never_shadows_a_committed_one_and_open_transactions_are_not_cleaned(tmp_path) -> None:
+    log = open_compacted(tmp_path, segment_bytes=10**6)
+    _append_txn(log, 7, 0, [(b"k", b"committed")])  # 0
+    _marker(log, 7, commit=True)  # 1
+    _append_txn(log, 8, 0, [(b"k", b"aborted")])  # 2: newer, but aborted
+    _marker(log, 8, commit=False)  # 3
+    _append_txn(log, 9, 0, [(b"j", b"old"), (b"j", b"open")])  # 4-5: still open
+    append_kv(log, [(b"x", b"plain")])  # 6
+    log.roll(now_ms=0)
+    assert log.last_stable_offset == 4
+    stats = cleaner_for(log).clean_now(log, now_ms=10**6)
+    assert stats.end_offset == 4  # the open transaction and what follows wait
+    left = {(r.offset, r.key, r.value) for r in read_records(log)}
+    assert (0, b"k", b"committed") in left and not any(v == b"aborted" for _, _, v in left)
+    assert {(4, b"j", b"old"), (5, b"j", b"open")} <= left  # not deduplicated while open
+    assert [(a.producer_id, a.first_offset, a.last_offset) for a in log.aborted_transactions(0, 7)] == [(8, 2, 3)]
+    # The producer state rebuilt from the cleaned log keeps the open transaction open.
+    log.close()
+    reopened = Log.open(log.dir, log.config, recovery_point=0, now_ms=0)
+    reopened.update_high_watermark(reopened.log_end_offset)
+    assert reopened.last_stable_offset == 4
+    reopened.close()

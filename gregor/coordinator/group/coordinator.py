@@ -380,6 +380,32 @@ class GroupCoordinator:
             self.rebalance.schedule_heartbeat(g, g.members[member_id])
         return self.metadata.store_offsets(g, group_id, offsets)
 
+    def txn_commit_offsets(self, group_id: str, producer_id: int, producer_epoch: int, generation_id: int,
+                           member_id: str, instance_id: str | None, offsets: list[tuple[str, int, int, int, str | None]]
+                           ) -> ErrorCode | dict[tuple[str, int], ErrorCode] | asyncio.Future[dict[tuple[str, int], ErrorCode]]:
+        """TxnOffsetCommit: offsets written in the producer's transaction, the group's once it commits.
+        A v3+ client names its consumer's member and generation (KIP-447), checked as OffsetCommit
+        checks them, so a zombie consumer's transaction cannot commit for the group."""
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID
+        g = self.groups.get(group_id)
+        if g is None:
+            g = self.groups[group_id] = Group(group_id, current_state_timestamp_ms=_now_ms())
+        if g.state == DEAD:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if generation_id >= 0 or member_id:
+            if g.consumer is not None:
+                err = self.consumer.validate_offset_commit(g, member_id, generation_id, 9)
+                if err is not None:
+                    return err
+            else:
+                err = self._check_member(g, member_id, instance_id)
+                if err is not None:
+                    return err
+                if generation_id != g.generation:
+                    return ErrorCode.ILLEGAL_GENERATION
+        return self.metadata.store_offsets(g, group_id, offsets, producer=(producer_id, producer_epoch))
+
     def check_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:
         """OffsetFetch v9 names the member: a consumer (KIP-848) group checks it is one, at its epoch."""
         g = self.groups.get(group_id)
@@ -443,7 +469,7 @@ def append_via(replica_manager: Any, required_acks: int, timeout_ms: int) -> App
     def append(topic: str, partition: int, batch: bytes) -> asyncio.Future[None] | None:
         buf = memoryview(bytearray(batch))
         headers = validate_record_set(buf, 1 << 30)
-        out = replica_manager.append_records(timeout_ms, required_acks, [(topic, partition, buf, headers)])
+        out = replica_manager.append_records(timeout_ms, required_acks, [(topic, partition, buf, headers, False)])
         if not isinstance(out, asyncio.Future):
             err = _store_error(topic, partition, out[0])
             if err is not None:

@@ -11,7 +11,10 @@ KafkaError when the coordinator's own append fails; memory is changed only after
 succeeded. An offset commit waits further, for offsets.commit.required.acks (the ISR of its
 partition by default, as Kafka): it is answered, and its offsets become visible to OffsetFetch,
 only once its replicas have it, so a commit a client saw succeed survives the coordinator's
-death. Other writes (group metadata, tombstones) are answered after the local append; their
+death. Transactional offset commits (TxnOffsetCommit) are written in the producer's transaction and
+held apart (`txn_offsets`) until its marker reaches the partition: a commit marker makes them the
+group's offsets, an abort drops them; OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT
+for a partition with one pending. Other writes (group metadata, tombstones) are answered after the local append; their
 replication is waited for in the background and a failure is logged (a new coordinator then
 rebuilds the group from what was replicated, and its members rejoin).
 """
@@ -28,7 +31,7 @@ from gregor.config import BrokerConfig
 from gregor.coordinator.group import records as rec
 from gregor.coordinator.group.state import DEAD, EMPTY, STABLE, Group, Member, OffsetAndMetadata
 from gregor.protocol.errors import ErrorCode, KafkaError
-from gregor.protocol.records import Record, build_batch, iter_headers
+from gregor.protocol.records import CONTROL_COMMIT, Record, build_batch, iter_headers, read_control_record
 from gregor.protocol.records import decode_records as decode_batch
 
 if TYPE_CHECKING:
@@ -80,6 +83,8 @@ class GroupMetadataManager:
         self.groups: dict[str, Group] = {}
         self._offset_writes = 0  # numbers offset commits in the order of their writes (Group.offset_write_seq)
         self.consumer: ConsumerGroupProtocol | None = None  # set by the coordinator: its records and tombstones
+        # producer id -> group -> offsets written in its open transaction, until its marker
+        self.txn_offsets: dict[int, dict[str, dict[tuple[str, int], OffsetAndMetadata]]] = {}
 
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.num_partitions)
@@ -104,6 +109,11 @@ class GroupMetadataManager:
         gone = [g for gid, g in self.groups.items() if self.partition_for(gid) == partition]
         for g in gone:
             del self.groups[g.group_id]
+        for pid, by_group in list(self.txn_offsets.items()):
+            for gid in [gid for gid in by_group if self.partition_for(gid) == partition]:
+                del by_group[gid]
+            if not by_group:
+                del self.txn_offsets[pid]
         return gone
 
     def _load_partition(self, p: int) -> tuple[int, int]:
@@ -125,6 +135,14 @@ class GroupMetadataManager:
                 for h in iter_headers(records):
                     offset = h.base_offset
                     if h.is_control:
+                        if h.is_transactional:
+                            try:
+                                cr = read_control_record(records, h)
+                            except Exception as e:
+                                skip("control batch", e)
+                                continue
+                            if cr.is_txn_marker:
+                                self.complete_txn(h.producer_id, {p}, cr.type == CONTROL_COMMIT)
                         continue
                     try:
                         batch = decode_batch(records, h)
@@ -134,7 +152,7 @@ class GroupMetadataManager:
                     for r in batch:
                         offset = r.offset
                         try:
-                            self._replay(r.key, r.value)
+                            self._replay(r.key, r.value, h.producer_id if h.is_transactional else -1)
                             n += 1
                         except Exception as e:
                             skip("record", e)
@@ -144,8 +162,9 @@ class GroupMetadataManager:
             log.warning("skipped %d unreadable records or batches in %s-%d", skipped, OFFSETS_TOPIC, p)
         return n, skipped
 
-    def _replay(self, key: bytes | None, value: bytes | None) -> None:
-        """Apply one record; raises (DecodeError or other) when it cannot be decoded, changing nothing."""
+    def _replay(self, key: bytes | None, value: bytes | None, txn_producer_id: int = -1) -> None:
+        """Apply one record; raises (DecodeError or other) when it cannot be decoded, changing nothing.
+        An offset commit of a transaction (`txn_producer_id`) waits for its marker."""
         if key is None:
             return
         if self._consumer().replay(key, value):
@@ -159,9 +178,12 @@ class GroupMetadataManager:
                     self.maybe_drop(g)
                 return
             v = rec.decode_offset_value(value)
+            om = OffsetAndMetadata(v.offset, v.leader_epoch, v.metadata, v.commit_timestamp)
+            if txn_producer_id >= 0:
+                self.txn_offsets.setdefault(txn_producer_id, {}).setdefault(k.group, {})[(k.topic, k.partition)] = om
+                return
             g = self.groups.setdefault(k.group, Group(k.group))
-            g.offsets[(k.topic, k.partition)] = OffsetAndMetadata(v.offset, v.leader_epoch, v.metadata,
-                                                                  v.commit_timestamp)
+            g.offsets[(k.topic, k.partition)] = om
             return
         if value is None:
             g = self.groups.get(k.group)
@@ -189,11 +211,15 @@ class GroupMetadataManager:
         g.state = STABLE if g.members else EMPTY
 
     # --- writes ----------------------------------------------------------------------
-    def write(self, group_id: str, entries: list[tuple[bytes, bytes | None]]) -> asyncio.Future[None] | None:
+    def write(self, group_id: str, entries: list[tuple[bytes, bytes | None]],
+              producer: tuple[int, int] | None = None) -> asyncio.Future[None] | None:
         """Append records to the group's partition; raises KafkaError (nothing changes in memory then).
-        Returns the wait for the append's replicas, if there is one (see `Append`)."""
+        Returns the wait for the append's replicas, if there is one (see `Append`). With `producer`
+        (id, epoch) the batch is part of that producer's transaction."""
         now = _now_ms()
-        batch = build_batch([Record(i, now, k, v) for i, (k, v) in enumerate(entries)])
+        pid, epoch = producer if producer is not None else (-1, -1)
+        batch = build_batch([Record(i, now, k, v) for i, (k, v) in enumerate(entries)], producer_id=pid,
+                            producer_epoch=epoch, transactional=producer is not None)
         return self._append_batch(OFFSETS_TOPIC, self.partition_for(group_id), batch)
 
     def write_unwaited(self, group_id: str, entries: list[tuple[bytes, bytes | None]]) -> None:
@@ -231,7 +257,8 @@ class GroupMetadataManager:
             # The group keeps working from memory; a restart would show the previous generation.
             log.error("could not store metadata of group %s: %s", g.group_id, e)
 
-    def store_offsets(self, g: Group, group_id: str, offsets: list[tuple[str, int, int, int, str | None]]
+    def store_offsets(self, g: Group, group_id: str, offsets: list[tuple[str, int, int, int, str | None]],
+                      producer: tuple[int, int] | None = None
                       ) -> dict[tuple[str, int], ErrorCode] | asyncio.Future[dict[tuple[str, int], ErrorCode]]:
         """Write accepted commits (the coordinator has checked the member and generation) and apply
         them once written as offsets.commit.required.acks asks; an error per (topic, partition), or
@@ -250,13 +277,15 @@ class GroupMetadataManager:
         pending = None
         if entries:
             try:
-                pending = self.write(group_id, entries)
+                pending = self.write(group_id, entries, producer)
             except KafkaError as e:
                 for tp, _ in accepted:
                     results[tp] = e.code
                 return results
         self._offset_writes += 1
         seq = self._offset_writes
+        if producer is not None:
+            return self._hold_txn_offsets(producer[0], group_id, accepted, results, pending)
         if pending is None:
             return self._apply_offsets(g, accepted, results, seq, None)
         applied: asyncio.Future[dict[tuple[str, int], ErrorCode]] = asyncio.get_running_loop().create_future()
@@ -282,6 +311,45 @@ class GroupMetadataManager:
                 g.offset_write_seq[tp] = seq
             results[tp] = ErrorCode.NONE if error is None else error.code
         return results
+
+    def _hold_txn_offsets(self, producer_id: int, group_id: str, accepted: list[tuple[tuple[str, int], OffsetAndMetadata]],
+                          results: dict[tuple[str, int], ErrorCode], pending: asyncio.Future[None] | None
+                          ) -> dict[tuple[str, int], ErrorCode] | asyncio.Future[dict[tuple[str, int], ErrorCode]]:
+        def hold(error: BaseException | None) -> dict[tuple[str, int], ErrorCode]:
+            code = ErrorCode.NONE if error is None else (
+                error.code if isinstance(error, KafkaError) else ErrorCode.UNKNOWN_SERVER_ERROR)
+            if error is None:
+                held = self.txn_offsets.setdefault(producer_id, {}).setdefault(group_id, {})
+                held.update(accepted)
+            for tp, _ in accepted:
+                results[tp] = code
+            return results
+
+        if pending is None:
+            return hold(None)
+        out: asyncio.Future[dict[tuple[str, int], ErrorCode]] = asyncio.get_running_loop().create_future()
+        pending.add_done_callback(lambda f: out.set_result(hold(f.exception())))
+        return out
+
+    def complete_txn(self, producer_id: int, partitions: set[int], commit: bool) -> None:
+        """A transaction marker of `producer_id` reached these __consumer_offsets partitions: its offsets
+        for groups there become the groups' (commit) or are dropped (abort)."""
+        by_group = self.txn_offsets.get(producer_id)
+        if not by_group:
+            return
+        for gid in [gid for gid in by_group if self.partition_for(gid) in partitions]:
+            offsets = by_group.pop(gid)
+            if commit:
+                g = self.groups.setdefault(gid, Group(gid))
+                self._offset_writes += 1
+                for tp, om in offsets.items():
+                    g.offsets[tp] = om
+                    g.offset_write_seq[tp] = self._offset_writes
+        if not by_group:
+            del self.txn_offsets[producer_id]
+
+    def has_pending_txn_offset(self, group_id: str, tp: tuple[str, int]) -> bool:
+        return any(tp in by_group.get(group_id, ()) for by_group in self.txn_offsets.values())
 
     def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
                       ) -> dict[tuple[str, int], OffsetAndMetadata | None]:

@@ -43,6 +43,13 @@ from gregor.server.handlers.topics import (
     handle_delete_records,
     handle_delete_topics,
 )
+from gregor.server.handlers.transactions import (
+    handle_add_offsets_to_txn,
+    handle_add_partitions_to_txn,
+    handle_end_txn,
+    handle_txn_offset_commit,
+    handle_write_txn_markers,
+)
 
 HANDLERS: dict[int, Handler] = {
     0: handle_produce,
@@ -65,6 +72,11 @@ HANDLERS: dict[int, Handler] = {
     21: handle_delete_records,
     22: handle_init_producer_id,
     23: handle_offset_for_leader_epoch,
+    24: handle_add_partitions_to_txn,
+    25: handle_add_offsets_to_txn,
+    26: handle_end_txn,
+    27: handle_write_txn_markers,
+    28: handle_txn_offset_commit,
     32: handle_describe_configs,
     33: handle_alter_configs,
     37: handle_create_partitions,

@@ -79,7 +79,7 @@ def handle_fetch(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.F
                 entry = {
                     "partition_index": p.partition, "error_code": r.error, "high_watermark": r.high_watermark,
                     "last_stable_offset": r.last_stable_offset, "log_start_offset": r.log_start_offset,
-                    "aborted_transactions": [] if read_committed and r.error == ErrorCode.NONE else None,
+                    "aborted_transactions": _aborted(r) if read_committed and r.error == ErrorCode.NONE else None,
                     "preferred_read_replica": r.preferred_read_replica, "records": r.records,
                 }
                 if r.diverging_epoch is not None:
@@ -91,3 +91,7 @@ def handle_fetch(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.F
                 "responses": session.filter(topics)}
 
     return ctx.broker.replica_manager.fetch_messages(params, requests, respond)
+
+
+def _aborted(r: ReadResult) -> list[dict[str, int]]:
+    return [{"producer_id": a.producer_id, "first_offset": a.first_offset} for a in r.aborted or ()]

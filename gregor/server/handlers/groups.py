@@ -19,8 +19,10 @@ from gregor.coordinator.group.state import STABLE
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.schema import Struct
 from gregor.server.dispatcher import RequestContext
+from gregor.server.handlers.transactions import find_txn_coordinator
 
 KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
 
 
 def _then(result: Any, build: Any) -> Any:
@@ -73,7 +75,17 @@ def _coordinator(ctx: RequestContext, group_id: str | None = None) -> Any:
 
 
 def handle_find_coordinator(ctx: RequestContext, req: Struct) -> Any:
-    """Answered once __consumer_offsets exists: its first creation is waited for, not failed."""
+    """Answered once __consumer_offsets (groups) or __transaction_state (transactions) exists: its first
+    creation is waited for, not failed."""
+    if req.key_type == KEY_TYPE_TRANSACTION:
+        pending = None if ctx.broker.log_manager.loading else ctx.broker.txn_topic_creation()
+        if pending is None:
+            return _find_coordinator(ctx, req)
+
+        async def after(pending: asyncio.Future[None]) -> Any:
+            await asyncio.wait([pending])
+            return _find_coordinator(ctx, req)
+        return asyncio.ensure_future(after(pending))
     if req.key_type != KEY_TYPE_GROUP:
         return _find_coordinator(ctx, req)
     return _after_offsets_topic(_find_coordinator)(ctx, req)
@@ -87,9 +99,18 @@ def _find_coordinator(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     for key in keys:
         entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1,
                                  "error_code": ErrorCode.NONE, "error_message": None}
-        if req.key_type != KEY_TYPE_GROUP:
-            entry["error_code"] = ErrorCode.COORDINATOR_NOT_AVAILABLE
-            entry["error_message"] = "Only group coordinators are available on this broker (no transactions yet)"
+        if req.key_type == KEY_TYPE_TRANSACTION:
+            try:
+                if me is None:
+                    raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the broker is starting")
+                node, host, port = find_txn_coordinator(ctx, key)
+                entry.update({"node_id": node, "host": host, "port": port})
+            except KafkaError as e:
+                entry["error_code"] = e.code
+                entry["error_message"] = e.message
+        elif req.key_type != KEY_TYPE_GROUP:
+            entry["error_code"] = ErrorCode.INVALID_REQUEST
+            entry["error_message"] = f"Unknown coordinator key type {req.key_type}"
         else:
             try:
                 if me is None:  # not in the metadata yet (the first moments of start): clients retry
@@ -235,7 +256,7 @@ def _offset_commit_response(req: Struct, unknown: set[tuple[str, int]],
 
 
 def _fetch_group(ctx: RequestContext, group_id: str, topics: list[Struct] | None, member_id: str | None = None,
-                 member_epoch: int = -1) -> tuple[ErrorCode, list[dict[str, Any]]]:
+                 member_epoch: int = -1, require_stable: bool = False) -> tuple[ErrorCode, list[dict[str, Any]]]:
     try:
         gc = _coordinator(ctx, group_id)
     except KafkaError as e:
@@ -249,12 +270,14 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: list[Struct] | None
     order = wanted if wanted is not None else sorted(found)
     for topic, partition in order:
         om = found.get((topic, partition))
+        # KIP-447: a read_committed consumer must not start from an offset a transaction may still change.
+        unstable = require_stable and gc.metadata.has_pending_txn_offset(group_id, (topic, partition))
         by_topic.setdefault(topic, []).append({
             "partition_index": partition,
             "committed_offset": om.offset if om else -1,
             "committed_leader_epoch": om.leader_epoch if om else -1,
             "metadata": om.metadata if om else "",
-            "error_code": ErrorCode.NONE,
+            "error_code": ErrorCode.UNSTABLE_OFFSET_COMMIT if unstable else ErrorCode.NONE,
         })
     return ErrorCode.NONE, [{"name": t, "partitions": ps} for t, ps in by_topic.items()]
 
@@ -264,10 +287,10 @@ def handle_offset_fetch(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     if ctx.version >= 8:
         groups = []
         for g in req.groups:
-            code, topics = _fetch_group(ctx, g.group_id, g.topics, g.member_id, g.member_epoch)
+            code, topics = _fetch_group(ctx, g.group_id, g.topics, g.member_id, g.member_epoch, req.require_stable)
             groups.append({"group_id": g.group_id, "topics": topics, "error_code": code})
         return {"throttle_time_ms": 0, "groups": groups}
-    code, topics = _fetch_group(ctx, req.group_id, req.topics)
+    code, topics = _fetch_group(ctx, req.group_id, req.topics, require_stable=req.get("require_stable", False))
     return {"throttle_time_ms": 0, "topics": topics, "error_code": code}
 
 

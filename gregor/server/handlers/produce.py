@@ -124,8 +124,6 @@ def _prepare(records: memoryview, rules: ValidationRules, compression_type: str,
     if len(headers) != 1:
         raise KafkaError(ErrorCode.INVALID_RECORD,
                          f"Produce requests with version {version} must contain exactly one record batch per partition")
-    if headers[0].is_transactional:  # idempotent batches are the log's to check (producer state)
-        raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactions are not supported by this broker yet")
     if compression_type != "producer":
         return _recompress(records, headers, compression_type, rules.max_decompressed_bytes)
     return records, headers
@@ -219,10 +217,6 @@ def handle_produce(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio
             items.append(item)
             if acks not in (0, 1, -1):
                 item.answer = _error(pd.index, ErrorCode.INVALID_REQUIRED_ACKS)
-                continue
-            if req.transactional_id is not None:
-                item.answer = _error(pd.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                                     "transactions are not supported by this broker yet")
                 continue
             if td.name in INTERNAL_TOPICS:
                 item.answer = _error(pd.index, ErrorCode.INVALID_TOPIC_EXCEPTION,

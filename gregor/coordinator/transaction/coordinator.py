@@ -1,0 +1,310 @@
+"""The transaction coordinator: InitProducerId with a transactional id, AddPartitionsToTxn,
+AddOffsetsToTxn, EndTxn, timeouts, and DescribeTransactions/ListTransactions (Kafka's
+TransactionCoordinator).
+
+A transaction's life here: InitProducerId fences older producers of the id by bumping the epoch
+(aborting their open transaction first: the caller gets CONCURRENT_TRANSACTIONS and retries);
+AddPartitionsToTxn / AddOffsetsToTxn record the partitions before the producer writes to them;
+EndTxn writes PREPARE_COMMIT or PREPARE_ABORT, answers, and then `markers` (markers.py) writes the
+marker in every partition, after which COMPLETE_* is written. The PREPARE record is the decision:
+a coordinator elected after a crash finds it on load and sends the markers again. Open transactions
+older than their timeout are aborted with a bumped epoch, which fences their producer.
+
+Every change goes through `state.write` (state_manager.py), which applies it once replicated; while a
+write is in flight the id answers CONCURRENT_TRANSACTIONS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from gregor.coordinator.transaction.markers import TxnMarkerSender
+from gregor.coordinator.transaction.state import (
+    COMPLETE_ABORT,
+    COMPLETE_COMMIT,
+    DEAD,
+    EMPTY,
+    MAX_EPOCH,
+    NO_EPOCH,
+    ONGOING,
+    PREPARE_ABORT,
+    PREPARE_COMMIT,
+    PREPARE_EPOCH_FENCE,
+    STATES_BY_NAME,
+    TopicPartition,
+    TransactionMetadata,
+)
+from gregor.coordinator.transaction.state_manager import TransactionStateManager
+from gregor.protocol.errors import ErrorCode, KafkaError
+
+log = logging.getLogger("gregor.txn")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class TransactionCoordinator:
+    def __init__(self, config: Any, state: TransactionStateManager, new_producer_id: Callable[[], Awaitable[int]],
+                 markers: TxnMarkerSender, partition_exists: Callable[[str, int], bool]) -> None:
+        self.state = state
+        self._new_producer_id = new_producer_id
+        self.markers = markers
+        self._partition_exists = partition_exists
+        self.max_timeout_ms: int = config.get("transaction.max.timeout.ms")
+        self.id_expiration_ms: int = config.get("transactional.id.expiration.ms")
+        self._completions: set[asyncio.Task[None]] = set()
+
+    # --- leadership -------------------------------------------------------------------------
+    def follow_leadership(self, led: dict[int, int]) -> None:
+        """`led`: the __transaction_state partitions this broker leads now, with their leader epochs.
+        Newly led ones (or re-led under a new epoch) are loaded and their prepared transactions
+        completed; the others are forgotten."""
+        for p in list(self.state.epochs):
+            if p not in led:
+                self.state.unload(p)
+        for p, epoch in sorted(led.items()):
+            if self.state.epochs.get(p) == epoch:
+                continue
+            for m in self.state.load(p, epoch):
+                if m.state in (PREPARE_COMMIT, PREPARE_ABORT):
+                    log.info("completing the %s of transactional id %s left by the previous coordinator",
+                             "commit" if m.state == PREPARE_COMMIT else "abort", m.transactional_id)
+                    self._start_completion(m, epoch)
+
+    def shutdown(self) -> None:
+        for t in list(self._completions):
+            t.cancel()
+        self.markers.close()
+
+    # --- InitProducerId -------------------------------------------------------------------------
+    async def init_producer_id(self, tid: str, timeout_ms: int, producer_id: int = -1,
+                               producer_epoch: int = -1) -> tuple[ErrorCode, int, int]:
+        if not tid:
+            return ErrorCode.INVALID_REQUEST, -1, -1
+        if not 0 < timeout_ms <= self.max_timeout_ms:
+            return ErrorCode.INVALID_TRANSACTION_TIMEOUT, -1, -1
+        try:
+            m = self.state.get(tid)
+            if m is None:
+                pid = await self._new_producer_id()
+                m = self.state.get(tid)  # the id may have been created meanwhile
+                if m is None:
+                    m = TransactionMetadata(tid, pid, NO_EPOCH, timeout_ms, EMPTY, last_update_ms=_now_ms())
+                    self.state.table[tid] = m
+            if m.pending is not None:
+                return ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1
+            if producer_id >= 0:  # KIP-360/588: a producer re-initialising with its current id and epoch
+                ok = (producer_id == m.producer_id and producer_epoch in (m.producer_epoch, m.last_producer_epoch))
+                if not ok:
+                    return ErrorCode.PRODUCER_FENCED, -1, -1
+            if m.state in (PREPARE_COMMIT, PREPARE_ABORT, PREPARE_EPOCH_FENCE, DEAD):
+                return ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1
+            if m.state == ONGOING:
+                # An open transaction of an older producer: abort it under a bumped epoch (which fences
+                # that producer); the caller retries and gets the epoch after it.
+                await self._abort(m, fence=True)
+                return ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1
+            now = _now_ms()
+            if m.producer_epoch >= MAX_EPOCH:  # epochs exhausted: a new producer id, epoch 0
+                target = m.copy_with(producer_id=await self._new_producer_id(), producer_epoch=0,
+                                     last_producer_epoch=NO_EPOCH, timeout_ms=timeout_ms, state=EMPTY,
+                                     partitions=set(), start_ms=-1, last_update_ms=now)
+            else:
+                target = m.copy_with(producer_epoch=m.producer_epoch + 1, last_producer_epoch=m.producer_epoch,
+                                     timeout_ms=timeout_ms, state=EMPTY, partitions=set(), start_ms=-1,
+                                     last_update_ms=now)
+            await self.state.write(m, target)
+            return ErrorCode.NONE, m.producer_id, m.producer_epoch
+        except KafkaError as e:
+            return e.code, -1, -1
+
+    # --- AddPartitionsToTxn / AddOffsetsToTxn -----------------------------------------------------
+    def _check_producer(self, tid: str, producer_id: int, producer_epoch: int) -> TransactionMetadata:
+        m = self.state.get(tid)
+        if m is None:
+            raise KafkaError(ErrorCode.INVALID_PRODUCER_ID_MAPPING, f"no transactional id {tid}")
+        if m.producer_id != producer_id:
+            raise KafkaError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+                             f"producer id {producer_id} is not the current one of {tid}")
+        if m.producer_epoch != producer_epoch:
+            raise KafkaError(ErrorCode.PRODUCER_FENCED,
+                             f"producer epoch {producer_epoch} of {tid} is not the current {m.producer_epoch}")
+        if m.pending is not None or m.state in (PREPARE_COMMIT, PREPARE_ABORT, PREPARE_EPOCH_FENCE):
+            raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS, f"{tid} is completing a transaction")
+        return m
+
+    async def add_partitions(self, tid: str, producer_id: int, producer_epoch: int,
+                             partitions: list[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+        """Add partitions to the open transaction (opening it). Per partition: NONE, or
+        UNKNOWN_TOPIC_OR_PARTITION for those that do not exist and OPERATION_NOT_ATTEMPTED for the
+        rest, or one error for all (fencing, CONCURRENT_TRANSACTIONS, NOT_COORDINATOR, ...)."""
+        missing = [tp for tp in partitions if not self._partition_exists(*tp)]
+        if missing:
+            return {tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in missing else ErrorCode.OPERATION_NOT_ATTEMPTED
+                    for tp in partitions}
+        try:
+            m = self._check_producer(tid, producer_id, producer_epoch)
+            if m.state == ONGOING and set(partitions) <= m.partitions:
+                return dict.fromkeys(partitions, ErrorCode.NONE)
+            now = _now_ms()
+            if m.state == ONGOING:
+                target = m.copy_with(partitions=m.partitions | set(partitions), last_update_ms=now)
+            else:
+                target = m.copy_with(state=ONGOING, partitions=set(partitions), start_ms=now, last_update_ms=now)
+            await self.state.write(m, target)
+            return dict.fromkeys(partitions, ErrorCode.NONE)
+        except KafkaError as e:
+            return dict.fromkeys(partitions, e.code)
+
+    def verify_partitions(self, tid: str, producer_id: int, producer_epoch: int,
+                          partitions: list[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+        """AddPartitionsToTxn v4+ verify_only (KIP-890): are these partitions in the open transaction?"""
+        try:
+            m = self._check_producer(tid, producer_id, producer_epoch)
+        except KafkaError as e:
+            return dict.fromkeys(partitions, e.code)
+        return {tp: ErrorCode.NONE if m.state == ONGOING and tp in m.partitions else ErrorCode.INVALID_TXN_STATE
+                for tp in partitions}
+
+    # --- EndTxn ----------------------------------------------------------------------------------
+    async def end_txn(self, tid: str, producer_id: int, producer_epoch: int, commit: bool) -> ErrorCode:
+        try:
+            m = self.state.get(tid)
+            if m is None:
+                return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+            if m.producer_id != producer_id:
+                return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+            if m.producer_epoch != producer_epoch:
+                return ErrorCode.PRODUCER_FENCED
+            if m.pending is not None:
+                return ErrorCode.CONCURRENT_TRANSACTIONS
+            if m.state == ONGOING:
+                if commit:
+                    await self._prepare(m, PREPARE_COMMIT, m.producer_epoch)
+                else:
+                    await self._abort(m, fence=False)
+                return ErrorCode.NONE
+            if m.state in (COMPLETE_COMMIT, PREPARE_COMMIT):  # a retry of the same decision, or the wrong one
+                return (ErrorCode.NONE if m.state == COMPLETE_COMMIT else ErrorCode.CONCURRENT_TRANSACTIONS) \
+                    if commit else ErrorCode.INVALID_TXN_STATE
+            if m.state in (COMPLETE_ABORT, PREPARE_ABORT):
+                return (ErrorCode.NONE if m.state == COMPLETE_ABORT else ErrorCode.CONCURRENT_TRANSACTIONS) \
+                    if not commit else ErrorCode.INVALID_TXN_STATE
+            if m.state == PREPARE_EPOCH_FENCE:
+                return ErrorCode.PRODUCER_FENCED
+            return ErrorCode.INVALID_TXN_STATE  # EMPTY: nothing to end
+        except KafkaError as e:
+            return e.code
+
+    async def _abort(self, m: TransactionMetadata, fence: bool) -> None:
+        """Abort the open transaction; with `fence` under the next epoch, so its producer is fenced."""
+        epoch = m.producer_epoch
+        if fence:
+            if m.producer_epoch >= MAX_EPOCH:  # cannot bump: abort under the current epoch (Kafka does too)
+                fence = False
+            else:
+                epoch = m.producer_epoch + 1
+                m.state = PREPARE_EPOCH_FENCE  # in memory only: written as PREPARE_ABORT below
+        try:
+            await self._prepare(m, PREPARE_ABORT, epoch, last_epoch=m.producer_epoch if fence else m.last_producer_epoch)
+        except KafkaError:
+            if m.state == PREPARE_EPOCH_FENCE:
+                m.state = ONGOING
+            raise
+
+    async def _prepare(self, m: TransactionMetadata, state: int, epoch: int, last_epoch: int | None = None) -> None:
+        coordinator_epoch = self.state.coordinator_epoch(m.transactional_id)
+        target = m.copy_with(state=state, producer_epoch=epoch, last_update_ms=_now_ms(),
+                             last_producer_epoch=m.last_producer_epoch if last_epoch is None else last_epoch)
+        await self.state.write(m, target)
+        self._start_completion(m, coordinator_epoch)
+
+    def _start_completion(self, m: TransactionMetadata, coordinator_epoch: int) -> None:
+        task = asyncio.ensure_future(self._complete(m, coordinator_epoch))
+        self._completions.add(task)
+        task.add_done_callback(self._completions.discard)
+
+    async def _complete(self, m: TransactionMetadata, coordinator_epoch: int) -> None:
+        """Markers, then COMPLETE_*: in the background of the EndTxn answer."""
+        commit = m.state == PREPARE_COMMIT
+        tid = m.transactional_id
+
+        def still_coordinator() -> bool:
+            try:
+                return (self.state.coordinator_epoch(tid) == coordinator_epoch
+                        and self.state.table.get(tid) is m and m.state in (PREPARE_COMMIT, PREPARE_ABORT))
+            except KafkaError:
+                return False
+
+        try:
+            if not await self.markers.send(m.producer_id, m.producer_epoch, commit, coordinator_epoch,
+                                           set(m.partitions), still_coordinator):
+                return
+            while still_coordinator():
+                target = m.copy_with(state=COMPLETE_COMMIT if commit else COMPLETE_ABORT, partitions=set(),
+                                     last_update_ms=_now_ms())
+                try:
+                    await self.state.write(m, target)
+                    return
+                except KafkaError as e:
+                    log.warning("cannot write the completion of transactional id %s (%s); retrying", tid, e)
+                    await asyncio.sleep(self.markers.retry_backoff_ms / 1000)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("completing transactional id %s failed", tid)
+
+    # --- timeouts and expiration ------------------------------------------------------------------
+    def abort_timed_out(self, now_ms: int | None = None) -> int:
+        """Abort (fencing their producers) the open transactions older than their timeout. Returns how many."""
+        now = _now_ms() if now_ms is None else now_ms
+        n = 0
+        for m in list(self.state.table.values()):
+            if m.state == ONGOING and m.pending is None and m.start_ms >= 0 and now - m.start_ms > m.timeout_ms:
+                log.info("aborting the transaction of %s (producer %d epoch %d): open %d ms, longer than its "
+                         "timeout of %d ms", m.transactional_id, m.producer_id, m.producer_epoch, now - m.start_ms,
+                         m.timeout_ms)
+                task = asyncio.ensure_future(self._abort(m, fence=True))
+                task.add_done_callback(_log_failure(m.transactional_id))
+                n += 1
+        return n
+
+    def expire_ids(self, now_ms: int | None = None) -> int:
+        """Forget ids with no open transaction idle longer than transactional.id.expiration.ms (a tombstone)."""
+        now = _now_ms() if now_ms is None else now_ms
+        n = 0
+        for m in list(self.state.table.values()):
+            if (m.state in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT) and m.pending is None
+                    and now - m.last_update_ms > self.id_expiration_ms):
+                task = asyncio.ensure_future(self.state.write(m, None))
+                task.add_done_callback(_log_failure(m.transactional_id))
+                n += 1
+        return n
+
+    # --- DescribeTransactions / ListTransactions -------------------------------------------------
+    def describe(self, tid: str) -> TransactionMetadata:
+        m = self.state.get(tid)
+        if m is None:
+            raise KafkaError(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, f"no transactional id {tid}")
+        return m
+
+    def list(self, states: list[str], producer_ids: list[int], duration_ms: int = -1) -> list[TransactionMetadata]:
+        wanted = {STATES_BY_NAME[s] for s in states if s in STATES_BY_NAME}
+        if states and not wanted:
+            return []
+        now = _now_ms()
+        return [m for m in self.state.table.values()
+                if (not wanted or m.state in wanted) and (not producer_ids or m.producer_id in producer_ids)
+                and (duration_ms < 0 or (m.state == ONGOING and now - m.start_ms >= duration_ms))]
+
+
+def _log_failure(tid: str) -> Callable[[asyncio.Future[Any]], None]:
+    def done(f: asyncio.Future[Any]) -> None:
+        if not f.cancelled() and f.exception() is not None:
+            log.warning("transactional id %s: %s", tid, f.exception())
+    return done

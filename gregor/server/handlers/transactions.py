@@ -1,0 +1,177 @@
+"""Transactions: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and TxnOffsetCommit (client to coordinator),
+WriteTxnMarkers (coordinator to partition leader). InitProducerId with a transactional id is in
+producers.py; FindCoordinator with key type 1 in groups.py.
+
+The transaction coordinator of an id is the leader of its __transaction_state partition; the topic is
+created on first use, and a request arriving meanwhile waits for the creation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from gregor.coordinator.transaction.coordinator import TransactionCoordinator
+from gregor.coordinator.transaction.state_manager import TRANSACTION_STATE_TOPIC
+from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.protocol.schema import Struct
+from gregor.server.dispatcher import RequestContext
+from gregor.server.txn_markers import append_markers
+
+TopicPartition = tuple[str, int]
+
+
+def _as_future(fn: Callable[[RequestContext, Struct], Coroutine[Any, Any, dict[str, Any]]]
+               ) -> Callable[[RequestContext, Struct], asyncio.Future[dict[str, Any]]]:
+    """The dispatcher takes a response or a Future of it: run the coroutine handler as a task."""
+    @functools.wraps(fn)
+    def run(ctx: RequestContext, req: Struct) -> asyncio.Future[dict[str, Any]]:
+        return asyncio.ensure_future(fn(ctx, req))
+    return run
+
+
+async def txn_coordinator(ctx: RequestContext) -> TransactionCoordinator:
+    """The coordinator once __transaction_state exists (its creation, started by the first request
+    that needs it, is waited for). Raises KafkaError (COORDINATOR_LOAD_IN_PROGRESS, ...)."""
+    broker = ctx.broker
+    if not broker.log_manager.loading:
+        pending = broker.txn_topic_creation()
+        if pending is not None:
+            await asyncio.wait([pending])
+    return broker.txn_coordinator_ready()
+
+
+def find_txn_coordinator(ctx: RequestContext, transactional_id: str) -> tuple[int, str, int]:
+    """(node id, host, port) of the coordinator of `transactional_id`; raises KafkaError."""
+    broker = ctx.broker
+    tc = broker.txn_coordinator_ready()
+    p = tc.state.partition_for(transactional_id)
+    state = broker.metadata_cache.partition_state(TRANSACTION_STATE_TOPIC, p)
+    leader = broker.metadata_cache.broker(state.leader) if state is not None else None
+    if leader is None:
+        raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{TRANSACTION_STATE_TOPIC}-{p} has no live leader")
+    return leader.broker_id, leader.host, leader.port
+
+
+def _topic_results(result: dict[TopicPartition, ErrorCode]) -> list[dict[str, Any]]:
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for (t, p), code in result.items():
+        by_topic.setdefault(t, []).append({"partition_index": p, "partition_error_code": code})
+    return [{"name": t, "results_by_partition": ps} for t, ps in by_topic.items()]
+
+
+@_as_future
+async def handle_add_partitions_to_txn(ctx: RequestContext, req: Struct) -> dict[str, Any]:
+    if ctx.version <= 3:
+        tps = [(t.name, p) for t in req.v3_and_below_topics for p in t.partitions]
+        try:
+            tc = await txn_coordinator(ctx)
+            result = await tc.add_partitions(req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
+                                             req.v3_and_below_producer_epoch, tps)
+        except KafkaError as e:
+            result = dict.fromkeys(tps, e.code)
+        if ctx.version < 2:  # PRODUCER_FENCED is newer than these versions (KIP-588)
+            result = {tp: ErrorCode.INVALID_PRODUCER_EPOCH if c == ErrorCode.PRODUCER_FENCED else c
+                      for tp, c in result.items()}
+        return {"throttle_time_ms": 0, "results_by_topic_v3_and_below": _topic_results(result)}
+    out = []
+    try:
+        tc = await txn_coordinator(ctx)
+    except KafkaError as e:
+        return {"throttle_time_ms": 0, "error_code": e.code, "results_by_transaction": []}
+    for txn in req.transactions:
+        tps = [(t.name, p) for t in txn.topics for p in t.partitions]
+        if txn.verify_only:
+            result = tc.verify_partitions(txn.transactional_id, txn.producer_id, txn.producer_epoch, tps)
+        else:
+            result = await tc.add_partitions(txn.transactional_id, txn.producer_id, txn.producer_epoch, tps)
+        out.append({"transactional_id": txn.transactional_id, "topic_results": _topic_results(result)})
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "results_by_transaction": out}
+
+
+@_as_future
+async def handle_add_offsets_to_txn(ctx: RequestContext, req: Struct) -> dict[str, Any]:
+    try:
+        tc = await txn_coordinator(ctx)
+        gc = ctx.broker.group_coordinator_ready()
+        tp = ("__consumer_offsets", gc.partition_for(req.group_id))
+        code = (await tc.add_partitions(req.transactional_id, req.producer_id, req.producer_epoch, [tp]))[tp]
+    except KafkaError as e:
+        code = e.code
+    if code == ErrorCode.PRODUCER_FENCED and ctx.version < 2:
+        code = ErrorCode.INVALID_PRODUCER_EPOCH
+    return {"throttle_time_ms": 0, "error_code": code}
+
+
+@_as_future
+async def handle_end_txn(ctx: RequestContext, req: Struct) -> dict[str, Any]:
+    try:
+        tc = await txn_coordinator(ctx)
+        code = await tc.end_txn(req.transactional_id, req.producer_id, req.producer_epoch, req.committed)
+    except KafkaError as e:
+        code = e.code
+    if code == ErrorCode.PRODUCER_FENCED and ctx.version < 2:
+        code = ErrorCode.INVALID_PRODUCER_EPOCH
+    return {"throttle_time_ms": 0, "error_code": code}
+
+
+@_as_future
+async def handle_write_txn_markers(ctx: RequestContext, req: Struct) -> dict[str, Any]:
+    """A coordinator's markers for partitions this broker leads (errors per partition, retried by it)."""
+    timeout_ms = ctx.broker.config.get("request.timeout.ms")
+    out = []
+    for m in req.markers:
+        tps = [(t.name, p) for t in m.topics for p in t.partition_indexes]
+        result = await append_markers(ctx.broker, m.producer_id, m.producer_epoch, m.transaction_result,
+                                      m.coordinator_epoch, tps, timeout_ms)
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for (t, p), code in result.items():
+            by_topic.setdefault(t, []).append({"partition_index": p, "error_code": code})
+        out.append({"producer_id": m.producer_id,
+                    "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]})
+    return {"markers": out}
+
+
+def handle_txn_offset_commit(ctx: RequestContext, req: Struct) -> Any:
+    topics_meta = ctx.broker.metadata_cache.topics()
+    unknown: set[TopicPartition] = set()
+    offsets = []
+    for t in req.topics:
+        meta = topics_meta.get(t.name)
+        for p in t.partitions:
+            if meta is None or p.partition_index not in meta.partitions:
+                unknown.add((t.name, p.partition_index))
+            else:
+                offsets.append((t.name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
+                                p.committed_metadata))
+    try:
+        gc = ctx.broker.group_coordinator_ready()
+        if not gc.is_local(req.group_id):
+            raise KafkaError(ErrorCode.NOT_COORDINATOR, f"not the coordinator of group {req.group_id!r}")
+        result = gc.txn_commit_offsets(req.group_id, req.producer_id, req.producer_epoch,
+                                       req.get("generation_id", -1), req.get("member_id", ""),
+                                       req.get("group_instance_id"), offsets)
+    except KafkaError as e:
+        result = e.code
+
+    def answer(res: ErrorCode | dict[TopicPartition, ErrorCode]) -> dict[str, Any]:
+        topics = []
+        for t in req.topics:
+            parts = []
+            for p in t.partitions:
+                tp = (t.name, p.partition_index)
+                code = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
+                        else res if isinstance(res, ErrorCode) else res.get(tp, ErrorCode.NONE))
+                if code == ErrorCode.INVALID_PRODUCER_EPOCH and ctx.version >= 2:
+                    code = ErrorCode.PRODUCER_FENCED
+                parts.append({"partition_index": p.partition_index, "error_code": code})
+            topics.append({"name": t.name, "partitions": parts})
+        return {"throttle_time_ms": 0, "topics": topics}
+
+    if isinstance(result, asyncio.Future):
+        async def later(pending: asyncio.Future[dict[TopicPartition, ErrorCode]]) -> dict[str, Any]:
+            return answer(await pending)
+        return asyncio.ensure_future(later(result))
+    return answer(result)
