@@ -69,6 +69,7 @@ class ClusterClient:
         self.timeout_s = timeout_s
         self._bootstrap: Connection | None = None
         self._controller: tuple[int, Connection] | None = None
+        self._nodes: dict[int, Connection] = {}
 
     def metadata(self, topics: list[str] | None = None) -> Struct:
         """Metadata v8 for `topics` (None: all), never creating a topic."""
@@ -117,6 +118,20 @@ class ClusterClient:
             raise ToolError(f"the controller (broker {cid}) does not serve {api.name} (API key {api.key})")
         return conn, min(served.max_version, max_version)
 
+    def to_node(self, node_id: int, api_key: int, body: dict[str, Any], max_version: int) -> Struct:
+        """Send to one broker (by id, from Metadata) at the highest version both sides serve."""
+        api = apis.BY_KEY[api_key]
+        conn = self._nodes.get(node_id)
+        if conn is None:
+            node = next((b for b in self.metadata([]).brokers if b.node_id == node_id), None)
+            if node is None:
+                raise ToolError(f"broker {node_id} is not among the live brokers")
+            conn = self._nodes[node_id] = Connection(node.host, node.port, self.timeout_s)
+        served = next((k for k in conn.request(apis.BY_KEY[18], 0, {}).api_keys if k.api_key == api.key), None)
+        if served is None:
+            raise ToolError(f"broker {node_id} does not serve {api.name} (API key {api.key})")
+        return conn.request(api, min(served.max_version, max_version), body)
+
     def _drop_controller(self) -> None:
         if self._controller is not None:
             self._controller[1].close()
@@ -124,6 +139,9 @@ class ClusterClient:
 
     def close(self) -> None:
         self._drop_controller()
+        for conn in self._nodes.values():
+            conn.close()
+        self._nodes.clear()
         if self._bootstrap is not None:
             self._bootstrap.close()
 

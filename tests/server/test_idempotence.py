@@ -108,13 +108,18 @@ def test_duplicate_gap_and_old_epoch(wire) -> None:  # noqa: ANN001
         admin.close()
 
 
-def test_transactions_are_still_refused(wire) -> None:  # noqa: ANN001
+def test_transactional_init_checks_the_timeout_and_describe_shows_the_open_transaction(wire) -> None:  # noqa: ANN001
     _, c = wire
     assert create_topic(c, "tx", 1).error_code == 0
-    assert init_producer_id(c, "my-txn")[0] == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    _, pid, _ = init_producer_id(c)
-    r = send(c, "tx", pid, 0, 0, transactional=True)
-    assert r.error_code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    too_long = c.request(INIT_PRODUCER_ID, 4, {"transactional_id": "my-txn", "transaction_timeout_ms": 900_001,
+                                               "producer_id": -1, "producer_epoch": -1})
+    assert too_long.error_code == ErrorCode.INVALID_TRANSACTION_TIMEOUT  # transaction.max.timeout.ms
+    err, pid, epoch = init_producer_id(c, "my-txn")
+    assert err == 0 and epoch == 0
+    assert init_producer_id(c, "my-txn")[1:] == (pid, 1)  # the same id again: fenced by a new epoch
+    assert send(c, "tx", pid, 1, 0, n=2, transactional=True, transactional_id="my-txn").error_code == 0
+    (p,) = describe(c, "tx")
+    assert (p.producer_id, p.producer_epoch, p.current_txn_start_offset) == (pid, 1, 0)
 
 
 def _rebuilt_lines(b: BrokerProcess, topic: str) -> list[str]:

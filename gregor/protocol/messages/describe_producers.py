@@ -2,7 +2,7 @@
 
 Kafka 4.0 serves v0 only, flexible. Each producer is reported with its epoch, the sequence of its
 last appended record, the timestamp of its last batch, and its transaction (coordinator epoch,
-first offset of its open transaction; -1 when none, which is always the case until issue 11).
+first offset of its open transaction; -1 when none).
 """
 
 from __future__ import annotations

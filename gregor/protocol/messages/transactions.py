@@ -161,3 +161,53 @@ TXN_OFFSET_COMMIT = api(
         ]),
     ],
 )
+
+
+DESCRIBE_TRANSACTIONS = api(
+    65,
+    "DescribeTransactions",
+    versions="0",
+    flexible="0+",
+    request=[
+        f("transactional_ids", Array(STRING)),
+    ],
+    response=[
+        f("throttle_time_ms", INT32),
+        f("transaction_states", [
+            f("error_code", INT16),
+            f("transactional_id", STRING),
+            f("transaction_state", STRING),
+            f("transaction_timeout_ms", INT32),
+            f("transaction_start_time_ms", INT64),
+            f("producer_id", INT64),
+            f("producer_epoch", INT16),
+            f("topics", [
+                f("topic", STRING),
+                f("partitions", Array(INT32)),
+            ]),
+        ]),
+    ],
+)
+
+LIST_TRANSACTIONS = api(
+    66,
+    "ListTransactions",
+    versions="0-1",
+    flexible="0+",
+    request=[
+        f("state_filters", Array(STRING)),
+        f("producer_id_filters", Array(INT64)),
+        # v1 (KIP-994): only transactions running at least this long; -1: all
+        f("duration_filter", INT64, "1+", default=-1),
+    ],
+    response=[
+        f("throttle_time_ms", INT32),
+        f("error_code", INT16),
+        f("unknown_state_filters", Array(STRING)),
+        f("transaction_states", [
+            f("transactional_id", STRING),
+            f("producer_id", INT64),
+            f("transaction_state", STRING),
+        ]),
+    ],
+)

@@ -46,7 +46,9 @@ from gregor.server.handlers.topics import (
 from gregor.server.handlers.transactions import (
     handle_add_offsets_to_txn,
     handle_add_partitions_to_txn,
+    handle_describe_transactions,
     handle_end_txn,
+    handle_list_transactions,
     handle_txn_offset_commit,
     handle_write_txn_markers,
 )
@@ -88,6 +90,8 @@ HANDLERS: dict[int, Handler] = {
     47: handle_offset_delete,
     60: handle_describe_cluster,
     61: handle_describe_producers,
+    65: handle_describe_transactions,
+    66: handle_list_transactions,
     68: handle_consumer_group_heartbeat,
     69: handle_consumer_group_describe,
 }

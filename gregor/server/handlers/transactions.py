@@ -1,5 +1,5 @@
 """Transactions: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and TxnOffsetCommit (client to coordinator),
-WriteTxnMarkers (coordinator to partition leader). InitProducerId with a transactional id is in
+WriteTxnMarkers (coordinator to partition leader), DescribeTransactions and ListTransactions (admin). InitProducerId with a transactional id is in
 producers.py; FindCoordinator with key type 1 in groups.py.
 
 The transaction coordinator of an id is the leader of its __transaction_state partition; the topic is
@@ -14,6 +14,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from gregor.coordinator.transaction.coordinator import TransactionCoordinator
+from gregor.coordinator.transaction.state import STATES_BY_NAME
 from gregor.coordinator.transaction.state_manager import TRANSACTION_STATE_TOPIC
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.schema import Struct
@@ -175,3 +176,49 @@ def handle_txn_offset_commit(ctx: RequestContext, req: Struct) -> Any:
             return answer(await pending)
         return asyncio.ensure_future(later(result))
     return answer(result)
+
+
+@_as_future
+async def handle_describe_transactions(ctx: RequestContext, req: Struct) -> dict[str, Any]:
+    """The state of transactional ids this broker coordinates (admin clients ask each id's coordinator)."""
+    out = []
+    try:
+        tc: TransactionCoordinator | None = await txn_coordinator(ctx)
+        load_error = None
+    except KafkaError as e:
+        tc, load_error = None, e.code
+    for tid in req.transactional_ids:
+        entry: dict[str, Any] = {"error_code": ErrorCode.NONE, "transactional_id": tid, "transaction_state": "",
+                                 "transaction_timeout_ms": 0, "transaction_start_time_ms": -1, "producer_id": -1,
+                                 "producer_epoch": -1, "topics": []}
+        try:
+            if tc is None:
+                raise KafkaError(load_error or ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            m = tc.describe(tid)
+            by_topic: dict[str, list[int]] = {}
+            for t, p in sorted(m.partitions):
+                by_topic.setdefault(t, []).append(p)
+            entry.update({"transaction_state": m.state_name, "transaction_timeout_ms": m.timeout_ms,
+                          "transaction_start_time_ms": m.start_ms, "producer_id": m.producer_id,
+                          "producer_epoch": m.producer_epoch,
+                          "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]})
+        except KafkaError as e:
+            entry["error_code"] = e.code
+        out.append(entry)
+    return {"throttle_time_ms": 0, "transaction_states": out}
+
+
+def handle_list_transactions(ctx: RequestContext, req: Struct) -> dict[str, Any]:
+    """The transactional ids this broker coordinates, filtered by state, producer id and (v1) duration."""
+    unknown = [s for s in req.state_filters if s not in STATES_BY_NAME]
+    answer: dict[str, Any] = {"throttle_time_ms": 0, "error_code": ErrorCode.NONE,
+                              "unknown_state_filters": unknown, "transaction_states": []}
+    broker = ctx.broker
+    if broker.log_manager.loading:
+        answer["error_code"] = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        return answer
+    tc = broker.txn_coordinator
+    answer["transaction_states"] = [
+        {"transactional_id": m.transactional_id, "producer_id": m.producer_id, "transaction_state": m.state_name}
+        for m in tc.list(list(req.state_filters), list(req.producer_id_filters), req.get("duration_filter", -1))]
+    return answer
