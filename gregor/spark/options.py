@@ -105,6 +105,8 @@ class SinkOptions:
 
     kafka_params: Mapping[str, str]
     topic: str | None
+    transactional: bool = False  # exactly once: each task's share of a micro-batch in one transaction
+    transactional_id_prefix: str = "gregor-sink-"
 
 
 # Consumer settings the connector owns: Spark refuses them with these explanations.
@@ -346,7 +348,14 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     topic = _get(options, "topic")
     if topic is not None and not topic.strip():
         raise GregorOptionError("Option 'topic' is empty")
-    return SinkOptions(kafka_params=params, topic=topic.strip() if topic else None)
+    transactional = _bool(options, "transactional", False)
+    for owned in ("transactional.id", "enable.idempotence"):
+        if transactional and owned in params:
+            raise GregorOptionError(f"Kafka option 'kafka.{owned}' is set by the sink when 'transactional' is true; "
+                                    "use 'transactionalIdPrefix' to name its transactional ids")
+    prefix = _get(options, "transactionalIdPrefix") or "gregor-sink-"
+    return SinkOptions(kafka_params=params, topic=topic.strip() if topic else None, transactional=transactional,
+                       transactional_id_prefix=prefix)
 
 
 def new_group_id(prefix: str) -> str:

@@ -4,13 +4,25 @@ Columns: `value` (required, string or binary), `key` (string or binary), `header
 (array<struct<key:string,value:binary>>), `topic` (string; the `topic` option overrides it) and
 `partition` (int; null or absent lets the partitioner choose). Other columns are ignored.
 
-Delivery is at least once, like Spark's Kafka sink: every task flushes its producer and fails if
-any record was not acknowledged, and Spark retries failed tasks. The Arrow writer receives columns,
-so the only per-row Python work left is the produce() call itself.
+Delivery is at least once by default, like Spark's Kafka sink: every task flushes its producer and
+fails if any record was not acknowledged, and Spark retries failed tasks. The Arrow writer receives
+columns, so the only per-row Python work left is the produce() call itself.
+
+With the option `transactional` (true) delivery is exactly once: each task writes its share of a
+micro-batch in one Kafka transaction whose transactional id is `transactionalIdPrefix` + the query id +
+the task's partition, and commits, in the same transaction, a marker offset (batch id + 1) for the
+group of that id. A replayed batch (a retried task, a query restarted from its checkpoint) first
+reads the marker: a task whose share was committed writes nothing again; one whose earlier attempt
+was left open is fenced by the new attempt's InitProducerId, which aborts it. Readers with
+isolation.level=read_committed see each task's records once, when its transaction commits. (The
+shares of one micro-batch commit task by task, not as one transaction: Kafka transactions belong to
+one producer, and librdkafka cannot hand a transaction over to Spark's driver to commit.)
 """
 
 from __future__ import annotations
 
+import itertools
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import repeat
@@ -81,20 +93,33 @@ def producer_config(opts: SinkOptions, on_delivery: Any) -> dict[str, Any]:
     return conf
 
 
-def write_batches(opts: SinkOptions, batches: Iterator[pa.RecordBatch]) -> int:
-    """Produce every row of `batches`, flush, and raise if any record was not delivered."""
+def _make_producer(opts: SinkOptions, errors: list[str], **extra: Any) -> Any:
     from confluent_kafka import KafkaException, Producer
-
-    errors: list[str] = []
 
     def on_delivery(err: Any, msg: Any) -> None:
         if err is not None:
             errors.append(f"{msg.topic()}-{msg.partition()}: {err.str() if hasattr(err, 'str') else err}")
 
     try:
-        producer = Producer(producer_config(opts, on_delivery))
+        return Producer({**producer_config(opts, on_delivery), **extra})
     except KafkaException as e:
         raise GregorOptionError(f"Invalid kafka.* producer setting: {e.args[0] if e.args else e}") from e
+
+
+def write_batches(opts: SinkOptions, batches: Iterator[pa.RecordBatch]) -> int:
+    """Produce every row of `batches`, flush, and raise if any record was not delivered."""
+    errors: list[str] = []
+    producer = _make_producer(opts, errors)
+    count = _produce_rows(producer, opts, batches, errors)
+    remaining = producer.flush(_FLUSH_TIMEOUT_S)
+    if errors:
+        raise GregorSourceError(f"{len(errors)} records were not delivered; first: {errors[0]}")
+    if remaining:
+        raise GregorSourceError(f"{remaining} records were still undelivered after {_FLUSH_TIMEOUT_S:.0f} s")
+    return count
+
+
+def _produce_rows(producer: Any, opts: SinkOptions, batches: Iterator[pa.RecordBatch], errors: list[str]) -> int:
     produce, poll = producer.produce, producer.poll
     count = 0
     for batch in batches:
@@ -128,12 +153,70 @@ def write_batches(opts: SinkOptions, batches: Iterator[pa.RecordBatch]) -> int:
                 poll(0)
         if errors:
             break
-    remaining = producer.flush(_FLUSH_TIMEOUT_S)
-    if errors:
-        raise GregorSourceError(f"{len(errors)} records were not delivered; first: {errors[0]}")
-    if remaining:
-        raise GregorSourceError(f"{remaining} records were still undelivered after {_FLUSH_TIMEOUT_S:.0f} s")
     return count
+
+
+def _first_topic(opts: SinkOptions, batch: pa.RecordBatch) -> str:
+    if opts.topic is not None:
+        return opts.topic
+    topic = batch.column(batch.schema.names.index("topic"))[0].as_py()
+    if topic is None:
+        raise GregorSourceError("null topic present in the data. Use the topic option for setting a topic.")
+    return str(topic)
+
+
+def write_transactional(opts: SinkOptions, batches: Iterator[pa.RecordBatch], query_id: str, batch_id: int,
+                        task: int) -> int:
+    """Exactly once (see the module docstring): this task's rows of micro-batch `batch_id` in one
+    transaction, skipped if a previous attempt committed them. Returns the rows written (0 if skipped)."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    first = next((b for b in batches if b.num_rows), None)
+    if first is None:
+        return 0
+    txn_id = f"{opts.transactional_id_prefix}{query_id}-{task}"
+    marker = TopicPartition(_first_topic(opts, first), 0)
+    # The marker group's committed offset says which batch this task slot committed last. Read
+    # committed (librdkafka then asks the broker for stable offsets: a commit under way is waited for).
+    consumer = Consumer({**opts.kafka_params, "group.id": txn_id, "isolation.level": "read_committed",
+                         "enable.auto.commit": False})
+    try:
+        done = consumer.committed([marker], timeout=_FLUSH_TIMEOUT_S)[0].offset
+        if done > batch_id:
+            return 0  # this task's share of the batch is in the log already
+        errors: list[str] = []
+        producer = _make_producer(opts, errors, **{"transactional.id": txn_id})
+        try:
+            producer.init_transactions(_FLUSH_TIMEOUT_S)  # fences (and aborts) an earlier attempt's transaction
+            producer.begin_transaction()
+            count = _produce_rows(producer, opts, itertools.chain([first], batches), errors)
+            if errors:
+                raise GregorSourceError(f"{len(errors)} records were not delivered; first: {errors[0]}")
+            producer.send_offsets_to_transaction([TopicPartition(marker.topic, 0, batch_id + 1)],
+                                                 consumer.consumer_group_metadata(), _FLUSH_TIMEOUT_S)
+            producer.commit_transaction(_FLUSH_TIMEOUT_S)
+        except KafkaException as e:
+            err = e.args[0] if e.args else e
+            if hasattr(err, "txn_requires_abort") and err.txn_requires_abort():
+                producer.abort_transaction(_FLUSH_TIMEOUT_S)
+            raise GregorSourceError(f"transaction {txn_id} of batch {batch_id} failed: {err}") from e
+        if errors:
+            raise GregorSourceError(f"{len(errors)} records were not delivered; first: {errors[0]}")
+        return count
+    finally:
+        consumer.close()
+
+
+def _task_ids() -> tuple[str | None, int | None, int]:
+    """(query id, batch id, partition) of the running task, from Spark's local properties."""
+    from pyspark import TaskContext
+
+    tc = TaskContext.get()
+    if tc is None:
+        return None, None, 0
+    qid = tc.getLocalProperty("sql.streaming.queryId")
+    bid = tc.getLocalProperty("streaming.sql.batchId")
+    return qid, int(bid) if bid is not None else None, tc.partitionId()
 
 
 class GregorWriter(DataSourceArrowWriter):
@@ -142,20 +225,29 @@ class GregorWriter(DataSourceArrowWriter):
     def __init__(self, opts: SinkOptions, schema: StructType) -> None:
         validate_columns(schema, opts)
         self.opts = opts
+        self.write_id = uuid.uuid4().hex  # a batch write's transactions are keyed by this job
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> GregorCommitMessage:
+        if self.opts.transactional:
+            _, _, task = _task_ids()
+            return GregorCommitMessage(write_transactional(self.opts, iterator, self.write_id, 0, task))
         return GregorCommitMessage(write_batches(self.opts, iterator))
 
 
 class GregorStreamWriter(DataSourceStreamArrowWriter):
     """`df.writeStream.format("gregor")`: each micro-batch is produced by its tasks; commit has
-    nothing left to do (at-least-once, as Spark's Kafka sink)."""
+    nothing left to do (at least once as Spark's Kafka sink, or exactly once with `transactional`)."""
 
     def __init__(self, opts: SinkOptions, schema: StructType) -> None:
         validate_columns(schema, opts)
         self.opts = opts
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> GregorCommitMessage:
+        if self.opts.transactional:
+            query_id, batch_id, task = _task_ids()
+            if query_id is None or batch_id is None:
+                raise GregorSourceError("the transactional sink needs Spark's streaming query and batch ids")
+            return GregorCommitMessage(write_transactional(self.opts, iterator, query_id, batch_id, task))
         return GregorCommitMessage(write_batches(self.opts, iterator))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803

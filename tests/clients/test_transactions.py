@@ -210,3 +210,76 @@ def test_consume_transform_produce_is_exactly_once_with_the_worker_killed_20_tim
     assert values == list(range(n))  # every input exactly once
     uncommitted = read(bs, "eos-out", 2, "read_uncommitted")
     assert len(uncommitted) >= len(committed)
+
+
+def test_kafka_python_transactions_commit_abort_and_offsets(broker: BrokerProcess) -> None:
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka.structs import OffsetAndMetadata
+    from kafka.structs import TopicPartition as KTopicPartition
+
+    bs = broker.bootstrap
+    create(bs, "kp-txn")
+    p = KafkaProducer(bootstrap_servers=bs, transactional_id="kafka-python-txn")
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("kp-txn", b"kp-committed", partition=0)
+    p.send_offsets_to_transaction({KTopicPartition("kp-txn", 0): OffsetAndMetadata(3, "", -1)}, "kp-group")
+    p.commit_transaction()
+    p.begin_transaction()
+    p.send("kp-txn", b"kp-aborted", partition=0)
+    p.flush()
+    p.abort_transaction()
+    p.close()
+    c = KafkaConsumer(bootstrap_servers=bs, isolation_level="read_committed", auto_offset_reset="earliest",
+                      enable_auto_commit=False, consumer_timeout_ms=3000)
+    c.assign([KTopicPartition("kp-txn", 0)])
+    assert [m.value for m in c] == [b"kp-committed"]
+    c.close()
+    assert [v for _, _, v in read(bs, "kp-txn", 1, "read_uncommitted")] == [b"kp-committed", b"kp-aborted"]
+    g = Consumer({"bootstrap.servers": bs, "group.id": "kp-group"})
+    assert g.committed([TopicPartition("kp-txn", 0)], 10)[0].offset == 3
+    g.close()
+
+
+def test_aiokafka_transactions_commit_and_abort(broker: BrokerProcess) -> None:
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    bs = broker.bootstrap
+    create(bs, "aio-txn")
+
+    async def run() -> list[bytes]:
+        p = AIOKafkaProducer(bootstrap_servers=bs, transactional_id="aiokafka-txn")
+        await p.start()
+        try:
+            async with p.transaction():
+                await p.send_and_wait("aio-txn", b"aio-committed", partition=0)
+            await p.begin_transaction()
+            await p.send_and_wait("aio-txn", b"aio-aborted", partition=0)
+            await p.abort_transaction()
+        finally:
+            await p.stop()
+        c = AIOKafkaConsumer("aio-txn", bootstrap_servers=bs, isolation_level="read_committed",
+                             auto_offset_reset="earliest", enable_auto_commit=False)
+        await c.start()
+        try:
+            got = await c.getmany(timeout_ms=3000)
+            return [m.value for ms in got.values() for m in ms]
+        finally:
+            await c.stop()
+
+    assert asyncio.run(run()) == [b"aio-committed"]
+    assert len(read(bs, "aio-txn", 1, "read_uncommitted")) == 2
+
+
+def test_kcat_transactional_produce_and_read_committed(broker: BrokerProcess) -> None:
+    bs = broker.bootstrap
+    create(bs, "kcat-txn")
+    r = subprocess.run(["kcat", "-P", "-b", bs, "-t", "kcat-txn", "-p", "0", "-X", "transactional.id=kcat-txn"],
+                       input=b"one\ntwo\nthree\n", capture_output=True, timeout=60)
+    assert r.returncode == 0 and b"Transaction successfully committed" in r.stderr, r.stderr
+    out = subprocess.run(["kcat", "-C", "-b", bs, "-t", "kcat-txn", "-p", "0", "-o", "beginning", "-e",
+                          "-X", "isolation.level=read_committed", "-f", "%o %s\\n"],
+                         capture_output=True, timeout=60)
+    assert out.stdout.decode().split("\n")[:3] == ["0 one", "1 two", "2 three"]

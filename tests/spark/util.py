@@ -76,10 +76,11 @@ def produce(bootstrap: str, topic: str, items: list[dict[str, Any]]) -> None:
     assert not errors, errors
 
 
-def consume_all(bootstrap: str, topic: str, *, timeout_s: float = 30.0) -> list[Rec]:
+def consume_all(bootstrap: str, topic: str, *, timeout_s: float = 30.0,
+                isolation: str = "read_uncommitted") -> list[Rec]:
     """Every record of `topic` from each partition's start, sorted by (partition, offset)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("truth"), "enable.auto.commit": False,
-                  "enable.partition.eof": True, "isolation.level": "read_uncommitted"})
+                  "enable.partition.eof": True, "isolation.level": isolation})
     try:
         parts = list(c.list_topics(topic, timeout=10).topics[topic].partitions)
         c.assign([TopicPartition(topic, p, -2) for p in parts])
