@@ -440,8 +440,8 @@ class ReplicaManager:
                 if preferred is not None:  # KIP-392: no records, the consumer goes to `preferred`
                     part.check_leader_epoch(fp.current_leader_epoch)
                     hw = part.high_watermark
-                    res, moved = ReadResult(ErrorCode.NONE, b"", hw, hw, part.log.log_start_offset,
-                                            preferred_read_replica=preferred), False
+                    res, moved = ReadResult(ErrorCode.NONE, b"", hw, part.log.last_stable_offset,
+                                            part.log.log_start_offset, preferred_read_replica=preferred), False
                 else:
                     res, moved = part.fetch_records(params.replica_id, fp.fetch_offset, max_bytes, isolation,
                                                     one_batch, now_ms, fp.current_leader_epoch, fp.last_fetched_epoch,

@@ -163,10 +163,16 @@ def test_transactions_survive_a_broker_sigkill(start_broker, tmp_path: Path) -> 
         else:
             p.flush(30)
             p.abort_transaction(30)
+    group = Consumer({"bootstrap.servers": bs, "group.id": "crash-group"})
+    p.begin_transaction()
+    p.send_offsets_to_transaction([TopicPartition("txn-crash", 0, 3)], group.consumer_group_metadata(), 30)
+    p.commit_transaction(30)
     left_open = txn_producer(bs, "crash-open", **{"transaction.timeout.ms": 2000})
     left_open.begin_transaction()
     left_open.produce("txn-crash", value=b"open-at-crash", partition=0)
+    left_open.send_offsets_to_transaction([TopicPartition("txn-crash", 0, 5)], group.consumer_group_metadata(), 30)
     left_open.flush(30)
+    group.close()
     before = read(bs, "txn-crash", 2, "read_committed")
     assert len(before) == 12
     b.kill()  # SIGKILL
@@ -178,6 +184,10 @@ def test_transactions_survive_a_broker_sigkill(start_broker, tmp_path: Path) -> 
     everything = read(bs2, "txn-crash", 2, "read_uncommitted")
     assert sum(v == b"open-at-crash" for _, _, v in everything) == 1
     assert high_watermark(bs2, "txn-crash", "read_committed") == high_watermark(bs2, "txn-crash", "read_uncommitted")
+    # The group's offsets came back from __consumer_offsets: the committed transaction's, not the aborted one's.
+    g2 = Consumer({"bootstrap.servers": bs2, "group.id": "crash-group"})
+    assert g2.committed([TopicPartition("txn-crash", 0)], 30)[0].offset == 3
+    g2.close()
     p2 = txn_producer(bs2, "crash-committer")  # the id's state came back: a new epoch
     p2.begin_transaction()
     p2.produce("txn-crash", value=b"after", partition=1)
