@@ -121,3 +121,13 @@ def test_plan_ranges_reports_data_loss() -> None:
     # Without failOnDataLoss the batch goes on with what exists.
     assert plan_ranges({a0: 5}, {a0: 2}, lambda tps: {}, False) == [OffsetRange("a", 0, 5, 2)]
     assert split_ranges([OffsetRange("a", 0, 5, 2)], None, None) == []
+
+
+def test_transactional_sink_options() -> None:
+    base = {"kafka.bootstrap.servers": "b:9092", "topic": "t"}
+    assert parse_sink_options(base).transactional is False
+    opts = parse_sink_options({**base, "transactional": "true", "transactionalidprefix": "app-"})  # Spark lowercases
+    assert (opts.transactional, opts.transactional_id_prefix) == (True, "app-")
+    for owned in ("kafka.transactional.id", "kafka.enable.idempotence"):
+        with pytest.raises(GregorOptionError, match=owned.replace(".", r"\.")):
+            parse_sink_options({**base, "transactional": "true", owned: "x"})
