@@ -15,6 +15,7 @@ import pytest
 from tests.broker_process import BrokerProcess
 from tests.spark.util import (
     add_partitions,
+    checkpoint_commits,
     consume_all,
     create_topic,
     delete_records,
@@ -58,11 +59,6 @@ def test_max_offsets_per_trigger_bounds_micro_batches_with_available_now(spark: 
         for r in consume_all(broker.bootstrap, topic)]
 
 
-def _commits(checkpoint: Path) -> int:
-    d = checkpoint / "commits"
-    return len([p for p in d.iterdir() if p.name.isdigit()]) if d.exists() else 0
-
-
 def test_killed_and_restarted_query_reads_every_record_exactly_once(spark: Any, broker: BrokerProcess,
                                                                     tmp_path: Path) -> None:
     topic = create_topic(broker.bootstrap, unique("crash"), 4)
@@ -74,14 +70,14 @@ def test_killed_and_restarted_query_reads_every_record_exactly_once(spark: Any, 
         env={**os.environ, "PYSPARK_PYTHON": sys.executable})
     try:
         deadline = time.monotonic() + 120
-        while _commits(checkpoint) < 3:
+        while checkpoint_commits(checkpoint) < 3:
             assert child.poll() is None, child.stdout.read() if child.stdout else ""
             assert time.monotonic() < deadline, "the child query made no progress"
             time.sleep(0.1)
     finally:
         os.killpg(child.pid, signal.SIGKILL)  # the child, its JVM and its Python workers: a crash
         child.wait(30)
-    done_before = _commits(checkpoint)
+    done_before = checkpoint_commits(checkpoint)
     assert 3 <= done_before < 14, "killed mid-stream"
 
     q = (stream(spark, broker.bootstrap, subscribe=topic, startingOffsets="earliest", maxOffsetsPerTrigger="1500")

@@ -15,7 +15,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from tests.broker_process import BrokerProcess
-from tests.spark.util import consume_all, create_topic, load, produce, unique
+from tests.spark.util import checkpoint_commits, consume_all, create_topic, load, produce, unique
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,11 +57,6 @@ def test_transactional_batch_write(spark: Any, broker: BrokerProcess) -> None:
     assert sorted(int(r.value) for r in got) == list(range(3000))
 
 
-def _commits(checkpoint: Path) -> int:
-    d = checkpoint / "commits"
-    return len([p for p in d.iterdir() if p.name.isdigit()]) if d.exists() else 0
-
-
 def test_transactional_sink_is_exactly_once_across_a_query_killed_mid_stream(spark: Any, broker: BrokerProcess,
                                                                              tmp_path: Path) -> None:
     src = create_topic(broker.bootstrap, unique("eos-src"), 3)
@@ -75,7 +70,7 @@ def test_transactional_sink_is_exactly_once_across_a_query_killed_mid_stream(spa
                              start_new_session=True, env={**os.environ, "PYSPARK_PYTHON": sys.executable})
     try:
         deadline = time.monotonic() + 120
-        while _commits(checkpoint) < 2:
+        while checkpoint_commits(checkpoint) < 2:
             assert child.poll() is None, child.stdout.read() if child.stdout else ""
             assert time.monotonic() < deadline, "the child query made no progress"
             time.sleep(0.05)
@@ -83,7 +78,7 @@ def test_transactional_sink_is_exactly_once_across_a_query_killed_mid_stream(spa
     finally:
         os.killpg(child.pid, signal.SIGKILL)  # the driver, its JVM and its Python workers
         child.wait(30)
-    assert 2 <= _commits(checkpoint) < 10, "killed mid-stream"
+    assert 2 <= checkpoint_commits(checkpoint) < 10, "killed mid-stream"
 
     from tests.spark.stream_child import transformed
 

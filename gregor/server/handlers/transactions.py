@@ -73,9 +73,7 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, req: Struct) -> dict
                                              req.v3_and_below_producer_epoch, tps)
         except KafkaError as e:
             result = dict.fromkeys(tps, e.code)
-        if ctx.version < 2:  # PRODUCER_FENCED is newer than these versions (KIP-588)
-            result = {tp: ErrorCode.INVALID_PRODUCER_EPOCH if c == ErrorCode.PRODUCER_FENCED else c
-                      for tp, c in result.items()}
+        result = {tp: _for_version(c, ctx.version) for tp, c in result.items()}
         return {"throttle_time_ms": 0, "results_by_topic_v3_and_below": _topic_results(result)}
     out = []
     try:
@@ -92,6 +90,11 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, req: Struct) -> dict
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "results_by_transaction": out}
 
 
+def _for_version(code: ErrorCode, version: int) -> ErrorCode:
+    """PRODUCER_FENCED is newer than AddOffsetsToTxn/EndTxn v0-1 (KIP-588): they get INVALID_PRODUCER_EPOCH."""
+    return ErrorCode.INVALID_PRODUCER_EPOCH if code == ErrorCode.PRODUCER_FENCED and version < 2 else code
+
+
 @_as_future
 async def handle_add_offsets_to_txn(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     try:
@@ -101,9 +104,7 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, req: Struct) -> dict[st
         code = (await tc.add_partitions(req.transactional_id, req.producer_id, req.producer_epoch, [tp]))[tp]
     except KafkaError as e:
         code = e.code
-    if code == ErrorCode.PRODUCER_FENCED and ctx.version < 2:
-        code = ErrorCode.INVALID_PRODUCER_EPOCH
-    return {"throttle_time_ms": 0, "error_code": code}
+    return {"throttle_time_ms": 0, "error_code": _for_version(code, ctx.version)}
 
 
 @_as_future
@@ -113,9 +114,7 @@ async def handle_end_txn(ctx: RequestContext, req: Struct) -> dict[str, Any]:
         code = await tc.end_txn(req.transactional_id, req.producer_id, req.producer_epoch, req.committed)
     except KafkaError as e:
         code = e.code
-    if code == ErrorCode.PRODUCER_FENCED and ctx.version < 2:
-        code = ErrorCode.INVALID_PRODUCER_EPOCH
-    return {"throttle_time_ms": 0, "error_code": code}
+    return {"throttle_time_ms": 0, "error_code": _for_version(code, ctx.version)}
 
 
 @_as_future
