@@ -208,6 +208,7 @@ class Broker:
 
     async def shutdown(self) -> None:
         log.info("shutting down")
+        self.replica_manager.retiring = True
         await self.controller.controlled_shutdown()  # issue 10: ctl
         self._shutting_down = True
         self.socket_server.stop_accepting()

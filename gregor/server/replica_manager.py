@@ -151,6 +151,9 @@ class ReplicaManager:
         self.fetcher_manager = ReplicaFetcherManager(config, metadata_cache, self.partitions.get, self._after_progress,
                                                      self.follower_quota)
         self.session_lost = False
+        # A controlled shutdown under way: a follower the controller took out of a partition's ISR stops
+        # fetching it (Kafka's StopReplica), so its leader cannot take the stopping broker back in.
+        self.retiring = False
         self.lag_time_max_ms: int = config.get("replica.lag.time.max.ms")
         self.rack_selector = config.get("replica.selector.class") is not None  # KIP-392
         self.isr = IsrManager(self.broker_id, self.partitions, store, metadata_cache, self.lag_time_max_ms,
@@ -561,11 +564,13 @@ class ReplicaManager:
     def _follow_state(self, part: Partition) -> None:
         """After a state change of `part`, on the loop: as leader, nothing is fetched; as follower of a live
         leader, fetch from it at its epoch (a new leader re-targets the fetch, a new epoch un-pauses it);
-        leader offline (-1), not live, or our session lost: nothing is fetched."""
+        leader offline (-1), not live, or our session lost: nothing is fetched; nor, during this broker's
+        controlled shutdown, a partition whose ISR no longer holds it."""
         key = (part.topic, part.index)
         leader = part.leader_id
         if (leader == self.broker_id or leader < 0 or self.session_lost
-                or self.metadata_cache.broker(leader) is None):
+                or self.metadata_cache.broker(leader) is None
+                or (self.retiring and self.broker_id not in part.isr)):
             self.fetcher_manager.remove_partition(key)
         else:
             self.fetcher_manager.add_partition(key, leader, part.leader_epoch)

@@ -26,19 +26,28 @@ from gregor.server.replica_manager import AppendEntry
 TopicPartition = tuple[str, int]
 
 
-async def append_markers(broker: Any, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
-                         tps: list[TopicPartition], timeout_ms: int) -> dict[TopicPartition, ErrorCode]:
+def append_markers(broker: Any, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                   tps: list[TopicPartition], timeout_ms: int
+                   ) -> dict[TopicPartition, ErrorCode] | asyncio.Future[dict[TopicPartition, ErrorCode]]:
+    """An error per partition, or a Future of them while acks=all waits for the ISR."""
     now = int(time.time() * 1000)
     entries = []
     for t, p in tps:
         buf = memoryview(bytearray(build_marker_batch(producer_id, producer_epoch, commit, coordinator_epoch, now)))
         entries.append(AppendEntry(t, p, buf, list(iter_headers(buf)), False))
+
+    def finish(results: list[AppendResult]) -> dict[TopicPartition, ErrorCode]:
+        out = {tp: r.error for tp, r in zip(tps, results, strict=True)}
+        offsets_parts = {p for (t, p), code in out.items() if t == OFFSETS_TOPIC and code == ErrorCode.NONE}
+        if offsets_parts:
+            broker.group_coordinator.metadata.complete_txn(producer_id, offsets_parts, commit)
+        return out
+
     got = broker.replica_manager.append_records(timeout_ms, -1, entries)
-    results: list[AppendResult] = await got if isinstance(got, asyncio.Future) else got
-    out = {tp: r.error for tp, r in zip(tps, results, strict=True)}
-    offsets_parts = {p for (t, p), code in out.items() if t == OFFSETS_TOPIC and code == ErrorCode.NONE}
-    if offsets_parts:
-        broker.group_coordinator.metadata.complete_txn(producer_id, offsets_parts, commit)
+    if not isinstance(got, asyncio.Future):
+        return finish(got)
+    out: asyncio.Future[dict[TopicPartition, ErrorCode]] = asyncio.get_running_loop().create_future()
+    got.add_done_callback(lambda f: out.set_result(finish(f.result())))
     return out
 
 
@@ -63,8 +72,9 @@ def build_txn_coordinator(broker: Any, read_partition: Callable[[int], Iterator[
 
     async def write_local(pid: int, epoch: int, commit: bool, coordinator_epoch: int,
                           tps: list[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
-        return await append_markers(broker, pid, epoch, commit, coordinator_epoch, tps, timeout_ms)
+        got = append_markers(broker, pid, epoch, commit, coordinator_epoch, tps, timeout_ms)
+        return await got if isinstance(got, asyncio.Future) else got
 
     markers = TxnMarkerSender(config.broker_id, leader_of, address_of, lambda t: cache.topic(t) is not None,
                               write_local, request_timeout_ms=timeout_ms)
-    return TransactionCoordinator(config, state, broker.producer_ids.generate, markers, partition_exists)
+    return TransactionCoordinator(config, state, broker.producer_ids, markers, partition_exists)

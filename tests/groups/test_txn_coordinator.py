@@ -41,13 +41,25 @@ class Harness:
             self.markers.append((pid, epoch, commit, sorted(tps)))
             return dict.fromkeys(tps, ErrorCode.NONE)
 
-        async def new_pid() -> int:
-            self.next_pid += 1
-            return self.next_pid
+        harness = self
+
+        class Pids:
+            def try_generate(self) -> int | None:
+                harness.next_pid += 1
+                return harness.next_pid
+
+            async def generate(self) -> int:
+                harness.next_pid += 1
+                return harness.next_pid
 
         self.state = TransactionStateManager(1, append, read)
         sender = TxnMarkerSender(0, lambda t, p: 0, lambda b: None, lambda t: True, write_local)
-        self.tc = TransactionCoordinator(config, self.state, new_pid, sender, lambda t, p: (t, p) in TOPICS)
+        self.tc = TransactionCoordinator(config, self.state, Pids(), sender, lambda t, p: (t, p) in TOPICS)
+
+
+async def done(result: Any) -> Any:
+    """A coordinator answer, awaited when it is a Future."""
+    return await result if isinstance(result, asyncio.Future) else result
 
 
 async def settle() -> None:
@@ -59,29 +71,29 @@ def test_commit_fencing_and_reload() -> None:
     async def run() -> None:
         h = Harness()
         h.tc.follow_leadership({0: 5})
-        code, pid, epoch = await h.tc.init_producer_id("app", 60_000)
+        code, pid, epoch = await done(h.tc.init_producer_id("app", 60_000))
         assert (code, epoch) == (ErrorCode.NONE, 0)
-        assert (await h.tc.init_producer_id("app", 10**9))[0] == ErrorCode.INVALID_TRANSACTION_TIMEOUT
-        got = await h.tc.add_partitions("app", pid, 0, [("t", 0), ("nope", 0)])
+        assert (await done(h.tc.init_producer_id("app", 10**9)))[0] == ErrorCode.INVALID_TRANSACTION_TIMEOUT
+        got = await done(h.tc.add_partitions("app", pid, 0, [("t", 0), ("nope", 0)]))
         assert got == {("t", 0): ErrorCode.OPERATION_NOT_ATTEMPTED, ("nope", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
-        assert await h.tc.add_partitions("app", pid, 0, [("t", 0), ("t", 1)]) == dict.fromkeys(TOPICS, ErrorCode.NONE)
-        assert (await h.tc.add_partitions("app", pid, 1, [("t", 0)]))[("t", 0)] == ErrorCode.PRODUCER_FENCED
-        assert await h.tc.end_txn("app", pid, 0, True) == ErrorCode.NONE
+        assert await done(h.tc.add_partitions("app", pid, 0, [("t", 0), ("t", 1)])) == dict.fromkeys(TOPICS, ErrorCode.NONE)
+        assert (await done(h.tc.add_partitions("app", pid, 1, [("t", 0)])))[("t", 0)] == ErrorCode.PRODUCER_FENCED
+        assert await done(h.tc.end_txn("app", pid, 0, True)) == ErrorCode.NONE
         await settle()
         assert h.markers == [(pid, 0, True, [("t", 0), ("t", 1)])]
         m = h.state.table["app"]
         assert m.state == COMPLETE_COMMIT and not m.partitions
-        assert await h.tc.end_txn("app", pid, 0, True) == ErrorCode.NONE  # a retried EndTxn
-        assert await h.tc.end_txn("app", pid, 0, False) == ErrorCode.INVALID_TXN_STATE
+        assert await done(h.tc.end_txn("app", pid, 0, True)) == ErrorCode.NONE  # a retried EndTxn
+        assert await done(h.tc.end_txn("app", pid, 0, False)) == ErrorCode.INVALID_TXN_STATE
         # A second producer with the id while a transaction is open: it is aborted under a bumped epoch.
-        await h.tc.add_partitions("app", pid, 0, [("t", 1)])
-        code, _, _ = await h.tc.init_producer_id("app", 60_000)
+        await done(h.tc.add_partitions("app", pid, 0, [("t", 1)]))
+        code, _, _ = await done(h.tc.init_producer_id("app", 60_000))
         assert code == ErrorCode.CONCURRENT_TRANSACTIONS
         await settle()
         assert h.markers[-1] == (pid, 1, False, [("t", 1)])
-        code, pid2, epoch2 = await h.tc.init_producer_id("app", 60_000)
+        code, pid2, epoch2 = await done(h.tc.init_producer_id("app", 60_000))
         assert (code, pid2, epoch2) == (ErrorCode.NONE, pid, 2)
-        assert await h.tc.end_txn("app", pid, 0, True) == ErrorCode.PRODUCER_FENCED
+        assert await done(h.tc.end_txn("app", pid, 0, True)) == ErrorCode.PRODUCER_FENCED
         # A new coordinator (another epoch) reads the same log: the same state.
         h2 = Harness(h.logs)
         h2.tc.follow_leadership({0: 6})
@@ -96,10 +108,10 @@ def test_a_prepared_transaction_is_completed_by_the_next_coordinator() -> None:
     async def run() -> None:
         h = Harness()
         h.tc.follow_leadership({0: 1})
-        _, pid, _ = await h.tc.init_producer_id("app", 60_000)
-        await h.tc.add_partitions("app", pid, 0, [("t", 0)])
+        _, pid, _ = await done(h.tc.init_producer_id("app", 60_000))
+        await done(h.tc.add_partitions("app", pid, 0, [("t", 0)]))
         h.tc.markers.send = _never  # type: ignore[method-assign] # the coordinator dies before its markers
-        assert await h.tc.end_txn("app", pid, 0, True) == ErrorCode.NONE
+        assert await done(h.tc.end_txn("app", pid, 0, True)) == ErrorCode.NONE
         await settle()
         assert h.state.table["app"].state == PREPARE_COMMIT and h.markers == []
         h2 = Harness(h.logs)
@@ -119,17 +131,17 @@ def test_timeouts_abort_and_fence_and_idle_ids_expire() -> None:
     async def run() -> None:
         h = Harness()
         h.tc.follow_leadership({0: 1})
-        _, pid, _ = await h.tc.init_producer_id("slow", 1000)
-        await h.tc.add_partitions("slow", pid, 0, [("t", 0)])
+        _, pid, _ = await done(h.tc.init_producer_id("slow", 1000))
+        await done(h.tc.add_partitions("slow", pid, 0, [("t", 0)]))
         m = h.state.table["slow"]
         assert m.state == ONGOING
         assert h.tc.abort_timed_out(now_ms=m.start_ms + 500) == 0
         assert h.tc.abort_timed_out(now_ms=m.start_ms + 1001) == 1
         await settle()
         assert h.markers == [(pid, 1, False, [("t", 0)])] and m.state == COMPLETE_ABORT
-        assert await h.tc.end_txn("slow", pid, 0, True) == ErrorCode.PRODUCER_FENCED
+        assert await done(h.tc.end_txn("slow", pid, 0, True)) == ErrorCode.PRODUCER_FENCED
         # KIP-588: the timed-out producer may re-initialise with its old epoch and go on.
-        code, pid2, epoch2 = await h.tc.init_producer_id("slow", 1000, pid, 0)
+        code, pid2, epoch2 = await done(h.tc.init_producer_id("slow", 1000, pid, 0))
         assert (code, pid2, epoch2) == (ErrorCode.NONE, pid, 2)
         assert h.tc.expire_ids(now_ms=m.last_update_ms + 500) == 0
         assert h.tc.expire_ids(now_ms=m.last_update_ms + 1001) == 1

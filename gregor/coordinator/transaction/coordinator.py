@@ -11,7 +11,9 @@ a coordinator elected after a crash finds it on load and sends the markers again
 older than their timeout are aborted with a bumped epoch, which fences their producer.
 
 Every change goes through `state.write` (state_manager.py), which applies it once replicated; while a
-write is in flight the id answers CONCURRENT_TRANSACTIONS.
+write is in flight the id answers CONCURRENT_TRANSACTIONS. Like the group coordinator, a request is
+answered at once when nothing has to be written (errors, retries, partitions already added) and with a
+Future of its answer otherwise.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 from gregor.coordinator.transaction.markers import TxnMarkerSender
 from gregor.coordinator.transaction.state import (
@@ -43,16 +45,26 @@ from gregor.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("gregor.txn")
 
+R = TypeVar("R")
+InitResult = tuple[ErrorCode, int, int]
+
+
+class ProducerIds(Protocol):
+    """Where producer ids come from (producer_ids.ProducerIdManager)."""
+
+    def try_generate(self) -> int | None: ...
+    async def generate(self) -> int: ...
+
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
 class TransactionCoordinator:
-    def __init__(self, config: Any, state: TransactionStateManager, new_producer_id: Callable[[], Awaitable[int]],
+    def __init__(self, config: Any, state: TransactionStateManager, producer_ids: ProducerIds,
                  markers: TxnMarkerSender, partition_exists: Callable[[str, int], bool]) -> None:
         self.state = state
-        self._new_producer_id = new_producer_id
+        self._producer_ids = producer_ids
         self.markers = markers
         self._partition_exists = partition_exists
         self.max_timeout_ms: int = config.get("transaction.max.timeout.ms")
@@ -82,8 +94,11 @@ class TransactionCoordinator:
         self.markers.close()
 
     # --- InitProducerId -------------------------------------------------------------------------
-    async def init_producer_id(self, tid: str, timeout_ms: int, producer_id: int = -1,
-                               producer_epoch: int = -1) -> tuple[ErrorCode, int, int]:
+    def init_producer_id(self, tid: str, timeout_ms: int, producer_id: int = -1, producer_epoch: int = -1,
+                         _new_pid: int | None = None) -> InitResult | asyncio.Future[InitResult]:
+        """(error, producer id, epoch), or a Future of it when a write (or a new block of producer ids)
+        must be waited for."""
+        fresh = self._producer_ids.try_generate if _new_pid is None else (lambda: _new_pid)
         if not tid:
             return ErrorCode.INVALID_REQUEST, -1, -1
         if not 0 < timeout_ms <= self.max_timeout_ms:
@@ -91,11 +106,12 @@ class TransactionCoordinator:
         try:
             m = self.state.get(tid)
             if m is None:
-                pid = await self._new_producer_id()
-                m = self.state.get(tid)  # the id may have been created meanwhile
-                if m is None:
-                    m = TransactionMetadata(tid, pid, NO_EPOCH, timeout_ms, EMPTY, last_update_ms=_now_ms())
-                    self.state.table[tid] = m
+                pid = fresh()
+                if pid is None:  # the block is used up: reserve the next (off the loop), then start again
+                    return asyncio.ensure_future(self._init_after_new_block(tid, timeout_ms, producer_id,
+                                                                            producer_epoch))
+                m = self.state.table[tid] = TransactionMetadata(tid, pid, NO_EPOCH, timeout_ms, EMPTY,
+                                                                last_update_ms=_now_ms())
             if m.pending is not None:
                 return ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1
             if producer_id >= 0:  # KIP-360/588: a producer re-initialising with its current id and epoch
@@ -107,21 +123,35 @@ class TransactionCoordinator:
             if m.state == ONGOING:
                 # An open transaction of an older producer: abort it under a bumped epoch (which fences
                 # that producer); the caller retries and gets the epoch after it.
-                await self._abort(m, fence=True)
-                return ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1
+                return _then(self._abort(m, fence=True), lambda: (ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1),
+                             lambda code: (code, -1, -1))
             now = _now_ms()
             if m.producer_epoch >= MAX_EPOCH:  # epochs exhausted: a new producer id, epoch 0
-                target = m.copy_with(producer_id=await self._new_producer_id(), producer_epoch=0,
-                                     last_producer_epoch=NO_EPOCH, timeout_ms=timeout_ms, state=EMPTY,
-                                     partitions=set(), start_ms=-1, last_update_ms=now)
+                pid = fresh()
+                if pid is None:
+                    return asyncio.ensure_future(self._init_after_new_block(tid, timeout_ms, producer_id,
+                                                                            producer_epoch))
+                target = m.copy_with(producer_id=pid, producer_epoch=0, last_producer_epoch=NO_EPOCH,
+                                     timeout_ms=timeout_ms, state=EMPTY, partitions=set(), start_ms=-1,
+                                     last_update_ms=now)
             else:
                 target = m.copy_with(producer_epoch=m.producer_epoch + 1, last_producer_epoch=m.producer_epoch,
                                      timeout_ms=timeout_ms, state=EMPTY, partitions=set(), start_ms=-1,
                                      last_update_ms=now)
-            await self.state.write(m, target)
-            return ErrorCode.NONE, m.producer_id, m.producer_epoch
+            return _then(self.state.write(m, target), lambda: (ErrorCode.NONE, m.producer_id, m.producer_epoch),
+                         lambda code: (code, -1, -1))
         except KafkaError as e:
             return e.code, -1, -1
+
+    async def _init_after_new_block(self, tid: str, timeout_ms: int, producer_id: int,
+                                    producer_epoch: int) -> InitResult:
+        try:
+            pid = await self._producer_ids.generate()
+        except Exception as e:  # the store could not record a new block: the client retries
+            log.error("cannot reserve a block of producer ids: %s", e)
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, -1
+        got = self.init_producer_id(tid, timeout_ms, producer_id, producer_epoch, _new_pid=pid)
+        return await got if isinstance(got, asyncio.Future) else got
 
     # --- AddPartitionsToTxn / AddOffsetsToTxn -----------------------------------------------------
     def _check_producer(self, tid: str, producer_id: int, producer_epoch: int) -> TransactionMetadata:
@@ -138,11 +168,12 @@ class TransactionCoordinator:
             raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS, f"{tid} is completing a transaction")
         return m
 
-    async def add_partitions(self, tid: str, producer_id: int, producer_epoch: int,
-                             partitions: list[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+    def add_partitions(self, tid: str, producer_id: int, producer_epoch: int, partitions: list[TopicPartition]
+                       ) -> dict[TopicPartition, ErrorCode] | asyncio.Future[dict[TopicPartition, ErrorCode]]:
         """Add partitions to the open transaction (opening it). Per partition: NONE, or
         UNKNOWN_TOPIC_OR_PARTITION for those that do not exist and OPERATION_NOT_ATTEMPTED for the
-        rest, or one error for all (fencing, CONCURRENT_TRANSACTIONS, NOT_COORDINATOR, ...)."""
+        rest, or one error for all (fencing, CONCURRENT_TRANSACTIONS, NOT_COORDINATOR, ...); a Future
+        of them while the change is written."""
         missing = [tp for tp in partitions if not self._partition_exists(*tp)]
         if missing:
             return {tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in missing else ErrorCode.OPERATION_NOT_ATTEMPTED
@@ -156,8 +187,8 @@ class TransactionCoordinator:
                 target = m.copy_with(partitions=m.partitions | set(partitions), last_update_ms=now)
             else:
                 target = m.copy_with(state=ONGOING, partitions=set(partitions), start_ms=now, last_update_ms=now)
-            await self.state.write(m, target)
-            return dict.fromkeys(partitions, ErrorCode.NONE)
+            return _then(self.state.write(m, target), lambda: dict.fromkeys(partitions, ErrorCode.NONE),
+                         lambda code: dict.fromkeys(partitions, code))
         except KafkaError as e:
             return dict.fromkeys(partitions, e.code)
 
@@ -172,7 +203,8 @@ class TransactionCoordinator:
                 for tp in partitions}
 
     # --- EndTxn ----------------------------------------------------------------------------------
-    async def end_txn(self, tid: str, producer_id: int, producer_epoch: int, commit: bool) -> ErrorCode:
+    def end_txn(self, tid: str, producer_id: int, producer_epoch: int, commit: bool
+                ) -> ErrorCode | asyncio.Future[ErrorCode]:
         try:
             m = self.state.get(tid)
             if m is None:
@@ -184,11 +216,8 @@ class TransactionCoordinator:
             if m.pending is not None:
                 return ErrorCode.CONCURRENT_TRANSACTIONS
             if m.state == ONGOING:
-                if commit:
-                    await self._prepare(m, PREPARE_COMMIT, m.producer_epoch)
-                else:
-                    await self._abort(m, fence=False)
-                return ErrorCode.NONE
+                decided = self._prepare(m, PREPARE_COMMIT, m.producer_epoch) if commit else self._abort(m, fence=False)
+                return _then(decided, lambda: ErrorCode.NONE, lambda code: code)
             if m.state in (COMPLETE_COMMIT, PREPARE_COMMIT):  # a retry of the same decision, or the wrong one
                 return (ErrorCode.NONE if m.state == COMPLETE_COMMIT else ErrorCode.CONCURRENT_TRANSACTIONS) \
                     if commit else ErrorCode.INVALID_TXN_STATE
@@ -201,28 +230,43 @@ class TransactionCoordinator:
         except KafkaError as e:
             return e.code
 
-    async def _abort(self, m: TransactionMetadata, fence: bool) -> None:
+    def _abort(self, m: TransactionMetadata, fence: bool) -> asyncio.Future[None]:
         """Abort the open transaction; with `fence` under the next epoch, so its producer is fenced."""
         epoch = m.producer_epoch
-        if fence:
-            if m.producer_epoch >= MAX_EPOCH:  # cannot bump: abort under the current epoch (Kafka does too)
-                fence = False
-            else:
-                epoch = m.producer_epoch + 1
-                m.state = PREPARE_EPOCH_FENCE  # in memory only: written as PREPARE_ABORT below
+        if fence and m.producer_epoch < MAX_EPOCH:  # (at the last epoch: abort under it, as Kafka does)
+            epoch = m.producer_epoch + 1
+            m.state = PREPARE_EPOCH_FENCE  # in memory only: written as PREPARE_ABORT below
+            last = m.producer_epoch
+        else:
+            last = m.last_producer_epoch
         try:
-            await self._prepare(m, PREPARE_ABORT, epoch, last_epoch=m.producer_epoch if fence else m.last_producer_epoch)
+            written = self._prepare(m, PREPARE_ABORT, epoch, last_epoch=last)
         except KafkaError:
             if m.state == PREPARE_EPOCH_FENCE:
                 m.state = ONGOING
             raise
 
-    async def _prepare(self, m: TransactionMetadata, state: int, epoch: int, last_epoch: int | None = None) -> None:
+        def undo_fence(f: asyncio.Future[None]) -> None:
+            if (f.cancelled() or f.exception() is not None) and m.state == PREPARE_EPOCH_FENCE:
+                m.state = ONGOING
+
+        written.add_done_callback(undo_fence)
+        return written
+
+    def _prepare(self, m: TransactionMetadata, state: int, epoch: int, last_epoch: int | None = None
+                 ) -> asyncio.Future[None]:
+        """Write the decision; once it is replicated, the markers go out (in the background)."""
         coordinator_epoch = self.state.coordinator_epoch(m.transactional_id)
         target = m.copy_with(state=state, producer_epoch=epoch, last_update_ms=_now_ms(),
                              last_producer_epoch=m.last_producer_epoch if last_epoch is None else last_epoch)
-        await self.state.write(m, target)
-        self._start_completion(m, coordinator_epoch)
+        written = self.state.write(m, target)
+
+        def decided(f: asyncio.Future[None]) -> None:
+            if not f.cancelled() and f.exception() is None:
+                self._start_completion(m, coordinator_epoch)
+
+        written.add_done_callback(decided)
+        return written
 
     def _start_completion(self, m: TransactionMetadata, coordinator_epoch: int) -> None:
         task = asyncio.ensure_future(self._complete(m, coordinator_epoch))
@@ -269,8 +313,10 @@ class TransactionCoordinator:
                 log.info("aborting the transaction of %s (producer %d epoch %d): open %d ms, longer than its "
                          "timeout of %d ms", m.transactional_id, m.producer_id, m.producer_epoch, now - m.start_ms,
                          m.timeout_ms)
-                task = asyncio.ensure_future(self._abort(m, fence=True))
-                task.add_done_callback(_log_failure(m.transactional_id))
+                try:
+                    self._abort(m, fence=True).add_done_callback(_log_failure(m.transactional_id))
+                except KafkaError as e:
+                    log.warning("cannot abort the timed-out transaction of %s: %s", m.transactional_id, e)
                 n += 1
         return n
 
@@ -281,8 +327,10 @@ class TransactionCoordinator:
         for m in list(self.state.table.values()):
             if (m.state in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT) and m.pending is None
                     and now - m.last_update_ms > self.id_expiration_ms):
-                task = asyncio.ensure_future(self.state.write(m, None))
-                task.add_done_callback(_log_failure(m.transactional_id))
+                try:
+                    self.state.write(m, None).add_done_callback(_log_failure(m.transactional_id))
+                except KafkaError as e:
+                    log.warning("cannot expire transactional id %s: %s", m.transactional_id, e)
                 n += 1
         return n
 
@@ -301,6 +349,23 @@ class TransactionCoordinator:
         return [m for m in self.state.table.values()
                 if (not wanted or m.state in wanted) and (not producer_ids or m.producer_id in producer_ids)
                 and (duration_ms < 0 or (m.state == ONGOING and now - m.start_ms >= duration_ms))]
+
+
+def _then(written: asyncio.Future[None], ok: Callable[[], R], failed: Callable[[ErrorCode], R]) -> asyncio.Future[R]:
+    """A Future of `ok()` once `written` succeeds, or of `failed(code)` with its KafkaError's code."""
+    out: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+
+    def done(f: asyncio.Future[None]) -> None:
+        if out.done():
+            return
+        err = KafkaError(ErrorCode.NOT_COORDINATOR, "cancelled") if f.cancelled() else f.exception()
+        if err is None:
+            out.set_result(ok())
+        else:
+            out.set_result(failed(err.code if isinstance(err, KafkaError) else ErrorCode.UNKNOWN_SERVER_ERROR))
+
+    written.add_done_callback(done)
+    return out
 
 
 def _log_failure(tid: str) -> Callable[[asyncio.Future[Any]], None]:

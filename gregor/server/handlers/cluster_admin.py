@@ -38,19 +38,30 @@ def handle_elect_leaders(ctx: RequestContext, req: Struct) -> Any:
     wanted = req.topic_partitions
     partitions = None if wanted is None else [(t.topic, p) for t in wanted for p in t.partitions]
 
-    async def run() -> dict[str, Any]:
-        try:
-            results = await ctx.broker.controller.elect_leaders(req.get("election_type", 0), partitions)
-        except KafkaError as e:  # not the controller: every partition gets the error (v0 has no top-level code)
-            results = {tp: (e.code, e.message) for tp in (partitions or [])}
-            top = e.code
-        else:
-            top = ErrorCode.NONE
+    def answer(results: dict[tuple[str, int], tuple[int, str | None]], top: int) -> dict[str, Any]:
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for (t, p), (code, msg) in results.items():
             by_topic.setdefault(t, []).append({"partition_id": p, "error_code": code, "error_message": msg})
         return {"throttle_time_ms": 0, "error_code": top,
                 "replica_election_results": [{"topic": t, "partition_result": rows} for t, rows in by_topic.items()]}
+
+    def refused(e: KafkaError) -> dict[str, Any]:  # every partition gets the error (v0 has no top-level code)
+        return answer({tp: (e.code, e.message) for tp in (partitions or [])}, e.code)
+
+    # What needs no election is answered at once: not the controller, no partition that exists.
+    ctl, cache = ctx.broker.controller, ctx.broker.metadata_cache
+    if not ctl.active:
+        return refused(KafkaError(ErrorCode.NOT_CONTROLLER, f"Broker {ctl.broker_id} is not the controller"))
+    if partitions is not None and all(cache.partition_state(*tp) is None for tp in partitions):
+        return answer({tp: (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
+                       for tp in partitions}, ErrorCode.NONE)
+
+    async def run() -> dict[str, Any]:
+        try:
+            results = await ctl.elect_leaders(req.get("election_type", 0), partitions)
+        except KafkaError as e:
+            return refused(e)
+        return answer(results, ErrorCode.NONE)
 
     return _later(run())
 

@@ -21,7 +21,7 @@ from gregor.metadata.store import MetadataError
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.schema import Struct
 from gregor.server.dispatcher import RequestContext
-from gregor.server.handlers.transactions import txn_coordinator
+from gregor.server.handlers.transactions import with_coordinator
 
 log = logging.getLogger("gregor.producers")
 
@@ -33,24 +33,19 @@ def handle_init_producer_id(ctx: RequestContext, req: Struct) -> dict[str, Any] 
     if (req.get("producer_id", -1) == -1) != (req.get("producer_epoch", -1) == -1):
         return _init_answer(ErrorCode.INVALID_REQUEST)  # an id without an epoch or the reverse
     if req.transactional_id is not None:
-        return asyncio.ensure_future(_init_transactional(ctx, req))
+        def answer(result: tuple[ErrorCode, int, int]) -> dict[str, Any]:
+            code, pid, epoch = result
+            if code == ErrorCode.PRODUCER_FENCED and ctx.version < 4:
+                code = ErrorCode.INVALID_PRODUCER_EPOCH  # PRODUCER_FENCED exists from InitProducerId v4 (KIP-588)
+            return _init_answer(code, pid, epoch)
+        return with_coordinator(ctx, lambda tc: tc.init_producer_id(
+            req.transactional_id, req.transaction_timeout_ms, req.get("producer_id", -1), req.get("producer_epoch", -1)),
+            answer, lambda code: _init_answer(code))
     m = ctx.broker.producer_ids
     pid = m.try_generate()
     if pid is not None:
         return _init_answer(ErrorCode.NONE, pid, 0)
     return asyncio.ensure_future(_init_later(m))
-
-
-async def _init_transactional(ctx: RequestContext, req: Struct) -> dict[str, Any]:
-    try:
-        tc = await txn_coordinator(ctx)
-    except KafkaError as e:
-        return _init_answer(e.code)
-    code, pid, epoch = await tc.init_producer_id(req.transactional_id, req.transaction_timeout_ms,
-                                                 req.get("producer_id", -1), req.get("producer_epoch", -1))
-    if code == ErrorCode.PRODUCER_FENCED and ctx.version < 4:
-        code = ErrorCode.INVALID_PRODUCER_EPOCH  # PRODUCER_FENCED exists from InitProducerId v4 (KIP-588)
-    return _init_answer(code, pid, epoch)
 
 
 async def _init_later(m: ProducerIdManager) -> dict[str, Any]:

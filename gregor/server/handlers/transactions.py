@@ -9,10 +9,10 @@ created on first use, and a request arriving meanwhile waits for the creation.
 from __future__ import annotations
 
 import asyncio
-import functools
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
+from gregor.coordinator.group.metadata_manager import OFFSETS_TOPIC
 from gregor.coordinator.transaction.coordinator import TransactionCoordinator
 from gregor.coordinator.transaction.state import STATES_BY_NAME
 from gregor.coordinator.transaction.state_manager import TRANSACTION_STATE_TOPIC
@@ -22,26 +22,42 @@ from gregor.server.dispatcher import RequestContext
 from gregor.server.txn_markers import append_markers
 
 TopicPartition = tuple[str, int]
+R = TypeVar("R")
 
 
-def _as_future(fn: Callable[[RequestContext, Struct], Coroutine[Any, Any, dict[str, Any]]]
-               ) -> Callable[[RequestContext, Struct], asyncio.Future[dict[str, Any]]]:
-    """The dispatcher takes a response or a Future of it: run the coroutine handler as a task."""
-    @functools.wraps(fn)
-    def run(ctx: RequestContext, req: Struct) -> asyncio.Future[dict[str, Any]]:
-        return asyncio.ensure_future(fn(ctx, req))
-    return run
-
-
-async def txn_coordinator(ctx: RequestContext) -> TransactionCoordinator:
-    """The coordinator once __transaction_state exists (its creation, started by the first request
-    that needs it, is waited for). Raises KafkaError (COORDINATOR_LOAD_IN_PROGRESS, ...)."""
+def with_coordinator(ctx: RequestContext, call: Callable[[TransactionCoordinator], R | asyncio.Future[R]],
+                     answer: Callable[[R], dict[str, Any]], failed: Callable[[ErrorCode], dict[str, Any]]
+                     ) -> dict[str, Any] | asyncio.Future[dict[str, Any]]:
+    """Run `call` on the transaction coordinator and `answer` its result: at once when the coordinator
+    answers at once (as the group coordinator does), else in a Future; `failed` answers a KafkaError.
+    The first request that needs __transaction_state starts its creation and waits for it."""
     broker = ctx.broker
-    if not broker.log_manager.loading:
-        pending = broker.txn_topic_creation()
-        if pending is not None:
-            await asyncio.wait([pending])
-    return broker.txn_coordinator_ready()
+
+    def now() -> dict[str, Any] | asyncio.Future[dict[str, Any]]:
+        try:
+            got = call(broker.txn_coordinator_ready())
+        except KafkaError as e:
+            return failed(e.code)
+        if isinstance(got, asyncio.Future):
+            out: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+
+            def done(f: asyncio.Future[R]) -> None:
+                err = f.exception() if not f.cancelled() else KafkaError(ErrorCode.REQUEST_TIMED_OUT, "cancelled")
+                out.set_result(answer(f.result()) if err is None else
+                               failed(err.code if isinstance(err, KafkaError) else ErrorCode.UNKNOWN_SERVER_ERROR))
+            got.add_done_callback(done)
+            return out
+        return answer(got)
+
+    pending = None if broker.log_manager.loading else broker.txn_topic_creation()
+    if pending is None:
+        return now()
+
+    async def after_creation(pending: asyncio.Future[None]) -> dict[str, Any]:
+        await asyncio.wait([pending])
+        got = now()
+        return await got if isinstance(got, asyncio.Future) else got
+    return asyncio.ensure_future(after_creation(pending))
 
 
 def find_txn_coordinator(ctx: RequestContext, transactional_id: str) -> tuple[int, str, int]:
@@ -63,31 +79,40 @@ def _topic_results(result: dict[TopicPartition, ErrorCode]) -> list[dict[str, An
     return [{"name": t, "results_by_partition": ps} for t, ps in by_topic.items()]
 
 
-@_as_future
-async def handle_add_partitions_to_txn(ctx: RequestContext, req: Struct) -> dict[str, Any]:
+def handle_add_partitions_to_txn(ctx: RequestContext, req: Struct) -> Any:
     if ctx.version <= 3:
         tps = [(t.name, p) for t in req.v3_and_below_topics for p in t.partitions]
-        try:
-            tc = await txn_coordinator(ctx)
-            result = await tc.add_partitions(req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
-                                             req.v3_and_below_producer_epoch, tps)
-        except KafkaError as e:
-            result = dict.fromkeys(tps, e.code)
-        result = {tp: _for_version(c, ctx.version) for tp, c in result.items()}
-        return {"throttle_time_ms": 0, "results_by_topic_v3_and_below": _topic_results(result)}
-    out = []
-    try:
-        tc = await txn_coordinator(ctx)
-    except KafkaError as e:
-        return {"throttle_time_ms": 0, "error_code": e.code, "results_by_transaction": []}
-    for txn in req.transactions:
-        tps = [(t.name, p) for t in txn.topics for p in t.partitions]
-        if txn.verify_only:
-            result = tc.verify_partitions(txn.transactional_id, txn.producer_id, txn.producer_epoch, tps)
-        else:
-            result = await tc.add_partitions(txn.transactional_id, txn.producer_id, txn.producer_epoch, tps)
-        out.append({"transactional_id": txn.transactional_id, "topic_results": _topic_results(result)})
-    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "results_by_transaction": out}
+
+        def v3_answer(result: dict[TopicPartition, ErrorCode]) -> dict[str, Any]:
+            result = {tp: _for_version(c, ctx.version) for tp, c in result.items()}
+            return {"throttle_time_ms": 0, "results_by_topic_v3_and_below": _topic_results(result)}
+        return with_coordinator(
+            ctx, lambda tc: tc.add_partitions(req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
+                                              req.v3_and_below_producer_epoch, tps),
+            v3_answer, lambda code: v3_answer(dict.fromkeys(tps, code)))
+
+    def all_of(tc: TransactionCoordinator) -> list[Any] | asyncio.Future[list[Any]]:
+        """One result per transaction, in order (a Future if any waits for a write)."""
+        results: list[Any] = []
+        for txn in req.transactions:
+            tps = [(t.name, p) for t in txn.topics for p in t.partitions]
+            if txn.verify_only:
+                results.append(tc.verify_partitions(txn.transactional_id, txn.producer_id, txn.producer_epoch, tps))
+            else:
+                results.append(tc.add_partitions(txn.transactional_id, txn.producer_id, txn.producer_epoch, tps))
+        if not any(isinstance(r, asyncio.Future) for r in results):
+            return results
+
+        async def gathered() -> list[Any]:
+            return [await r if isinstance(r, asyncio.Future) else r for r in results]
+        return asyncio.ensure_future(gathered())
+
+    def answer(results: list[dict[TopicPartition, ErrorCode]]) -> dict[str, Any]:
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "results_by_transaction": [
+            {"transactional_id": txn.transactional_id, "topic_results": _topic_results(r)}
+            for txn, r in zip(req.transactions, results, strict=True)]}
+    return with_coordinator(ctx, all_of, answer,
+                            lambda code: {"throttle_time_ms": 0, "error_code": code, "results_by_transaction": []})
 
 
 def _for_version(code: ErrorCode, version: int) -> ErrorCode:
@@ -95,43 +120,48 @@ def _for_version(code: ErrorCode, version: int) -> ErrorCode:
     return ErrorCode.INVALID_PRODUCER_EPOCH if code == ErrorCode.PRODUCER_FENCED and version < 2 else code
 
 
-@_as_future
-async def handle_add_offsets_to_txn(ctx: RequestContext, req: Struct) -> dict[str, Any]:
-    try:
-        tc = await txn_coordinator(ctx)
-        gc = ctx.broker.group_coordinator_ready()
-        tp = ("__consumer_offsets", gc.partition_for(req.group_id))
-        code = (await tc.add_partitions(req.transactional_id, req.producer_id, req.producer_epoch, [tp]))[tp]
-    except KafkaError as e:
-        code = e.code
-    return {"throttle_time_ms": 0, "error_code": _for_version(code, ctx.version)}
+def handle_add_offsets_to_txn(ctx: RequestContext, req: Struct) -> Any:
+    def call(tc: TransactionCoordinator) -> Any:
+        tp = (OFFSETS_TOPIC, ctx.broker.group_coordinator_ready().partition_for(req.group_id))
+        return tc.add_partitions(req.transactional_id, req.producer_id, req.producer_epoch, [tp])
+
+    def code_of(result: dict[TopicPartition, ErrorCode]) -> dict[str, Any]:
+        return {"throttle_time_ms": 0, "error_code": _for_version(next(iter(result.values())), ctx.version)}
+    return with_coordinator(ctx, call, code_of,
+                            lambda code: {"throttle_time_ms": 0, "error_code": _for_version(code, ctx.version)})
 
 
-@_as_future
-async def handle_end_txn(ctx: RequestContext, req: Struct) -> dict[str, Any]:
-    try:
-        tc = await txn_coordinator(ctx)
-        code = await tc.end_txn(req.transactional_id, req.producer_id, req.producer_epoch, req.committed)
-    except KafkaError as e:
-        code = e.code
-    return {"throttle_time_ms": 0, "error_code": _for_version(code, ctx.version)}
+def handle_end_txn(ctx: RequestContext, req: Struct) -> Any:
+    def answer(code: ErrorCode) -> dict[str, Any]:
+        return {"throttle_time_ms": 0, "error_code": _for_version(code, ctx.version)}
+    return with_coordinator(
+        ctx, lambda tc: tc.end_txn(req.transactional_id, req.producer_id, req.producer_epoch, req.committed),
+        answer, answer)
 
 
-@_as_future
-async def handle_write_txn_markers(ctx: RequestContext, req: Struct) -> dict[str, Any]:
+def handle_write_txn_markers(ctx: RequestContext, req: Struct) -> Any:
     """A coordinator's markers for partitions this broker leads (errors per partition, retried by it)."""
     timeout_ms = ctx.broker.config.get("request.timeout.ms")
-    out = []
-    for m in req.markers:
-        tps = [(t.name, p) for t in m.topics for p in t.partition_indexes]
-        result = await append_markers(ctx.broker, m.producer_id, m.producer_epoch, m.transaction_result,
-                                      m.coordinator_epoch, tps, timeout_ms)
-        by_topic: dict[str, list[dict[str, Any]]] = {}
-        for (t, p), code in result.items():
-            by_topic.setdefault(t, []).append({"partition_index": p, "error_code": code})
-        out.append({"producer_id": m.producer_id,
-                    "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]})
-    return {"markers": out}
+    results = [append_markers(ctx.broker, m.producer_id, m.producer_epoch, m.transaction_result, m.coordinator_epoch,
+                              [(t.name, p) for t in m.topics for p in t.partition_indexes], timeout_ms)
+               for m in req.markers]
+
+    def answer(done: list[dict[TopicPartition, ErrorCode]]) -> dict[str, Any]:
+        out = []
+        for m, result in zip(req.markers, done, strict=True):
+            by_topic: dict[str, list[dict[str, Any]]] = {}
+            for (t, p), code in result.items():
+                by_topic.setdefault(t, []).append({"partition_index": p, "error_code": code})
+            out.append({"producer_id": m.producer_id,
+                        "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]})
+        return {"markers": out}
+
+    if not any(isinstance(r, asyncio.Future) for r in results):
+        return answer(results)  # type: ignore[arg-type]
+
+    async def later() -> dict[str, Any]:
+        return answer([await r if isinstance(r, asyncio.Future) else r for r in results])
+    return asyncio.ensure_future(later())
 
 
 def handle_txn_offset_commit(ctx: RequestContext, req: Struct) -> Any:
@@ -177,34 +207,30 @@ def handle_txn_offset_commit(ctx: RequestContext, req: Struct) -> Any:
     return answer(result)
 
 
-@_as_future
-async def handle_describe_transactions(ctx: RequestContext, req: Struct) -> dict[str, Any]:
+def handle_describe_transactions(ctx: RequestContext, req: Struct) -> Any:
     """The state of transactional ids this broker coordinates (admin clients ask each id's coordinator)."""
-    out = []
-    try:
-        tc: TransactionCoordinator | None = await txn_coordinator(ctx)
-        load_error = None
-    except KafkaError as e:
-        tc, load_error = None, e.code
-    for tid in req.transactional_ids:
-        entry: dict[str, Any] = {"error_code": ErrorCode.NONE, "transactional_id": tid, "transaction_state": "",
-                                 "transaction_timeout_ms": 0, "transaction_start_time_ms": -1, "producer_id": -1,
-                                 "producer_epoch": -1, "topics": []}
-        try:
-            if tc is None:
-                raise KafkaError(load_error or ErrorCode.COORDINATOR_NOT_AVAILABLE)
-            m = tc.describe(tid)
-            by_topic: dict[str, list[int]] = {}
-            for t, p in sorted(m.partitions):
-                by_topic.setdefault(t, []).append(p)
-            entry.update({"transaction_state": m.state_name, "transaction_timeout_ms": m.timeout_ms,
-                          "transaction_start_time_ms": m.start_ms, "producer_id": m.producer_id,
-                          "producer_epoch": m.producer_epoch,
-                          "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]})
-        except KafkaError as e:
-            entry["error_code"] = e.code
-        out.append(entry)
-    return {"throttle_time_ms": 0, "transaction_states": out}
+    def describe(tc: TransactionCoordinator | None, load_error: ErrorCode | None = None) -> dict[str, Any]:
+        out = []
+        for tid in req.transactional_ids:
+            entry: dict[str, Any] = {"error_code": ErrorCode.NONE, "transactional_id": tid, "transaction_state": "",
+                                     "transaction_timeout_ms": 0, "transaction_start_time_ms": -1,
+                                     "producer_id": -1, "producer_epoch": -1, "topics": []}
+            try:
+                if tc is None:
+                    raise KafkaError(load_error or ErrorCode.COORDINATOR_NOT_AVAILABLE)
+                m = tc.describe(tid)
+                by_topic: dict[str, list[int]] = {}
+                for t, p in sorted(m.partitions):
+                    by_topic.setdefault(t, []).append(p)
+                entry.update({"transaction_state": m.state_name, "transaction_timeout_ms": m.timeout_ms,
+                              "transaction_start_time_ms": m.start_ms, "producer_id": m.producer_id,
+                              "producer_epoch": m.producer_epoch,
+                              "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]})
+            except KafkaError as e:
+                entry["error_code"] = e.code
+            out.append(entry)
+        return {"throttle_time_ms": 0, "transaction_states": out}
+    return with_coordinator(ctx, lambda tc: tc, describe, lambda code: describe(None, code))
 
 
 def handle_list_transactions(ctx: RequestContext, req: Struct) -> dict[str, Any]:
