@@ -165,46 +165,90 @@ def _first_topic(opts: SinkOptions, batch: pa.RecordBatch) -> str:
     return str(topic)
 
 
+@dataclass
+class _TxnClients:
+    """A task slot's transactional producer and marker reader, kept in the Python worker between
+    micro-batches: InitProducerId (about 50 ms with librdkafka) is then paid once per slot, not per batch."""
+
+    producer: Any
+    consumer: Any
+    errors: list[str]
+
+
+# Per Python worker process, by transactional id; bounded (a batch write's ids are used once).
+_TXN_CLIENTS: dict[str, _TxnClients] = {}
+_MAX_TXN_CLIENTS = 16
+
+
+def _txn_clients(opts: SinkOptions, txn_id: str) -> _TxnClients:
+    from confluent_kafka import Consumer
+
+    clients = _TXN_CLIENTS.pop(txn_id, None)
+    if clients is None:
+        errors: list[str] = []
+        producer = _make_producer(opts, errors, **{"transactional.id": txn_id})
+        producer.init_transactions(_FLUSH_TIMEOUT_S)  # fences (and aborts) an earlier attempt's transaction
+        consumer = Consumer({**opts.kafka_params, "group.id": txn_id, "isolation.level": "read_committed",
+                             "enable.auto.commit": False})
+        clients = _TxnClients(producer, consumer, errors)
+    _TXN_CLIENTS[txn_id] = clients  # most recently used last
+    while len(_TXN_CLIENTS) > _MAX_TXN_CLIENTS:
+        _drop_txn_clients(next(iter(_TXN_CLIENTS)))
+    return clients
+
+
+def _drop_txn_clients(txn_id: str) -> None:
+    clients = _TXN_CLIENTS.pop(txn_id, None)
+    if clients is not None:
+        clients.consumer.close()
+
+
 def write_transactional(opts: SinkOptions, batches: Iterator[pa.RecordBatch], query_id: str, batch_id: int,
                         task: int) -> int:
     """Exactly once (see the module docstring): this task's rows of micro-batch `batch_id` in one
     transaction, skipped if a previous attempt committed them. Returns the rows written (0 if skipped)."""
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from confluent_kafka import KafkaException, TopicPartition
 
     first = next((b for b in batches if b.num_rows), None)
     if first is None:
         return 0
     txn_id = f"{opts.transactional_id_prefix}{query_id}-{task}"
     marker = TopicPartition(_first_topic(opts, first), 0)
-    # The marker group's committed offset says which batch this task slot committed last. Read
-    # committed (librdkafka then asks the broker for stable offsets: a commit under way is waited for).
-    consumer = Consumer({**opts.kafka_params, "group.id": txn_id, "isolation.level": "read_committed",
-                         "enable.auto.commit": False})
-    try:
-        done = consumer.committed([marker], timeout=_FLUSH_TIMEOUT_S)[0].offset
+    for attempt in range(2):
+        clients = _txn_clients(opts, txn_id)
+        # The marker group's committed offset says which batch this task slot committed last. Read
+        # committed (librdkafka then asks the broker for stable offsets: a commit under way is waited for).
+        done = clients.consumer.committed([marker], timeout=_FLUSH_TIMEOUT_S)[0].offset
         if done > batch_id:
             return 0  # this task's share of the batch is in the log already
-        errors: list[str] = []
-        producer = _make_producer(opts, errors, **{"transactional.id": txn_id})
         try:
-            producer.init_transactions(_FLUSH_TIMEOUT_S)  # fences (and aborts) an earlier attempt's transaction
-            producer.begin_transaction()
-            count = _produce_rows(producer, opts, itertools.chain([first], batches), errors)
-            if errors:
-                raise GregorSourceError(f"{len(errors)} records were not delivered; first: {errors[0]}")
-            producer.send_offsets_to_transaction([TopicPartition(marker.topic, 0, batch_id + 1)],
-                                                 consumer.consumer_group_metadata(), _FLUSH_TIMEOUT_S)
-            producer.commit_transaction(_FLUSH_TIMEOUT_S)
+            clients.producer.begin_transaction()
+            # The marker first: a producer kept from an earlier batch that another worker has fenced since
+            # fails here, before any row is taken from `batches`, and is replaced.
+            clients.producer.send_offsets_to_transaction([TopicPartition(marker.topic, 0, batch_id + 1)],
+                                                         clients.consumer.consumer_group_metadata(), _FLUSH_TIMEOUT_S)
+            break
         except KafkaException as e:
-            err = e.args[0] if e.args else e
-            if hasattr(err, "txn_requires_abort") and err.txn_requires_abort():
-                producer.abort_transaction(_FLUSH_TIMEOUT_S)
-            raise GregorSourceError(f"transaction {txn_id} of batch {batch_id} failed: {err}") from e
+            _drop_txn_clients(txn_id)
+            if attempt == 1:
+                raise GregorSourceError(f"transaction {txn_id} of batch {batch_id} failed: {e.args[0] if e.args else e}"
+                                        ) from e
+    producer, errors = clients.producer, clients.errors
+    errors.clear()
+    try:
+        count = _produce_rows(producer, opts, itertools.chain([first], batches), errors)
         if errors:
             raise GregorSourceError(f"{len(errors)} records were not delivered; first: {errors[0]}")
-        return count
-    finally:
-        consumer.close()
+        producer.commit_transaction(_FLUSH_TIMEOUT_S)
+    except (KafkaException, GregorSourceError) as e:
+        err = e.args[0] if e.args else e
+        _drop_txn_clients(txn_id)
+        if hasattr(err, "txn_requires_abort") and err.txn_requires_abort():
+            producer.abort_transaction(_FLUSH_TIMEOUT_S)
+        raise GregorSourceError(f"transaction {txn_id} of batch {batch_id} failed: {err}") from e
+    if errors:
+        raise GregorSourceError(f"{len(errors)} records were not delivered; first: {errors[0]}")
+    return count
 
 
 def _task_ids() -> tuple[str | None, int | None, int]:

@@ -93,3 +93,32 @@ def test_transactional_sink_is_exactly_once_across_a_query_killed_mid_stream(spa
     assert len(committed) == len(set(committed)) == n, "each input exactly once"
     truth = {f"{r.partition}:{r.offset}:{r.value.decode()}" for r in consume_all(broker.bootstrap, src)}
     assert set(committed) == truth
+
+
+def test_a_kept_transactional_producer_fenced_by_another_worker_is_replaced(broker: BrokerProcess) -> None:
+    """Between two micro-batches another worker took the task slot's transactional id: the producer this
+    worker kept is fenced; the next batch notices before taking any row and writes with a new one."""
+    import pyarrow as pa
+
+    from gregor.spark import sink
+    from gregor.spark.options import parse_sink_options
+
+    topic = create_topic(broker.bootstrap, unique("txn-kept"), 1)
+    opts = parse_sink_options({"kafka.bootstrap.servers": broker.bootstrap, "topic": topic, "transactional": "true"})
+    query = unique("query")
+
+    def rows(batch: int) -> Any:
+        return iter([pa.RecordBatch.from_pydict({"value": [f"b{batch}-{i}" for i in range(100)]})])
+
+    try:
+        assert sink.write_transactional(opts, rows(0), query, 0, 0) == 100
+        other = Producer({"bootstrap.servers": broker.bootstrap,
+                          "transactional.id": f"{opts.transactional_id_prefix}{query}-0"})
+        other.init_transactions(30)  # the other worker: the kept producer is fenced now
+        assert sink.write_transactional(opts, rows(1), query, 1, 0) == 100
+        assert sink.write_transactional(opts, rows(1), query, 1, 0) == 0  # a replay of batch 1: skipped
+    finally:
+        for txn_id in list(sink._TXN_CLIENTS):  # this process is not a Spark worker: let the clients go
+            sink._drop_txn_clients(txn_id)
+    got = sorted(r.value.decode() for r in consume_all(broker.bootstrap, topic, isolation="read_committed"))
+    assert got == sorted([f"b0-{i}" for i in range(100)] + [f"b1-{i}" for i in range(100)])
