@@ -31,11 +31,15 @@ def start_worker(b: BrokerProcess, group: str, topic: str, mode: str, out: Path,
                             stderr=subprocess.DEVNULL)
 
 
+def complete_lines(path: Path) -> list[str]:
+    """A worker's output lines. Its last line may be partial: a running worker is still writing it, or a
+    SIGKILLed one was cut off mid-line; only complete lines (ending in a newline) count."""
+    if not path.exists():
+        return []
+    text = path.read_text()
+    return text[:text.rfind("\n") + 1].splitlines()
+
+
 def read_records(paths: list[Path]) -> list[int]:
-    values = []
-    for p in paths:
-        if p.exists():
-            for line in p.read_text().splitlines():
-                if line and not line.startswith("#"):
-                    values.append(int(line.split()[2]))
-    return values
+    """The record values the workers wrote."""
+    return [int(line.split()[2]) for p in paths for line in complete_lines(p) if line and not line.startswith("#")]

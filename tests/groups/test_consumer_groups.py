@@ -13,14 +13,14 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from tests.broker_process import BrokerProcess
-from tests.groups.common import fill_topic, read_records, start_worker
+from tests.groups.common import complete_lines, fill_topic, read_records, start_worker
 
 GROUP_BROKER = {"group.initial.rebalance.delay.ms": "300", "group.min.session.timeout.ms": "1000"}
 
 
 def _assignments(path: Path) -> list[tuple[float, list[int]]]:
     out = []
-    for ln in path.read_text().splitlines():
+    for ln in complete_lines(path):
         if ln.startswith("# assigned"):
             _, _, at, *parts = ln.split()
             out.append((float(at), sorted(int(x) for x in (parts[0] if parts else "").split(",") if x)))
@@ -134,7 +134,7 @@ def test_cooperative_sticky_group(start_broker: Callable[..., BrokerProcess], tm
     values = read_records(outs)
     assert sorted(values) == list(range(6000)), "every message exactly once"
     # Incremental (cooperative) assignments: each member worked on some of the partitions.
-    worked = [{int(ln.split()[0]) for ln in o.read_text().splitlines() if ln and not ln.startswith("#")} for o in outs]
+    worked = [{int(ln.split()[0]) for ln in complete_lines(o) if ln and not ln.startswith("#")} for o in outs]
     assert all(worked) and worked[0] | worked[1] == set(range(6))
 
 

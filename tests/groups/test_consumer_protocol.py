@@ -27,7 +27,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from gregor.coordinator.group.assignors import AssignmentSpec, range_, uniform
 from gregor.protocol.errors import ErrorCode
 from tests.broker_process import BrokerProcess
-from tests.groups.common import fill_topic, read_records, start_worker
+from tests.groups.common import complete_lines, fill_topic, read_records, start_worker
 from tests.wire import WireClient
 
 # Fast timing for tests: members heartbeat every 300 ms and are fenced 3 s after their last one.
@@ -47,7 +47,7 @@ def _worker(b: BrokerProcess, group: str, topic: str, mode: str, out: Path, dela
 def _events(path: Path) -> list[tuple[str, float, set[int]]]:
     """The worker's ("assigned" | "revoked", time, partitions): incremental with this protocol."""
     out = []
-    for ln in path.read_text().splitlines() if path.exists() else []:
+    for ln in complete_lines(path):
         if ln.startswith(("# assigned", "# revoked")):
             _, kind, at, *parts = ln.split()
             out.append((kind, float(at), {int(x) for x in (parts[0] if parts else "").split(",") if x}))
