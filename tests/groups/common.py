@@ -24,11 +24,18 @@ def fill_topic(b: BrokerProcess, name: str, partitions: int, n: int) -> None:
     assert p.flush(30) == 0
 
 
+# Every worker started, so that a test failing before it waits for its workers does not leave them running
+# (they would take CPU from the tests after it): conftest.py kills what is left after each test.
+STARTED: list[subprocess.Popen[bytes]] = []
+
+
 def start_worker(b: BrokerProcess, group: str, topic: str, mode: str, out: Path, delay_ms: int = 0,
             extra: dict[str, object] | None = None) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "tests.groups.worker", b.bootstrap, group, topic, mode, str(out),
+    proc = subprocess.Popen([sys.executable, "-m", "tests.groups.worker", b.bootstrap, group, topic, mode, str(out),
                              str(delay_ms), json.dumps(extra or {})], cwd=Path(__file__).resolve().parents[2],
                             stderr=subprocess.DEVNULL)
+    STARTED.append(proc)
+    return proc
 
 
 def complete_lines(path: Path) -> list[str]:
