@@ -142,7 +142,7 @@ class Broker:
                                                                   self.config.get("broker.rack") or None))
         self.metadata_cache.attach(self.store, asyncio.get_running_loop())
         self.metadata_cache.add_listener(self.replica_manager.on_metadata_change)
-        self.metadata_cache.add_listener(self._follow_offsets_leadership)  # after the replica manager's
+        self.metadata_cache.add_listener(self._follow_coordinator_leadership)  # after the replica manager's
         self.metadata_cache.add_listener(self._on_session_change)  # issue 10: zk
         self.metadata_cache.add_listener(self._on_broker_configs)
         self._apply_dynamic_configs()
@@ -296,11 +296,11 @@ class Broker:
         for lg in self.log_manager.all_logs():
             lg.remove_expired_producers(now, expiration_ms)
 
-    # --- the group coordinator follows __consumer_offsets leadership ------------------------
+    # --- the coordinators follow the leadership of their internal topics ------------------------
     def _offsets_partitions_led(self) -> set[int]:
         return set(self.offsets_topic.led(self.replica_manager))
 
-    def _follow_offsets_leadership(self, kind: str, topic: str) -> None:
+    def _follow_coordinator_leadership(self, kind: str, topic: str) -> None:
         """A cache listener (after the replica manager's, so each Partition knows whether it leads): the
         coordinator of a group is the leader of its __consumer_offsets partition, as in Kafka; of a
         transactional id, the leader of its __transaction_state partition."""
@@ -318,11 +318,8 @@ class Broker:
         are created in the background; the one a group writes to first is created then (one log, not fifty)."""
         if self.log_manager.loading:
             raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "the broker is loading its logs")
-        self._ensure_offsets_topic()
-        return self.group_coordinator
-
-    def _ensure_offsets_topic(self) -> None:
         self.offsets_topic.ensure()
+        return self.group_coordinator
 
     def offsets_topic_creation(self) -> asyncio.Future[None] | None:
         """None once __consumer_offsets exists; else a future done when the creation under way (started now

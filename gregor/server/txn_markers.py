@@ -20,6 +20,7 @@ from gregor.coordinator.transaction.markers import TxnMarkerSender
 from gregor.coordinator.transaction.state_manager import TransactionStateManager
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.records import build_marker_batch, iter_headers
+from gregor.server.futures import then
 from gregor.server.partition import AppendResult
 from gregor.server.replica_manager import AppendEntry
 
@@ -43,12 +44,7 @@ def append_markers(broker: Any, producer_id: int, producer_epoch: int, commit: b
             broker.group_coordinator.metadata.complete_txn(producer_id, offsets_parts, commit)
         return out
 
-    got = broker.replica_manager.append_records(timeout_ms, -1, entries)
-    if not isinstance(got, asyncio.Future):
-        return finish(got)
-    out: asyncio.Future[dict[TopicPartition, ErrorCode]] = asyncio.get_running_loop().create_future()
-    got.add_done_callback(lambda f: out.set_result(finish(f.result())))
-    return out
+    return then(broker.replica_manager.append_records(timeout_ms, -1, entries), finish)
 
 
 def build_txn_coordinator(broker: Any, read_partition: Callable[[int], Iterator[memoryview]]) -> TransactionCoordinator:

@@ -123,7 +123,7 @@ class LocalLog:
         """Whole batches from the segment holding `fetch_offset` on (see LogSegment.read), none
         holding an offset >= `limit`; None if no segment below `limit` has any."""
         segments = self.segments
-        i = max(bisect.bisect_right(self.bases, fetch_offset) - 1, 0)
+        i = self._segment_index(fetch_offset)
         try:
             while i < len(segments) and segments[i].base_offset < limit:
                 r = segments[i].read(fetch_offset, max_bytes, limit, min_one_batch)
@@ -134,8 +134,12 @@ class LocalLog:
             raise KafkaStorageError(f"read from {self.dir} failed: {e}") from e
         return None
 
+    def _segment_index(self, offset: int) -> int:
+        """The index of the segment holding `offset` (the first segment for an offset below the log)."""
+        return max(bisect.bisect_right(self.bases, offset) - 1, 0)
+
     def _segment_for(self, offset: int) -> LogSegment:
-        return self.segments[max(bisect.bisect_right(self.bases, offset) - 1, 0)]
+        return self.segments[self._segment_index(offset)]
 
     def read_control(self, h: BatchHeader) -> ControlRecord:
         """The control record of a stored control batch (producer state replay needs a marker's type)."""
@@ -155,7 +159,7 @@ class LocalLog:
         out: list[AbortedTxn] = []
         segments = self.segments
         try:
-            for i in range(max(bisect.bisect_right(self.bases, fetch_offset) - 1, 0), len(segments)):
+            for i in range(self._segment_index(fetch_offset), len(segments)):
                 if segments[i].txn_index.collect(fetch_offset, upper_bound, out):
                     break
         except OSError as e:
@@ -349,7 +353,7 @@ class LocalLog:
                     return
                 target = self.log_end_offset if offset is None else min(offset, self.log_end_offset)
                 rp = self.recovery_point
-                lo = max(bisect.bisect_right(self.bases, rp) - 1, 0)
+                lo = self._segment_index(rp)
                 hi = bisect.bisect_left(self.bases, target) if target > rp else lo
                 to_sync = self.segments[lo:hi]
                 try:
@@ -378,7 +382,7 @@ class LocalLog:
 
     def batches_from(self, offset: int) -> Iterator[BatchHeader]:
         """The headers of the batches from the one holding `offset` to the LEO (producer state replay)."""
-        for i in range(max(bisect.bisect_right(self.bases, offset) - 1, 0), len(self.segments)):
+        for i in range(self._segment_index(offset), len(self.segments)):
             seg = self.segments[i]
             h = seg.translate_offset(offset) if offset > seg.base_offset else None
             if offset > seg.base_offset and h is None:

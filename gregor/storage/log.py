@@ -539,11 +539,9 @@ class Log:
             local = self._local
             local.check_open()
             truncated_to, self._truncated_to = self._truncated_to, None
-            first = self.producer_state.first_unstable_offset()
-            lso = self._high_watermark if first is None else min(first, self._high_watermark)
             return CleanerSnapshot(
                 local.truncations, self._log_start_offset, local.log_end_offset, self._high_watermark,
-                local.segment_infos(), truncated_to, lso,
+                local.segment_infos(), truncated_to, self.last_stable_offset,
             )
 
     def segment_timestamps(self, seg: LogSegment) -> tuple[int, int | None] | None:

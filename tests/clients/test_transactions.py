@@ -51,6 +51,19 @@ def txn_producer(bootstrap: str, txn_id: str, **conf: object) -> Producer:
     return p
 
 
+def commit_abort_commit(p: Producer, topic: str, n: int) -> None:
+    """Three transactions of `n` records over partitions 0 and 1, valued <outcome>-<i>: the middle one aborted."""
+    for outcome in ("commit", "abort", "commit"):
+        p.begin_transaction()
+        for i in range(n):
+            p.produce(topic, value=f"{outcome}-{i}".encode(), partition=i % 2)
+        if outcome == "commit":
+            p.commit_transaction(30)
+        else:
+            p.flush(30)
+            p.abort_transaction(30)
+
+
 def high_watermark(bootstrap: str, topic: str, isolation: str) -> int:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "wm", "isolation.level": isolation})
     try:
@@ -63,15 +76,7 @@ def test_commit_abort_and_the_last_stable_offset(broker: BrokerProcess) -> None:
     bs = broker.bootstrap
     create(bs, "txn-basic", 2)
     p = txn_producer(bs, "basic")
-    for outcome in ("commit", "abort", "commit"):
-        p.begin_transaction()
-        for i in range(10):
-            p.produce("txn-basic", value=f"{outcome}-{i}".encode(), partition=i % 2)
-        if outcome == "commit":
-            p.commit_transaction(30)
-        else:
-            p.flush(30)
-            p.abort_transaction(30)
+    commit_abort_commit(p, "txn-basic", 10)
     committed = read(bs, "txn-basic", 2, "read_committed")
     everything = read(bs, "txn-basic", 2, "read_uncommitted")
     assert len(committed) == 20 and all(v.startswith(b"commit-") for _, _, v in committed)
@@ -154,15 +159,7 @@ def test_transactions_survive_a_broker_sigkill(start_broker, tmp_path: Path) -> 
     bs = b.bootstrap
     create(bs, "txn-crash", 2)
     p = txn_producer(bs, "crash-committer")
-    for outcome in ("commit", "abort", "commit"):
-        p.begin_transaction()
-        for i in range(6):
-            p.produce("txn-crash", value=f"{outcome}-{i}".encode(), partition=i % 2)
-        if outcome == "commit":
-            p.commit_transaction(30)
-        else:
-            p.flush(30)
-            p.abort_transaction(30)
+    commit_abort_commit(p, "txn-crash", 6)
     group = Consumer({"bootstrap.servers": bs, "group.id": "crash-group"})
     p.begin_transaction()
     p.send_offsets_to_transaction([TopicPartition("txn-crash", 0, 3)], group.consumer_group_metadata(), 30)

@@ -19,28 +19,11 @@ from gregor.coordinator.group.state import STABLE
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.schema import Struct
 from gregor.server.dispatcher import RequestContext
+from gregor.server.futures import after, then
 from gregor.server.handlers.transactions import find_txn_coordinator
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
-
-
-def _then(result: Any, build: Any) -> Any:
-    """Apply `build` now, or when a delayed coordinator result arrives."""
-    if isinstance(result, asyncio.Future):
-        out: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-
-        def done(f: asyncio.Future[Any]) -> None:
-            if f.cancelled():
-                out.cancel()
-            elif f.exception() is not None:
-                out.set_exception(f.exception())  # type: ignore[arg-type]
-            else:
-                out.set_result(build(f.result()))
-
-        result.add_done_callback(done)
-        return out
-    return build(result)
 
 
 def _after_offsets_topic(handler: Callable[[RequestContext, Struct], Any]) -> Callable[[RequestContext, Struct], Any]:
@@ -48,17 +31,10 @@ def _after_offsets_topic(handler: Callable[[RequestContext, Struct], Any]) -> Ca
     request, as Kafka does, in the background (its metadata write is off the loop), and the request waits
     for that creation rather than failing with COORDINATOR_NOT_AVAILABLE."""
 
-    async def after(pending: asyncio.Future[None], ctx: RequestContext, req: Struct) -> Any:
-        await asyncio.wait([pending])  # the creation's outcome is the handler's to find in the cache
-        result = handler(ctx, req)
-        return await result if isinstance(result, asyncio.Future) else result
-
     @functools.wraps(handler)
     def run(ctx: RequestContext, req: Struct) -> Any:
         pending = None if ctx.broker.log_manager.loading else ctx.broker.offsets_topic_creation()
-        if pending is None:
-            return handler(ctx, req)
-        return asyncio.ensure_future(after(pending, ctx, req))
+        return after(pending, lambda: handler(ctx, req))
 
     return run
 
@@ -79,13 +55,7 @@ def handle_find_coordinator(ctx: RequestContext, req: Struct) -> Any:
     creation is waited for, not failed."""
     if req.key_type == KEY_TYPE_TRANSACTION:
         pending = None if ctx.broker.log_manager.loading else ctx.broker.txn_topic_creation()
-        if pending is None:
-            return _find_coordinator(ctx, req)
-
-        async def after(pending: asyncio.Future[None]) -> Any:
-            await asyncio.wait([pending])
-            return _find_coordinator(ctx, req)
-        return asyncio.ensure_future(after(pending))
+        return after(pending, lambda: _find_coordinator(ctx, req))
     if req.key_type != KEY_TYPE_GROUP:
         return _find_coordinator(ctx, req)
     return _after_offsets_topic(_find_coordinator)(ctx, req)
@@ -164,7 +134,7 @@ def handle_join_group(ctx: RequestContext, req: Struct) -> Any:
             "members": [{"member_id": m, "group_instance_id": i, "metadata": md} for m, i, md in (r.members or [])],
         }
 
-    return _then(result, build)
+    return then(result, build)
 
 
 @_after_offsets_topic
@@ -183,7 +153,7 @@ def handle_sync_group(ctx: RequestContext, req: Struct) -> Any:
         return {"throttle_time_ms": 0, "error_code": r.error, "protocol_type": r.protocol_type,
                 "protocol_name": r.protocol_name, "assignment": r.assignment}
 
-    return _then(result, build)
+    return then(result, build)
 
 
 @_after_offsets_topic

@@ -48,6 +48,7 @@ from gregor.protocol.validator import (
     validate_batches,
 )
 from gregor.server.dispatcher import RequestContext
+from gregor.server.futures import then
 from gregor.server.partition import AppendResult
 from gregor.server.replica_manager import AppendEntry
 from gregor.storage.errors import StorageError
@@ -191,9 +192,7 @@ def _append_all(rm: Any, plan: list[tuple[str, list[_Item]]], acks: int, timeout
                          "record_errors": [], "error_message": res.message}
         return [(name, [it.answer for it in items]) for name, items in plan]  # type: ignore[misc]
 
-    if isinstance(got, asyncio.Future):
-        return _then(got, build)
-    return build(got)
+    return then(got, build)
 
 
 def _response(topics: list[tuple[str, list[dict[str, Any]]]]) -> dict[str, Any]:
@@ -251,7 +250,7 @@ def handle_produce(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio
         if acks == 0:
             return None
         if isinstance(done, asyncio.Future):  # acks=all waiting for the high watermark (DelayedProduce)
-            return _then(done, _response)
+            return then(done, _response)
         return _response(done)
     loop = asyncio.get_running_loop()
     jobs = {id(it): loop.run_in_executor(pool, it.offload) for _, items in plan for it in items if it.offload}
@@ -293,24 +292,6 @@ def _heavy(records: memoryview, offload_bytes: int) -> bool:
 
 def _offload_call(args: tuple[Any, ...]) -> Callable[[], tuple[memoryview, list[BatchHeader]]]:
     return lambda: _prepare(*args, None)
-
-
-def _then(fut: asyncio.Future[Any], fn: Callable[[Any], Any]) -> asyncio.Future[Any]:
-    """A future of `fn(fut's result)`: the answer built once what it waits for is done."""
-    out: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-
-    def relay(f: asyncio.Future[Any]) -> None:
-        if out.done():
-            return
-        if f.cancelled():
-            out.cancel()
-        elif (e := f.exception()) is not None:
-            out.set_exception(e)
-        else:
-            out.set_result(fn(f.result()))
-
-    fut.add_done_callback(relay)
-    return out
 
 
 async def _finish(rm: Any, plan: list[tuple[str, list[_Item]]], jobs: dict[int, asyncio.Future[Any]],

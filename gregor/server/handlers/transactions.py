@@ -19,6 +19,7 @@ from gregor.coordinator.transaction.state_manager import TRANSACTION_STATE_TOPIC
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.schema import Struct
 from gregor.server.dispatcher import RequestContext
+from gregor.server.futures import after, gather, then
 from gregor.server.txn_markers import append_markers
 
 TopicPartition = tuple[str, int]
@@ -29,8 +30,9 @@ def with_coordinator(ctx: RequestContext, call: Callable[[TransactionCoordinator
                      answer: Callable[[R], dict[str, Any]], failed: Callable[[ErrorCode], dict[str, Any]]
                      ) -> dict[str, Any] | asyncio.Future[dict[str, Any]]:
     """Run `call` on the transaction coordinator and `answer` its result: at once when the coordinator
-    answers at once (as the group coordinator does), else in a Future; `failed` answers a KafkaError.
-    The first request that needs __transaction_state starts its creation and waits for it."""
+    answers at once (as the group coordinator does), else in a Future; `failed` answers the KafkaError
+    of a coordinator that cannot take the request. The first request that needs __transaction_state
+    starts its creation and waits for it."""
     broker = ctx.broker
 
     def now() -> dict[str, Any] | asyncio.Future[dict[str, Any]]:
@@ -38,26 +40,9 @@ def with_coordinator(ctx: RequestContext, call: Callable[[TransactionCoordinator
             got = call(broker.txn_coordinator_ready())
         except KafkaError as e:
             return failed(e.code)
-        if isinstance(got, asyncio.Future):
-            out: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        return then(got, answer)
 
-            def done(f: asyncio.Future[R]) -> None:
-                err = f.exception() if not f.cancelled() else KafkaError(ErrorCode.REQUEST_TIMED_OUT, "cancelled")
-                out.set_result(answer(f.result()) if err is None else
-                               failed(err.code if isinstance(err, KafkaError) else ErrorCode.UNKNOWN_SERVER_ERROR))
-            got.add_done_callback(done)
-            return out
-        return answer(got)
-
-    pending = None if broker.log_manager.loading else broker.txn_topic_creation()
-    if pending is None:
-        return now()
-
-    async def after_creation(pending: asyncio.Future[None]) -> dict[str, Any]:
-        await asyncio.wait([pending])
-        got = now()
-        return await got if isinstance(got, asyncio.Future) else got
-    return asyncio.ensure_future(after_creation(pending))
+    return after(None if broker.log_manager.loading else broker.txn_topic_creation(), now)
 
 
 def find_txn_coordinator(ctx: RequestContext, transactional_id: str) -> tuple[int, str, int]:
@@ -100,12 +85,7 @@ def handle_add_partitions_to_txn(ctx: RequestContext, req: Struct) -> Any:
                 results.append(tc.verify_partitions(txn.transactional_id, txn.producer_id, txn.producer_epoch, tps))
             else:
                 results.append(tc.add_partitions(txn.transactional_id, txn.producer_id, txn.producer_epoch, tps))
-        if not any(isinstance(r, asyncio.Future) for r in results):
-            return results
-
-        async def gathered() -> list[Any]:
-            return [await r if isinstance(r, asyncio.Future) else r for r in results]
-        return asyncio.ensure_future(gathered())
+        return gather(results)
 
     def answer(results: list[dict[TopicPartition, ErrorCode]]) -> dict[str, Any]:
         return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "results_by_transaction": [
@@ -156,12 +136,7 @@ def handle_write_txn_markers(ctx: RequestContext, req: Struct) -> Any:
                         "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]})
         return {"markers": out}
 
-    if not any(isinstance(r, asyncio.Future) for r in results):
-        return answer(results)  # type: ignore[arg-type]
-
-    async def later() -> dict[str, Any]:
-        return answer([await r if isinstance(r, asyncio.Future) else r for r in results])
-    return asyncio.ensure_future(later())
+    return then(gather(results), answer)
 
 
 def handle_txn_offset_commit(ctx: RequestContext, req: Struct) -> Any:
@@ -200,11 +175,7 @@ def handle_txn_offset_commit(ctx: RequestContext, req: Struct) -> Any:
             topics.append({"name": t.name, "partitions": parts})
         return {"throttle_time_ms": 0, "topics": topics}
 
-    if isinstance(result, asyncio.Future):
-        async def later(pending: asyncio.Future[dict[TopicPartition, ErrorCode]]) -> dict[str, Any]:
-            return answer(await pending)
-        return asyncio.ensure_future(later(result))
-    return answer(result)
+    return then(result, answer)
 
 
 def handle_describe_transactions(ctx: RequestContext, req: Struct) -> Any:
