@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gregor.configdef import CLUSTER_WIDE, LONG_MAX, PER_BROKER, READ_ONLY, ConfigError, Prop, format_value
+from gregor.security.authorizer import AUTHORIZER_PROPS
 from gregor.storage.config import (
     CLEANER_PROPS,
     CLEANUP_POLICIES,
@@ -239,7 +240,7 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
     _p("gregor.test.fault.drop.produce.response.after.append", "int", 0, lo=0,
        doc="TEST ONLY, never set in production: N > 0 makes every Nth Produce close its connection after the "
            "append and before the response (so clients retry batches already in the log); 0 (default) is off"),
-]}
+]} | {p.name: p for p in AUTHORIZER_PROPS}
 
 
 def validate_topic_configs(configs: dict[str, str | None], base: LogConfig | None = None) -> dict[str, str]:

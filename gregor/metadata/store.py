@@ -28,6 +28,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from gregor.security.acl import AccessControlEntry, ResourcePattern
+
 
 class MetadataError(Exception):
     """Base for store errors."""
@@ -139,10 +141,21 @@ class SetBrokerConfigs:
     configs: dict[str, str]
 
 
+@dataclass(frozen=True)
+class AlterAcls:
+    """Add and remove access control entries of one resource pattern (ZooKeeper: one /kafka-acl znode,
+    rewritten conditionally on its version, so concurrent changes through two brokers both land)."""
+
+    pattern: ResourcePattern
+    add: frozenset[AccessControlEntry] = frozenset()
+    remove: frozenset[AccessControlEntry] = frozenset()
+
+
 # Kafka's name for the cluster-wide default entity (the znode /config/brokers/<default>).
 DEFAULT_ENTITY = "<default>"
 
-Change = CreateTopic | DeleteTopic | AddPartitions | SetTopicConfigs | ReassignPartitions | SetBrokerConfigs
+Change = (CreateTopic | DeleteTopic | AddPartitions | SetTopicConfigs | ReassignPartitions | SetBrokerConfigs
+          | AlterAcls)
 
 
 @dataclass(frozen=True)
@@ -161,6 +174,8 @@ class StateUpdate:
 CREATED, DELETED, PARTITIONS, CONFIGS, STATE, BROKERS = "created", "deleted", "partitions", "configs", "state", "brokers"
 # A broker entity's dynamic configs changed: `entity` and its new `configs` (empty: none left).
 BROKER_CONFIGS = "broker_configs"
+# The ACLs of one resource pattern changed: `acl_pattern` and all its entries now (`acls`, empty: none left).
+ACLS = "acls"
 # The store's own session with the cluster (ZooKeeper): "lost" when it expired (this broker's
 # registration and any controllership are gone: it must stop acting as leader or controller), then
 # "restored" once it registered again and the cache was reloaded. The embedded store never loses it.
@@ -185,6 +200,8 @@ class MetadataEvent:
     session: str | None = None  # SESSION events: SESSION_LOST or SESSION_RESTORED
     entity: str | None = None  # BROKER_CONFIGS events: a broker id as text, or DEFAULT_ENTITY
     configs: dict[str, str] | None = None
+    acl_pattern: ResourcePattern | None = None  # ACLS events
+    acls: frozenset[AccessControlEntry] | None = None
 
 
 @dataclass(frozen=True)
@@ -197,6 +214,7 @@ class MetadataImage:
     controller_id: int
     topics: dict[str, TopicMetadata]
     broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)  # entity -> dynamic configs
+    acls: dict[ResourcePattern, frozenset[AccessControlEntry]] = field(default_factory=dict)
 
 
 Subscriber = Callable[[MetadataEvent], None]
@@ -297,6 +315,10 @@ class MetadataStore(ABC):
 
     def set_broker_configs(self, entity: str, configs: dict[str, str]) -> int:
         return _one(self.apply([SetBrokerConfigs(entity, dict(configs))]))
+
+    def alter_acls(self, pattern: ResourcePattern, add: frozenset[AccessControlEntry] = frozenset(),
+                   remove: frozenset[AccessControlEntry] = frozenset()) -> int:
+        return _one(self.apply([AlterAcls(pattern, frozenset(add), frozenset(remove))]))
 
     def update_partition_state(self, name: str, partition: int, state: PartitionState, expected_version: int) -> int:
         """One conditional write without fencing; returns the new version or raises BadVersionError.

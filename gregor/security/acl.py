@@ -248,6 +248,15 @@ class AclIndex:
         for p, entries in acls.items():
             self.set(p, entries)
 
+    def replace_all(self, acls: Mapping[ResourcePattern, Iterable[AccessControlEntry]]) -> None:
+        """Start again from `acls` (a metadata image loaded whole)."""
+        self._by_pattern.clear()
+        self._literal.clear()
+        self._prefixed.clear()
+        self._prefix_lengths.clear()
+        for p, entries in acls.items():
+            self.set(p, entries)
+
     def __len__(self) -> int:
         return sum(len(v) for v in self._by_pattern.values())
 
@@ -372,3 +381,17 @@ def authorized_operations(index: AclIndex, principal: str, host: str, resource_t
         if super_user or index.authorize(principal, host, op, resource_type, name, allow_if_no_acl):
             bits |= 1 << op
     return bits
+
+
+def acls_to_json(pattern: ResourcePattern, entries: Iterable[AccessControlEntry]) -> dict[str, object]:
+    """One pattern's ACLs as a JSON document (the embedded store's journal and snapshot)."""
+    return {"resourceType": pattern.resource_type.kafka_name, "patternType": pattern.pattern_type.name,
+            "name": pattern.name, "acls": sorted((e.to_json() for e in entries), key=lambda d: sorted(d.items()))}
+
+
+def acls_from_json(d: Mapping[str, object]) -> tuple[ResourcePattern, frozenset[AccessControlEntry]]:
+    pattern = ResourcePattern(ResourceType(ResourceType.parse(str(d["resourceType"]))), str(d["name"]),
+                              PatternType(PatternType.parse(str(d["patternType"]))))
+    rows = d.get("acls") or []
+    assert isinstance(rows, list)
+    return pattern, frozenset(AccessControlEntry.from_json(r) for r in rows)

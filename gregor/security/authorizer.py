@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 
+from gregor.configdef import ConfigError, Prop
 from gregor.security.acl import (
     AccessControlEntry,
     AclIndex,
@@ -26,6 +27,9 @@ from gregor.security.acl import (
 
 log = logging.getLogger("gregor.authorizer")
 
+# Metadata event kinds (gregor.metadata.store's ACLS and SESSION), by value: this module stays below the store.
+ACLS, SESSION = "acls", "session"
+
 # The class names accepted for authorizer.class.name: Kafka's ZooKeeper-mode and KRaft-mode authorizers
 # (both implement the same ACL semantics) and our own.
 AUTHORIZER_CLASS_NAMES = (
@@ -36,6 +40,18 @@ AUTHORIZER_CLASS_NAMES = (
 # Decisions kept before the cache is emptied and refilled: bounds memory against a client cycling through
 # names (each distinct (principal, host, operation, resource) is one entry of ~200 bytes).
 DECISION_CACHE_MAX_ENTRIES = 100_000
+
+
+AUTHORIZER_PROPS = [
+    Prop("authorizer.class.name", "string", "",
+         doc="The authorizer: kafka.security.authorizer.AclAuthorizer or "
+             "org.apache.kafka.metadata.authorizer.StandardAuthorizer (Kafka's ACL semantics); empty: none, every "
+             "request is allowed"),
+    Prop("super.users", "string", None,
+         doc="Principals allowed everything, separated by ';' (User:admin;User:broker)"),
+    Prop("allow.everyone.if.no.acl.found", "bool", False,
+         doc="Allow every principal on a resource no ACL mentions (false: only super users)"),
+]
 
 
 def parse_super_users(text: str | None) -> frozenset[str]:
@@ -51,6 +67,16 @@ class AclAuthorizer:
         self._decisions: dict[tuple[str, str, int, int, str], bool] = {}
 
     # --- ACLs (on the event loop, from the metadata cache) ------------------------------------
+    def attach(self, index: AclIndex) -> None:
+        """Decide from `index` (the metadata cache's, which applies every ACL change on the loop)."""
+        self.index = index
+        self._decisions.clear()
+
+    def on_metadata_change(self, kind: str, _key: str) -> None:
+        """A metadata cache listener: any ACL change (or a reload) invalidates the cached decisions."""
+        if kind in (ACLS, SESSION):
+            self._decisions.clear()
+
     def load(self, acls: Mapping[ResourcePattern, Iterable[AccessControlEntry]]) -> None:
         self.index = AclIndex(acls)
         self._decisions.clear()
@@ -91,11 +117,11 @@ class AclAuthorizer:
 
 def create_authorizer(class_name: str | None, super_users: str | None,
                       allow_everyone_if_no_acl_found: bool) -> AclAuthorizer | None:
-    """The authorizer `authorizer.class.name` names, or None for none. Raises ValueError for another class."""
+    """The authorizer `authorizer.class.name` names, or None for none. Raises ConfigError for another class."""
     name = (class_name or "").strip()
     if not name:
         return None
     if name not in AUTHORIZER_CLASS_NAMES:
-        raise ValueError(f"authorizer.class.name {name!r} is not supported: use one of "
+        raise ConfigError(f"authorizer.class.name {name!r} is not supported: use one of "
                          f"{', '.join(AUTHORIZER_CLASS_NAMES)}")
     return AclAuthorizer(parse_super_users(super_users), allow_everyone_if_no_acl_found)

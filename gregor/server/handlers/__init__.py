@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gregor.server.dispatcher import Handler
+from gregor.server.handlers.acls import handle_create_acls, handle_delete_acls, handle_describe_acls
 from gregor.server.handlers.api_versions import handle_api_versions
 from gregor.server.handlers.cluster import handle_describe_cluster
 from gregor.server.handlers.cluster_admin import (
@@ -79,6 +80,9 @@ HANDLERS: dict[int, Handler] = {
     26: handle_end_txn,
     27: handle_write_txn_markers,
     28: handle_txn_offset_commit,
+    29: handle_describe_acls,
+    30: handle_create_acls,
+    31: handle_delete_acls,
     32: handle_describe_configs,
     33: handle_alter_configs,
     37: handle_create_partitions,
