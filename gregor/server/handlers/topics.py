@@ -21,6 +21,7 @@ from gregor.config import TOPIC_CONFIGS, format_value
 from gregor.metadata.store import Change, CreateTopic, TopicMetadata
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.schema import Struct
+from gregor.security.acl import AclOperation, ResourceType
 from gregor.server.dispatcher import RequestContext
 from gregor.server.replica_manager import effective_topic_configs
 from gregor.storage.errors import StorageError
@@ -37,10 +38,13 @@ def handle_create_topics(ctx: RequestContext, req: Struct) -> dict[str, Any] | a
     for t in req.topics:
         seen[t.name] = seen.get(t.name, 0) + 1
     writes: list[tuple[dict[str, Any], TopicMetadata]] = []
+    may_create_all = ctx.authorize(AclOperation.CREATE, ResourceType.CLUSTER)
     for t in req.topics:
         entry: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.NONE, "error_message": None,
                                  "num_partitions": -1, "replication_factor": -1, "configs": None}
         try:
+            if not may_create_all and not ctx.authorize(AclOperation.CREATE, ResourceType.TOPIC, t.name):
+                raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
             if seen[t.name] > 1:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"Create topics request from client contains duplicate topic {t.name}")
             assignment = {a.partition_index: list(a.broker_ids) for a in t.assignments}
@@ -97,6 +101,8 @@ def handle_delete_topics(ctx: RequestContext, req: Struct) -> asyncio.Future[dic
         try:
             if name is None:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID, "Deleting topics by id is not supported yet")
+            if not ctx.authorize(AclOperation.DELETE, ResourceType.TOPIC, name):
+                raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
             meta = ctx.broker.metadata_cache.topic(name)
             if meta is not None:
                 entry["topic_id"] = meta.topic_id
@@ -115,6 +121,8 @@ def handle_create_partitions(ctx: RequestContext, req: Struct) -> dict[str, Any]
     for t in req.topics:
         entry: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.NONE, "error_message": None}
         try:
+            if not ctx.authorize(AclOperation.ALTER, ResourceType.TOPIC, t.name):
+                raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
             assignment = None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]
             change = admin.prepare_partitions(t.name, t.count, assignment, reserve=not req.validate_only)
             if not req.validate_only:
@@ -173,10 +181,13 @@ def handle_delete_records(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     topics = []
     for t in req.topics:
         parts = []
+        allowed = ctx.authorize(AclOperation.DELETE, ResourceType.TOPIC, t.name)
         for p in t.partitions:
             entry: dict[str, Any] = {"partition_index": p.partition_index, "low_watermark": -1,
                                      "error_code": ErrorCode.NONE}
             try:
+                if not allowed:
+                    raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 part = rm.get_leader_partition(t.name, p.partition_index)
                 lg = part.log
                 target = lg.high_watermark if p.offset == -1 else p.offset
