@@ -31,7 +31,7 @@ DESCRIBE_ACLS = api(
     response=[
         f("throttle_time_ms", INT32),
         f("error_code", INT16),
-        f("error_message", STRING, nullable="0+", has_default=True),
+        f("error_message", STRING, nullable="0+"),
         f("resources", [
             f("resource_type", INT8),
             f("resource_name", STRING),
@@ -66,7 +66,7 @@ CREATE_ACLS = api(
         f("throttle_time_ms", INT32),
         f("results", [
             f("error_code", INT16),
-            f("error_message", STRING, nullable="0+", has_default=True),
+            f("error_message", STRING, nullable="0+"),
         ]),
     ],
 )
@@ -81,10 +81,10 @@ DELETE_ACLS = api(
         f("throttle_time_ms", INT32),
         f("filter_results", [
             f("error_code", INT16),
-            f("error_message", STRING, nullable="0+", has_default=True),
+            f("error_message", STRING, nullable="0+"),
             f("matching_acls", [
                 f("error_code", INT16),
-                f("error_message", STRING, nullable="0+", has_default=True),
+                f("error_message", STRING, nullable="0+"),
                 f("resource_type", INT8),
                 f("resource_name", STRING),
                 f("pattern_type", INT8, default=3),
