@@ -250,3 +250,35 @@ def test_without_authorizer_acl_apis_answer_security_disabled(broker: BrokerProc
             a.describe_acls(f)
     finally:
         a.close()
+
+
+def _gregor(*argv: str, stdin: str = "") -> tuple[int, str, str]:
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "gregor", *argv], capture_output=True, text=True, input=stdin,
+                       timeout=60)
+    return r.returncode, r.stdout, r.stderr
+
+
+def test_gregor_acls_tool_add_list_remove(secured: BrokerProcess) -> None:
+    bs = ["--bootstrap-server", secured.bootstrap]
+    rc, out, err = _gregor("acls", *bs, "--add", "--allow-principal", "User:carol", "--consumer", "--topic", "logs-",
+                           "--resource-pattern-type", "prefixed", "--group", "carols")
+    assert rc == 0, err
+    assert "Adding ACLs for resource `ResourcePattern(resourceType=TOPIC, name=logs-, patternType=PREFIXED)`" in out
+    assert "(principal=User:carol, host=*, operation=READ, permissionType=ALLOW)" in out
+    rc, out, err = _gregor("acls", *bs, "--list", "--principal", "User:carol")
+    assert rc == 0, err
+    assert out.count("Current ACLs for resource") == 2 and "operation=DESCRIBE" in out and "name=carols" in out
+    rc, out, err = _gregor("acls", *bs, "--remove", "--topic", "logs-", "--resource-pattern-type", "prefixed",
+                           stdin="n\n")
+    assert rc == 1
+    rc, out, err = _gregor("acls", *bs, "--remove", "--force", "--topic", "logs-", "--resource-pattern-type",
+                           "prefixed")
+    assert rc == 0, err
+    assert "Removed ACLs for resource" in out
+    _, out, _ = _gregor("acls", *bs, "--list", "--principal", "User:carol")
+    assert "name=logs-" not in out and "name=carols" in out
+    rc, _, err = _gregor("acls", *bs, "--add", "--topic", "x")
+    assert rc == 2 and "--allow-principal" in err
