@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 
-from gregor.configdef import ConfigError, Prop
+from gregor.configdef import ConfigError
 from gregor.security.acl import (
     AccessControlEntry,
     AclIndex,
@@ -40,18 +40,6 @@ AUTHORIZER_CLASS_NAMES = (
 # Decisions kept before the cache is emptied and refilled: bounds memory against a client cycling through
 # names (each distinct (principal, host, operation, resource) is one entry of ~200 bytes).
 DECISION_CACHE_MAX_ENTRIES = 100_000
-
-
-AUTHORIZER_PROPS = [
-    Prop("authorizer.class.name", "string", "",
-         doc="The authorizer: kafka.security.authorizer.AclAuthorizer or "
-             "org.apache.kafka.metadata.authorizer.StandardAuthorizer (Kafka's ACL semantics); empty: none, every "
-             "request is allowed"),
-    Prop("super.users", "string", None,
-         doc="Principals allowed everything, separated by ';' (User:admin;User:broker)"),
-    Prop("allow.everyone.if.no.acl.found", "bool", False,
-         doc="Allow every principal on a resource no ACL mentions (false: only super users)"),
-]
 
 
 def parse_super_users(text: str | None) -> frozenset[str]:

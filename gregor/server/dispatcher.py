@@ -23,6 +23,8 @@ from gregor.security.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS, AclOperation
 from gregor.server.network import CloseConnection
 
 if TYPE_CHECKING:
+    from gregor.security.listeners import ListenerSpec
+    from gregor.security.principal import KafkaPrincipal
     from gregor.server.broker import Broker
     from gregor.server.network import Connection
 
@@ -30,6 +32,10 @@ log = logging.getLogger("gregor.dispatcher")
 
 # A handler returns the response body, a Future of it, or None when no response is sent.
 Handler = Callable[["RequestContext", Struct], "Struct | dict[str, Any] | asyncio.Future[Any] | None"]
+
+
+# What a SASL listener serves before authentication (Kafka closes the connection on anything else).
+PRE_AUTH_APIS = frozenset({17, 18, 36})  # SaslHandshake, ApiVersions, SaslAuthenticate
 
 
 @dataclass(slots=True)
@@ -42,31 +48,46 @@ class RequestContext:
     def version(self) -> int:
         return self.header.api_version
 
+    @property
+    def principal(self) -> KafkaPrincipal:
+        return self.connection.principal
+
+    @property
+    def client_id(self) -> str:
+        return self.header.client_id or ""
+
+    @property
+    def host(self) -> str:
+        """The client's IP address (what ACL hosts match)."""
+        return self.connection.ip
+
+    @property
+    def listener(self) -> ListenerSpec:
+        return self.connection.listener
     # --- authorization (Kafka's AuthHelper): every handler asks here; no authorizer allows everything ---------
     @property
     def principal_text(self) -> str:
         """The connection's principal as Kafka writes it in ACLs ("User:alice"; User:ANONYMOUS unauthenticated)."""
-        p = getattr(self.connection, "principal", None)
-        return "User:ANONYMOUS" if p is None else str(p)
+        return str(self.connection.principal)
 
     def authorize(self, operation: AclOperation, resource_type: ResourceType, name: str = CLUSTER_NAME) -> bool:
         """May this request's principal, from its host, do `operation` on the resource? (CLUSTER by default)"""
         z = self.broker.authorizer
         if z is None:
             return True
-        return z.authorize(self.principal_text, self.connection.ip, operation, resource_type, name)
+        return z.authorize(self.principal_text, self.host, operation, resource_type, name)
 
     def authorize_any(self, operation: AclOperation, resource_type: ResourceType) -> bool:
         """May it do `operation` on some resource of the type (Kafka's authorizeByResourceType)?"""
         z = self.broker.authorizer
-        return True if z is None else z.authorize_any(self.principal_text, self.connection.ip, operation, resource_type)
+        return True if z is None else z.authorize_any(self.principal_text, self.host, operation, resource_type)
 
     def authorized_topics(self, operation: AclOperation, names: Iterable[str]) -> set[str]:
         """The names among `names` the principal may do `operation` on (batch filtering)."""
         z = self.broker.authorizer
         if z is None:
             return set(names)
-        principal, host = self.principal_text, self.connection.ip
+        principal, host = self.principal_text, self.host
         return {n for n in names if z.authorize(principal, host, operation, ResourceType.TOPIC, n)}
 
     def authorized_operations(self, resource_type: ResourceType, name: str = CLUSTER_NAME) -> int:
@@ -74,7 +95,7 @@ class RequestContext:
         z = self.broker.authorizer
         if z is None:
             return authorized_operations_all(resource_type)
-        return z.authorized_operations(self.principal_text, self.connection.ip, resource_type, name)
+        return z.authorized_operations(self.principal_text, self.host, resource_type, name)
 
 
 def authorized_operations_all(resource_type: ResourceType) -> int:
@@ -98,6 +119,9 @@ class Dispatcher:
     def dispatch(
         self, conn: Connection, frame: memoryview, api_key: int, version: int, correlation_id: int
     ) -> tuple[Api, Any] | None:
+        if not conn.authenticated and api_key not in PRE_AUTH_APIS:
+            raise CloseConnection(f"unexpected request (API key {api_key}) before SASL authentication on listener "
+                                  f"{conn.listener.name}")
         handler = self.handlers.get(api_key)
         if handler is None:
             raise CloseConnection(f"unknown or unsupported API key {api_key}")
