@@ -66,6 +66,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]
                 p.produce(t, f"{t}-{i}".encode())
         assert p.flush(15) == 0
         _wait_all(admin.create_acls(BASE_ACLS))
+        del p, admin  # no client of the first run keeps reconnecting during the restart
         b.stop()
         b.overrides["super.users"] = ""
         b.restart()
@@ -282,3 +283,36 @@ def test_gregor_acls_tool_add_list_remove(secured: BrokerProcess) -> None:
     assert "name=logs-" not in out and "name=carols" in out
     rc, _, err = _gregor("acls", *bs, "--add", "--topic", "x")
     assert rc == 2 and "--allow-principal" in err
+
+
+def test_authorized_operations_of_topics_and_groups(secured: BrokerProcess) -> None:
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicCollection  # noqa: F401
+
+    admin = _admin(secured)
+    t = admin.describe_topics(TopicCollection(["ok-1"]), include_authorized_operations=True)["ok-1"].result(10)
+    assert set(t.authorized_operations) == {AclOperation.READ, AclOperation.DESCRIBE}
+    got, err = _read(secured, "g1", "ok-1")  # leaves group g1 behind (empty), with its offsets
+    assert err is None
+    g = admin.describe_consumer_groups(["g1"], include_authorized_operations=True)["g1"].result(10)
+    assert set(g.authorized_operations) == {AclOperation.READ, AclOperation.DESCRIBE}
+    listed = admin.list_consumer_groups().result(10)  # cluster DESCRIBE: every group is listed
+    assert "g1" in {x.group_id for x in listed.valid}
+
+
+def test_configs_need_describe_configs(secured: BrokerProcess) -> None:
+    from confluent_kafka.admin import ConfigResource
+
+    admin = _admin(secured)
+    for res, code in ((ConfigResource("topic", "ok-1"), KafkaError.TOPIC_AUTHORIZATION_FAILED),
+                      (ConfigResource("broker", "0"), KafkaError.CLUSTER_AUTHORIZATION_FAILED)):
+        with pytest.raises(KafkaException) as e:
+            admin.describe_configs([res])[res].result(10)
+        assert e.value.args[0].code() == code
+
+
+def test_transactional_producer_needs_transactional_id_write(secured: BrokerProcess) -> None:
+    p = Producer({"bootstrap.servers": secured.bootstrap, "transactional.id": "tx-denied"})
+    with pytest.raises(KafkaException) as e:
+        p.init_transactions(10)
+    assert e.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    del p
