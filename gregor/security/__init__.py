@@ -1,0 +1,1 @@
+"""Security: listeners, TLS, SASL, authorization and quotas."""
