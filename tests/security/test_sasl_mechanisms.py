@@ -324,3 +324,33 @@ def test_authenticator_failures() -> None:
     a.on_handshake("PLAIN", 1)
     r = a.on_authenticate(b"\x00alice\x00alice-secret", 0, 0)
     assert r.session_lifetime_ms == 0 and a.session_expiration_ms == 5000
+
+
+# --- gregor users: argument and --command-config translation ------------------------------
+
+def test_users_add_config_syntax() -> None:
+    from gregor.tools.common import UsageError
+    from gregor.tools.users import parse_add_config
+
+    assert parse_add_config("SCRAM-SHA-256=[iterations=8192,password=a],SCRAM-SHA-512=[password=x]") == {
+        "SCRAM-SHA-256": ("a", 8192), "SCRAM-SHA-512": ("x", 4096)}
+    assert parse_add_config("SCRAM-SHA-512=[password=x]") == {"SCRAM-SHA-512": ("x", 4096)}
+    assert parse_add_config("SCRAM-SHA-256=secret") == {"SCRAM-SHA-256": ("secret", 4096)}
+    for bad in ("producer_byte_rate=1024", "SCRAM-SHA-256=[iterations=4096]", "SCRAM-SHA-256=[password=x",
+                "SCRAM-SHA-256=[salt=x,password=y]"):
+        with pytest.raises(UsageError):
+            parse_add_config(bad)
+
+
+def test_command_config_translation() -> None:
+    from gregor.tools.users import client_security_config
+
+    got = client_security_config({
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required username="u" password="p";',
+        "ssl.truststore.location": "/ca.pem", "ssl.truststore.type": "PEM"})
+    assert got == {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "u",
+                   "sasl.password": "p", "ssl.ca.location": "/ca.pem"}
+    got = client_security_config({"sasl.jaas.config": "org.apache.kafka.common.security.oauthbearer."
+                                  'OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="alice";'})
+    assert got == {"sasl.oauthbearer.config": "principal=alice", "enable.sasl.oauthbearer.unsecure.jwt": True}
