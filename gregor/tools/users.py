@@ -140,6 +140,7 @@ def parse_add_config(text: str) -> dict[str, tuple[str, int]]:
 
 
 def _admin(args: argparse.Namespace) -> Any:
+    from confluent_kafka import KafkaError
     from confluent_kafka.admin import AdminClient
 
     extra: dict[str, Any] = {"socket.timeout.ms": int(timeout_s(args) * 1000)}
@@ -150,13 +151,26 @@ def _admin(args: argparse.Namespace) -> Any:
             raise UsageError(f"--command-config: {e}") from None
     servers = bootstrap(args)
     check_reachable(servers, timeout_s(args))
+
+    def on_error(err: Any) -> None:
+        # librdkafka reports a refused login here only; the request itself just times out.
+        if err.code() == KafkaError._AUTHENTICATION:
+            args.auth_error = err.str()
+
     try:
-        return AdminClient(client_config(servers, **extra))
+        args.admin = AdminClient(client_config(servers, error_cb=on_error, **extra))
     except Exception as e:  # librdkafka refuses an unknown or invalid property
         raise UsageError(f"--command-config: {kafka_message(e)}") from None
+    return args.admin
 
 
 def _failure(args: argparse.Namespace, user: str, e: Exception) -> ToolError:
+    admin = getattr(args, "admin", None)
+    if admin is not None:
+        admin.poll(0.1)  # serves the error callback
+    auth_error = getattr(args, "auth_error", None)
+    if auth_error:
+        return ToolError(f"the broker at {bootstrap(args)} refused the login: {auth_error}")
     if is_no_answer(e):
         return no_answer(args, e)
     return ToolError(f"user {user}: {kafka_message(e)}")
@@ -167,7 +181,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
     admin = _admin(args)
     if args.entity_name:
-        futures = admin.describe_user_scram_credentials(args.entity_name, request_timeout=timeout_s(args))
+        futures = admin.describe_user_scram_credentials([args.entity_name], request_timeout=timeout_s(args))
         descriptions = {}
         for user, fut in futures.items():
             try:

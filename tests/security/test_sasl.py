@@ -226,16 +226,16 @@ def test_confluent_bad_login_fails_clearly(sasl_broker: BrokerProcess, mech: str
     assert topic not in md.topics
 
 
-def test_kafka_python_bad_login(sasl_broker: BrokerProcess) -> None:
+def test_kafka_python_bad_login(sasl_broker: BrokerProcess, caplog: pytest.LogCaptureFixture) -> None:
+    """kafka-python gives up bootstrapping; what it logs for each attempt is the broker's reason."""
     from kafka import KafkaProducer
     from kafka.errors import KafkaError as KPError
 
-    with pytest.raises(KPError) as e:
+    with pytest.raises(KPError):
         KafkaProducer(bootstrap_servers=addr(sasl_broker), security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
-                      sasl_plain_username="alice", sasl_plain_password="wrong", request_timeout_ms=5000,
-                      api_version_auto_timeout_ms=5000)
-    text = f"{type(e.value).__name__}: {e.value}"
-    assert "Authentication" in text or "NoBrokersAvailable" in text
+                      sasl_plain_username="alice", sasl_plain_password="wrong", request_timeout_ms=3000,
+                      bootstrap_timeout_ms=2000)
+    assert "SaslAuthenticationFailedError: Authentication failed: Invalid username or password" in caplog.text
 
 
 def test_aiokafka_bad_login(sasl_broker: BrokerProcess) -> None:
@@ -365,14 +365,14 @@ def test_oauthbearer_bad_tokens(sasl_broker: BrokerProcess, case: str) -> None:
     auth = [e for e in errors if e.code() == KafkaError._AUTHENTICATION]
     assert auth and "invalid_token" in auth[0].str(), errors
     wait_for_log(sasl_broker, "SASL mechanism OAUTHBEARER): {\"status\":\"invalid_token\"}")
-    detail = "Expiration Time" if case == "expired" else "alg"
+    detail = "Expiration Time" if case == "expired" else "empty signature"
     wait_for_log(sasl_broker, detail)
 
 
 # --- KIP-368 re-authentication ------------------------------------------------------------
 
 def test_librdkafka_reauthenticates_and_keeps_consuming(sasl_broker: BrokerProcess) -> None:
-    """Over three session lifetimes a consumer keeps receiving on its connection, re-authenticating."""
+    """Over three session lifetimes a producer and a consumer keep working on their connections, re-authenticating."""
     topic = topic_name("reauth")
     conf = rdkafka_conf(sasl_broker, "SCRAM-SHA-256", *USERS["SCRAM-SHA-256"], listener="REAUTH")
     p = Producer(conf)
@@ -395,7 +395,9 @@ def test_librdkafka_reauthenticates_and_keeps_consuming(sasl_broker: BrokerProce
             got += 1
     c.close()
     assert got == sent
-    assert "expired without re-authentication" not in sasl_broker.log_text()
+    # Its connections outlived several session lifetimes, so they re-authenticated: an expired session's
+    # next request would have closed them. (An idle connection may expire unused: that is only logged.)
+    assert "before SASL authentication on listener REAUTH" not in sasl_broker.log_text()
 
 
 def test_expired_session_closes_the_connection(sasl_broker: BrokerProcess) -> None:

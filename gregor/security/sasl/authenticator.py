@@ -117,7 +117,8 @@ class SaslServerAuthenticator:
         try:
             answer = server.evaluate(token, now_ms)
         except SaslAuthenticationError as e:
-            return self._fail(str(e), str(e))
+            why = getattr(server, "failure_detail", None)  # OAUTHBEARER: why the token was refused
+            return self._fail(str(e), f"{e} ({why})" if why else str(e))
         except SaslError as e:
             what = "re-authentication" if self.reauthenticating else "authentication"
             return self._fail(f"Authentication failed during {what} due to invalid credentials with SASL mechanism "

@@ -102,3 +102,15 @@ def build_listener_sasl(config: ListenerConfig, listener_name: str,
     reauth = {m: int(config.listener_get(listener_name, "connections.max.reauth.ms", m) or 0) for m in usable}
     delay = int(config.listener_get(listener_name, "connection.failed.authentication.delay.ms") or 0)
     return ListenerSasl(listener_name, tuple(usable), servers, reauth, delay)
+
+
+class _SaslConfig(ListenerConfig, Protocol):
+    @property
+    def listener_specs(self) -> Any: ...
+
+
+def build_sasl_listeners(config: _SaslConfig, entity_configs: Callable[[str, str], dict[str, str]]) -> dict[str, ListenerSasl]:
+    """What every SASL listener serves, by listener name; raises ConfigError (a startup error) when one cannot work.
+    `entity_configs` is the metadata cache's (SCRAM credentials are read from it at each login)."""
+    lookup = scram_credential_lookup(entity_configs)
+    return {spec.name: build_listener_sasl(config, spec.name, lookup) for spec in config.listener_specs if spec.uses_sasl}

@@ -19,7 +19,7 @@ import asyncio
 from collections import Counter
 from typing import Any
 
-from gregor.metadata.store import SetEntityConfigs
+from gregor.metadata.store import SetEntityConfigs, entity_path
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.schema import Struct
 from gregor.security.sasl.scram import (
@@ -71,7 +71,7 @@ def handle_describe_user_scram_credentials(ctx: RequestContext, req: Struct) -> 
                                                 "Cannot describe SCRAM credentials for the same user twice in a "
                                                 "single request"))
                 continue
-            infos = _credentials(cache.entity_configs("users", user))
+            infos = _credentials(cache.entity_configs("users", user)) if user and "/" not in user else []
             if not infos:
                 results.append(_describe_result(user, ErrorCode.RESOURCE_NOT_FOUND,
                                                 "Attempt to describe a user credential that does not exist"))
@@ -137,6 +137,11 @@ def handle_alter_user_scram_credentials(ctx: RequestContext, req: Struct) -> dic
             if user in duplicated:
                 raise _UserError(ErrorCode.DUPLICATE_RESOURCE,
                                  "A user credential cannot be altered twice in the same request")
+            if user:
+                try:
+                    entity_path("users", user)
+                except ValueError:
+                    raise _UserError(ErrorCode.UNACCEPTABLE_CREDENTIAL, f"Invalid user name {user!r}") from None
             new = _new_configs(cache.entity_configs("users", user), deletions, upsertions)
             writes.append((user, SetEntityConfigs("users", user, new)))
         except _UserError as e:
