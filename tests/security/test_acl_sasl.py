@@ -224,3 +224,17 @@ def test_acls_survive_a_restart(broker_and_admin: tuple[BrokerProcess, AdminClie
     assert {(a.name, a.principal, a.operation) for a in found} == {(a.name, a.principal, a.operation) for a in ACLS}
     got, err = read(b, "alice", "alice-1", "alice-g", subscribe=False)
     assert err is None and len(got) == 3
+
+
+def test_create_topics_with_create_on_the_topic_only(b: BrokerProcess, admin: AdminClient) -> None:
+    grant = acl(ResourceType.TOPIC, "bob-new", AclOperation.CREATE, "User:bob")
+    for f in admin.create_acls([grant]).values():
+        f.result(10)
+    bob = AdminClient(conf(b, "bob"))
+    bob.create_topics([NewTopic("bob-new", 1, 1)])["bob-new"].result(10)  # CREATE on the topic suffices
+    with pytest.raises(KafkaException) as e:
+        bob.create_topics([NewTopic("bob-other", 1, 1)])["bob-other"].result(10)
+    assert e.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    with pytest.raises(KafkaException) as e:
+        bob.delete_topics(["bob-new"])["bob-new"].result(10)
+    assert e.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED

@@ -52,6 +52,10 @@ def handle_create_topics(ctx: RequestContext, req: Struct) -> dict[str, Any] | a
             meta = admin.prepare_topic(t.name, t.num_partitions, t.replication_factor, assignment, configs,
                                        reserve=not req.validate_only)
             _describe_created(ctx, entry, meta)
+            if not ctx.authorize(AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, t.name):
+                # Kafka: created, but its configs are not shown to a principal who may not describe them
+                entry["configs"] = []
+                entry["topic_config_error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             if not req.validate_only:
                 writes.append((entry, meta))
         except KafkaError as e:
@@ -89,6 +93,7 @@ def _fail(entry: dict[str, Any], e: KafkaError) -> None:
     if "num_partitions" in entry:  # CreateTopics: a failed topic reports no layout
         entry.update({"num_partitions": -1, "replication_factor": -1, "configs": None})
         entry.pop("topic_id", None)
+        entry.pop("topic_config_error_code", None)
 
 
 def handle_delete_topics(ctx: RequestContext, req: Struct) -> asyncio.Future[dict[str, Any]]:
