@@ -272,9 +272,12 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: list[Struct] | None
     if code != ErrorCode.NONE:
         return code, []
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
-    allowed = ctx.authorized_topics(AclOperation.DESCRIBE, {t for t, _ in wanted} if wanted is not None else
-                                    {t for t, _ in gc.fetch_offsets(group_id, None)})
-    found = gc.fetch_offsets(group_id, None if wanted is None else [w for w in wanted if w[0] in allowed])
+    if wanted is None:
+        found = gc.fetch_offsets(group_id, None)
+        allowed = ctx.authorized_topics(AclOperation.DESCRIBE, {t for t, _ in found})
+    else:
+        allowed = ctx.authorized_topics(AclOperation.DESCRIBE, {t for t, _ in wanted})
+        found = gc.fetch_offsets(group_id, [w for w in wanted if w[0] in allowed])
     by_topic: dict[str, list[dict[str, Any]]] = {}
     # Asked for by name, a topic not describable answers TOPIC_AUTHORIZATION_FAILED; all offsets: it is left out.
     order = wanted if wanted is not None else sorted(k for k in found if k[0] in allowed)
