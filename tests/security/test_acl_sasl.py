@@ -238,3 +238,22 @@ def test_create_topics_with_create_on_the_topic_only(b: BrokerProcess, admin: Ad
     with pytest.raises(KafkaException) as e:
         bob.delete_topics(["bob-new"])["bob-new"].result(10)
     assert e.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_group_listing_and_offsets_follow_group_acls(b: BrokerProcess) -> None:
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    c = Consumer({**conf(b, "alice"), "group.id": "alice-g", "enable.auto.commit": False})
+    try:  # a committed offset in alice-g
+        c.commit(offsets=[TopicPartition("alice-1", 0, 2)], asynchronous=False)
+    finally:
+        c.close()
+    alice, bob = AdminClient(conf(b, "alice")), AdminClient(conf(b, "bob"))
+    assert "alice-g" in {g.group_id for g in alice.list_consumer_groups().result(10).valid}
+    assert "alice-g" not in {g.group_id for g in bob.list_consumer_groups().result(10).valid}  # no DESCRIBE
+    req = [ConsumerGroupTopicPartitions("alice-g", [TopicPartition("alice-1", 0)])]
+    got = alice.list_consumer_group_offsets(req)["alice-g"].result(10)
+    assert [(tp.topic, tp.offset) for tp in got.topic_partitions] == [("alice-1", 2)]
+    with pytest.raises(KafkaException) as e:
+        bob.list_consumer_group_offsets(req)["alice-g"].result(10)
+    assert e.value.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED
