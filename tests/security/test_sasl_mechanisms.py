@@ -354,3 +354,48 @@ def test_command_config_translation() -> None:
     got = client_security_config({"sasl.jaas.config": "org.apache.kafka.common.security.oauthbearer."
                                   'OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="alice";'})
     assert got == {"sasl.oauthbearer.config": "principal=alice", "enable.sasl.oauthbearer.unsecure.jwt": True}
+
+
+# --- per-listener SASL from broker config: what is a startup error ------------------------
+
+def _listeners(props: dict[str, str]) -> dict[str, ListenerSasl]:
+    from gregor.config import BrokerConfig
+    from gregor.security.sasl.listener import build_sasl_listeners
+
+    return build_sasl_listeners(BrokerConfig(props), lambda _t, _e: {})
+
+
+def test_listener_sasl_from_config() -> None:
+    got = _listeners({
+        "listeners": "SASL_PLAINTEXT://127.0.0.1:0,PLAINTEXT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
+        "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,PLAINTEXT:PLAINTEXT,INTERNAL:SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": "GSSAPI,SCRAM-SHA-512",
+        "listener.name.internal.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.internal.plain.sasl.jaas.config": PLAIN_JAAS,
+        "listener.name.internal.plain.connections.max.reauth.ms": "60000",
+        "connection.failed.authentication.delay.ms": "250",
+    })
+    assert set(got) == {"SASL_PLAINTEXT", "INTERNAL"}
+    assert got["SASL_PLAINTEXT"].mechanisms == ("SCRAM-SHA-512",)  # GSSAPI skipped (with a warning)
+    internal = got["INTERNAL"]
+    assert internal.mechanisms == ("PLAIN",) and internal.max_reauth_ms == {"PLAIN": 60000}
+    assert internal.failed_authentication_delay_ms == 250
+    server = internal.servers["PLAIN"]()
+    server.evaluate(b"\x00alice\x00alice-secret", 0)
+    assert server.authorization_id == "alice"
+
+
+@pytest.mark.parametrize("props,why", [
+    ({}, r"none of its enabled mechanisms \(GSSAPI\) is implemented"),
+    ({"sasl.enabled.mechanisms": "PLAIN"}, "has no JAAS config"),
+    ({"sasl.enabled.mechanisms": "PLAIN", "sasl.jaas.config": "x.Y required user_a=;"}, "sasl.jaas.config"),
+    ({"sasl.enabled.mechanisms": "OAUTHBEARER",
+      "listener.name.sasl_plaintext.oauthbearer.sasl.server.callback.handler.class": "no.such:thing"}, "cannot load"),
+    ({"sasl.enabled.mechanisms": "OAUTHBEARER", "sasl.jaas.config":
+      'x.OAuthBearerLoginModule required unsecuredValidatorAllowableClockSkewMs="soon";'}, "AllowableClockSkewMs"),
+])
+def test_listener_sasl_startup_errors(props: dict[str, str], why: str) -> None:
+    from gregor.configdef import ConfigError
+
+    with pytest.raises(ConfigError, match=why):
+        _listeners({"listeners": "SASL_PLAINTEXT://127.0.0.1:0", **props})
