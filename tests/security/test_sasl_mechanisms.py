@@ -132,9 +132,15 @@ def test_scram_failures() -> None:
     with pytest.raises(SaslError, match="Invalid client credentials"):
         server.evaluate(final, 0)
     assert not server.complete
-    # Unknown user.
+    # Unknown user: answered like a known one (a stable decoy salt), refused at the proof.
+    server, client = ScramServer(SCRAM_SHA_256, creds), ScramClient("SCRAM-SHA-256", "bob", "alice-secret")
+    first = server.evaluate(client.first_message(), 0)
+    assert b",s=" in first and b",i=4096" in first
+    assert ScramServer(SCRAM_SHA_256, creds).evaluate(b"n,,n=bob,r=abc", 0).split(b",")[1] == first.split(b",")[1]
+    final = client.evaluate(first)
+    assert final is not None
     with pytest.raises(SaslError, match="Invalid user credentials"):
-        ScramServer(SCRAM_SHA_256, creds).evaluate(b"n,,n=bob,r=abc", 0)
+        server.evaluate(final, 0)
     # A SHA-512 client against a SHA-256 credential fails too.
     server, client = ScramServer(SCRAM_SHA_256, creds), ScramClient("SCRAM-SHA-512", "alice", "alice-secret")
     with pytest.raises(SaslError):
@@ -315,7 +321,10 @@ def test_authenticator_failures() -> None:
     assert not a.authenticated
     a = SaslServerAuthenticator(listener())
     a.on_handshake("SCRAM-SHA-256", 1)
-    r = a.on_authenticate(b"n,,n=alice,r=abc", 1, 0)
+    client = ScramClient("SCRAM-SHA-256", "alice", "alice-secret")  # no SCRAM credentials in this listener
+    final = client.evaluate(a.on_authenticate(client.first_message(), 1, 0).auth_bytes)
+    assert final is not None
+    r = a.on_authenticate(final, 1, 0)
     assert r.error_message == ("Authentication failed during authentication due to invalid credentials with SASL "
                                "mechanism SCRAM-SHA-256")
     assert "Invalid user credentials" in str(r.log_detail)
