@@ -217,14 +217,8 @@ def test_produce_and_consume(sasl_broker: BrokerProcess, client: str, mech: str)
     roundtrip(sasl_broker, client, mech)
 
 
-# aiokafka's stop() waits 30 s (asyncio's ssl_shutdown_timeout) for the broker's close_notify, which TlsChannel
-# does not send yet: CPython's SSLObject.read returns 0 on the peer's close_notify (no SSLZeroReturnError), and
-# TlsChannel._deliver only breaks on 0. Unskip once TlsChannel closes on n == 0.
-AIOKAFKA_TLS_CLOSE = pytest.mark.skip(reason="TlsChannel does not answer close_notify: aiokafka stop() waits 30 s")
-
-
 @pytest.mark.parametrize("client,mech", [("confluent-kafka", "SCRAM-SHA-512"), ("kafka-python", "SCRAM-SHA-256"),
-                                         pytest.param("aiokafka", "PLAIN", marks=AIOKAFKA_TLS_CLOSE),
+                                         ("aiokafka", "PLAIN"),
                                          ("kcat", "SCRAM-SHA-256")])
 def test_sasl_ssl_produce_and_consume(sasl_broker: BrokerProcess, pki: Pki, client: str, mech: str) -> None:
     roundtrip(sasl_broker, client, mech, ca=pki.ca)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from confluent_kafka.admin import (
     AdminClient,
@@ -64,3 +65,35 @@ def test_credentials_reach_every_broker(start_broker: Callable[..., BrokerProces
     for fut in admin1.alter_user_scram_credentials([delete], request_timeout=15).values():
         fut.result()
     _eventually(lambda: _login(brokers[0], "SCRAM-SHA-512", "zoe", "zoe-secret") == ErrorCode.SASL_AUTHENTICATION_FAILED)
+
+
+def test_inter_broker_scram(start_broker: Callable[..., BrokerProcess], zk_connect: str) -> None:
+    """Replication over a SASL_PLAINTEXT inter-broker listener, the brokers logging in with SCRAM-SHA-512."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import NewTopic
+
+    common = {
+        "zookeeper.connect": zk_connect,
+        "listeners": "PLAINTEXT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_PLAINTEXT",
+        "inter.broker.listener.name": "INTERNAL",
+        "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+        "listener.name.internal.sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        "listener.name.internal.scram-sha-512.sasl.jaas.config":
+            'org.apache.kafka.common.security.scram.ScramLoginModule required username="broker" password="broker-secret";',
+    }
+    brokers = [start_broker({**common, "broker.id": str(i)}) for i in range(2)]
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{brokers[0].ports['PLAINTEXT']}"})
+    up = UserScramCredentialUpsertion("broker", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096),
+                                      b"broker-secret")
+    for fut in admin.alter_user_scram_credentials([up], request_timeout=15).values():
+        fut.result()
+    admin.create_topics([NewTopic("replicated", 2, 2, config={"min.insync.replicas": "2"})])["replicated"].result(15)
+    p = Producer({"bootstrap.servers": f"127.0.0.1:{brokers[0].ports['PLAINTEXT']}", "acks": "all",
+                  "message.timeout.ms": 20000})
+    delivered: list[Any] = []
+    for i in range(10):
+        p.produce("replicated", f"m{i}".encode(), partition=i % 2, on_delivery=lambda err, _m: delivered.append(err))
+    assert p.flush(30) == 0
+    assert delivered == [None] * 10  # acks=all with min.insync.replicas=2: each follower fetched over SASL
+    assert "SASL authentication with" not in "\n".join(b.log_text() for b in brokers)

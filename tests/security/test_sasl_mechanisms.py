@@ -408,3 +408,43 @@ def test_listener_sasl_startup_errors(props: dict[str, str], why: str) -> None:
 
     with pytest.raises(ConfigError, match=why):
         _listeners({"listeners": "SASL_PLAINTEXT://127.0.0.1:0", **props})
+
+
+INTER = {"listeners": "PLAINTEXT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
+         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_PLAINTEXT",
+         "inter.broker.listener.name": "INTERNAL", "listener.name.internal.sasl.enabled.mechanisms": "PLAIN",
+         "listener.name.internal.plain.sasl.jaas.config": PLAIN_JAAS}
+
+
+@pytest.mark.parametrize("props,why", [
+    ({}, "GSSAPI, which Gregor brokers cannot log in with"),
+    ({"sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-256"}, "is not enabled on the inter-broker listener"),
+    ({"sasl.mechanism.inter.broker.protocol": "PLAIN",
+      "listener.name.internal.plain.sasl.jaas.config": 'a.B required user_admin="x";'}, "no username and password"),
+])
+def test_inter_broker_sasl_startup_errors(props: dict[str, str], why: str) -> None:
+    from gregor.configdef import ConfigError
+
+    with pytest.raises(ConfigError, match=why):
+        _listeners({**INTER, **props})
+
+
+def test_inter_broker_authenticator_against_our_server() -> None:
+    import asyncio
+
+    from gregor.config import BrokerConfig
+    from gregor.protocol.schema import Struct
+    from gregor.security.sasl.inter_broker import inter_broker_authenticator
+
+    props = {**INTER, "sasl.mechanism.inter.broker.protocol": "PLAIN"}
+    auth = SaslServerAuthenticator(_listeners(props)["INTERNAL"])
+
+    async def request(api: Any, version: int, body: Any) -> Struct:
+        if api.key == 17:
+            r = auth.on_handshake(body["mechanism"], version)
+            return Struct(error_code=r.error_code, mechanisms=["PLAIN"])
+        r = auth.on_authenticate(body["auth_bytes"], version, 0)
+        return Struct(error_code=r.error_code, error_message=r.error_message, auth_bytes=r.auth_bytes)
+
+    asyncio.run(inter_broker_authenticator(BrokerConfig(props), "INTERNAL")(request))
+    assert auth.principal_name == "admin"
