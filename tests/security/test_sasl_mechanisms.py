@@ -448,3 +448,31 @@ def test_inter_broker_authenticator_against_our_server() -> None:
 
     asyncio.run(inter_broker_authenticator(BrokerConfig(props), "INTERNAL")(request))
     assert auth.principal_name == "admin"
+
+
+def test_mechanisms_refuse_garbage_with_sasl_errors_only() -> None:
+    """Random and mangled tokens end in SaslError / SaslAuthenticationError, never another exception."""
+    import random
+
+    rnd = random.Random(7)
+    cred = credential_from_password(SCRAM_SHA_256, "pw")
+    seeds = [b"n,,n=alice,r=abc", b"c=biws,r=abcdef,p=AAAA", b"\x00alice\x00pw",
+             client_first(jws({"sub": "a", "exp": 1e12})), b"n,a=x,\x01auth=Bearer a.b.\x01\x01"]
+    for _ in range(3000):
+        data = bytearray(rnd.choice(seeds))
+        for _ in range(rnd.randint(0, 4)):
+            op = rnd.randint(0, 2)
+            pos = rnd.randint(0, len(data))
+            if op == 0:
+                data[pos:pos] = bytes([rnd.choice(b",=\x00\x01abcnprv/+ ")])
+            elif op == 1 and data:
+                del data[min(pos, len(data) - 1)]
+            else:
+                data[pos:pos] = rnd.randbytes(rnd.randint(1, 5))
+        for server in (PlainServer({"alice": "pw"}.get), ScramServer(SCRAM_SHA_256, {"alice": cred}.get),
+                       OAuthBearerServer(unsecured_validator({}))):
+            try:
+                server.evaluate(bytes(data), 0)
+                server.evaluate(bytes(data), 0)
+            except (SaslError, SaslAuthenticationError):
+                pass
