@@ -25,6 +25,7 @@ from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechani
 from gregor.protocol.errors import ErrorCode
 from gregor.security.sasl.client import sasl_client
 from tests.broker_process import BrokerProcess
+from tests.security.certs import Pki, make_pki
 from tests.wire import WireClient
 
 PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
@@ -38,23 +39,33 @@ USERS = {"PLAIN": ("alice", "alice-secret"), "SCRAM-SHA-256": ("scram256", "s256
 TIMEOUT_S = 30
 
 
-def _start(data_dir: Path) -> BrokerProcess:
+def _start(data_dir: Path, pki: Pki) -> BrokerProcess:
     return BrokerProcess(data_dir, {
-        "listeners": "SASL_PLAINTEXT://127.0.0.1:0,PLAINTEXT://127.0.0.1:0,REAUTH://127.0.0.1:0",
-        "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,PLAINTEXT:PLAINTEXT,REAUTH:SASL_PLAINTEXT",
+        "listeners": "SASL_PLAINTEXT://127.0.0.1:0,PLAINTEXT://127.0.0.1:0,REAUTH://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+        "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,PLAINTEXT:PLAINTEXT,REAUTH:SASL_PLAINTEXT,"
+                                          "SASL_SSL:SASL_SSL",
+        "ssl.keystore.location": pki.keystore("broker"),
         "inter.broker.listener.name": "PLAINTEXT",
         "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER",
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
         "listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config": OAUTH_JAAS,
         "sasl.jaas.config": PLAIN_JAAS,  # the REAUTH listener finds its PLAIN users here (the fallback)
-        "listener.name.reauth.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
+        "listener.name.reauth.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,OAUTHBEARER",
+        # The OAUTHBEARER check is configurable: here a test factory that accepts one fixed token.
+        "listener.name.reauth.oauthbearer.sasl.server.callback.handler.class":
+            "tests.security.test_sasl_mechanisms:custom_validator",
         "listener.name.reauth.connections.max.reauth.ms": str(REAUTH_MS),
     }).start()
 
 
 @pytest.fixture(scope="module")
-def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    b = _start(tmp_path_factory.mktemp("sasl-broker"))
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def sasl_broker(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[BrokerProcess]:
+    b = _start(tmp_path_factory.mktemp("sasl-broker"), pki)
     admin = AdminClient({"bootstrap.servers": addr(b, "PLAINTEXT")})
     ups = [UserScramCredentialUpsertion(user, ScramCredentialInfo(getattr(ScramMechanism, mech.replace("-", "_")), 8192),
                                         password.encode())
@@ -73,9 +84,13 @@ def topic_name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def rdkafka_conf(b: BrokerProcess, mech: str, user: str, password: str, listener: str = "SASL_PLAINTEXT") -> dict[str, Any]:
-    return {"bootstrap.servers": addr(b, listener), "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mech,
-            "sasl.username": user, "sasl.password": password}
+def rdkafka_conf(b: BrokerProcess, mech: str, user: str, password: str, listener: str = "SASL_PLAINTEXT",
+                 ca: str | None = None) -> dict[str, Any]:
+    conf = {"bootstrap.servers": addr(b, listener), "security.protocol": "SASL_SSL" if ca else "SASL_PLAINTEXT",
+            "sasl.mechanism": mech, "sasl.username": user, "sasl.password": password}
+    if ca:
+        conf["ssl.ca.location"] = ca
+    return conf
 
 
 # --- produce and consume with each client and mechanism -------------------------------------
@@ -97,12 +112,16 @@ def confluent_roundtrip(conf: dict[str, Any], topic: str, n: int = 20) -> list[b
     return got
 
 
-def kafka_python_roundtrip(b: BrokerProcess, mech: str, user: str, password: str, topic: str, n: int = 20) -> list[bytes]:
+def kafka_python_roundtrip(b: BrokerProcess, mech: str, user: str, password: str, topic: str, n: int = 20,
+                           ca: str | None = None) -> list[bytes]:
     from kafka import KafkaConsumer, KafkaProducer
     from kafka import TopicPartition as KTP
 
-    sec = {"bootstrap_servers": addr(b), "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mech,
-           "sasl_plain_username": user, "sasl_plain_password": password}
+    sec: dict[str, Any] = {"bootstrap_servers": addr(b, "SASL_SSL" if ca else "SASL_PLAINTEXT"),
+                           "security_protocol": "SASL_SSL" if ca else "SASL_PLAINTEXT", "sasl_mechanism": mech,
+                           "sasl_plain_username": user, "sasl_plain_password": password}
+    if ca:
+        sec["ssl_cafile"] = ca
     p = KafkaProducer(acks="all", **sec)
     for i in range(n):
         p.send(topic, f"m{i}".encode())
@@ -120,12 +139,17 @@ def kafka_python_roundtrip(b: BrokerProcess, mech: str, user: str, password: str
     return got
 
 
-async def aiokafka_roundtrip(b: BrokerProcess, mech: str, user: str, password: str, topic: str, n: int = 20) -> list[bytes]:
+async def aiokafka_roundtrip(b: BrokerProcess, mech: str, user: str, password: str, topic: str, n: int = 20,
+                             ca: str | None = None) -> list[bytes]:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
     from aiokafka import TopicPartition as ATP
+    from aiokafka.helpers import create_ssl_context
 
-    sec = {"bootstrap_servers": addr(b), "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mech,
-           "sasl_plain_username": user, "sasl_plain_password": password}
+    sec: dict[str, Any] = {"bootstrap_servers": addr(b, "SASL_SSL" if ca else "SASL_PLAINTEXT"),
+                           "security_protocol": "SASL_SSL" if ca else "SASL_PLAINTEXT", "sasl_mechanism": mech,
+                           "sasl_plain_username": user, "sasl_plain_password": password}
+    if ca:
+        sec["ssl_context"] = create_ssl_context(cafile=ca)
     p = AIOKafkaProducer(acks="all", **sec)
     await p.start()
     try:
@@ -148,13 +172,16 @@ async def aiokafka_roundtrip(b: BrokerProcess, mech: str, user: str, password: s
     return got
 
 
-def kcat_args(b: BrokerProcess, mech: str, user: str, password: str) -> list[str]:
-    return ["kcat", "-b", addr(b), "-X", "security.protocol=SASL_PLAINTEXT", "-X", f"sasl.mechanism={mech}",
-            "-X", f"sasl.username={user}", "-X", f"sasl.password={password}"]
+def kcat_args(b: BrokerProcess, mech: str, user: str, password: str, ca: str | None = None) -> list[str]:
+    tls = ["-X", f"ssl.ca.location={ca}"] if ca else []
+    return ["kcat", "-b", addr(b, "SASL_SSL" if ca else "SASL_PLAINTEXT"),
+            "-X", f"security.protocol={'SASL_SSL' if ca else 'SASL_PLAINTEXT'}", "-X", f"sasl.mechanism={mech}",
+            "-X", f"sasl.username={user}", "-X", f"sasl.password={password}", *tls]
 
 
-def kcat_roundtrip(b: BrokerProcess, mech: str, user: str, password: str, topic: str, n: int = 20) -> list[bytes]:
-    base = kcat_args(b, mech, user, password)
+def kcat_roundtrip(b: BrokerProcess, mech: str, user: str, password: str, topic: str, n: int = 20,
+                   ca: str | None = None) -> list[bytes]:
+    base = kcat_args(b, mech, user, password, ca)
     lines = "".join(f"m{i}\n" for i in range(n)).encode()
     r = subprocess.run([*base, "-P", "-t", topic, "-p", "0"], input=lines, capture_output=True, timeout=60)
     assert r.returncode == 0, r.stderr.decode()
@@ -167,22 +194,54 @@ def kcat_roundtrip(b: BrokerProcess, mech: str, user: str, password: str, topic:
 CLIENTS = ["confluent-kafka", "kafka-python", "aiokafka", "kcat"]
 
 
-@pytest.mark.parametrize("mech", MECHANISMS)
-@pytest.mark.parametrize("client", CLIENTS)
-def test_produce_and_consume(sasl_broker: BrokerProcess, client: str, mech: str) -> None:
+def roundtrip(b: BrokerProcess, client: str, mech: str, ca: str | None = None) -> None:
     if client == "kcat" and shutil.which("kcat") is None:
         pytest.skip("kcat is installed by scripts/install.sh")
     user, password = USERS[mech]
     topic = topic_name(f"{client}-{mech}")
     if client == "confluent-kafka":
-        got = confluent_roundtrip(rdkafka_conf(sasl_broker, mech, user, password), topic)
+        got = confluent_roundtrip(rdkafka_conf(b, mech, user, password, "SASL_SSL" if ca else "SASL_PLAINTEXT", ca),
+                                  topic)
     elif client == "kafka-python":
-        got = kafka_python_roundtrip(sasl_broker, mech, user, password, topic)
+        got = kafka_python_roundtrip(b, mech, user, password, topic, ca=ca)
     elif client == "aiokafka":
-        got = asyncio.run(aiokafka_roundtrip(sasl_broker, mech, user, password, topic))
+        got = asyncio.run(aiokafka_roundtrip(b, mech, user, password, topic, ca=ca))
     else:
-        got = kcat_roundtrip(sasl_broker, mech, user, password, topic)
+        got = kcat_roundtrip(b, mech, user, password, topic, ca=ca)
     assert got == [f"m{i}".encode() for i in range(20)]
+
+
+@pytest.mark.parametrize("mech", MECHANISMS)
+@pytest.mark.parametrize("client", CLIENTS)
+def test_produce_and_consume(sasl_broker: BrokerProcess, client: str, mech: str) -> None:
+    roundtrip(sasl_broker, client, mech)
+
+
+@pytest.mark.parametrize("client,mech", [("confluent-kafka", "SCRAM-SHA-512"), ("kafka-python", "SCRAM-SHA-256"),
+                                         ("aiokafka", "PLAIN"),
+                                         ("kcat", "SCRAM-SHA-256")])
+def test_sasl_ssl_produce_and_consume(sasl_broker: BrokerProcess, pki: Pki, client: str, mech: str) -> None:
+    roundtrip(sasl_broker, client, mech, ca=pki.ca)
+
+
+def refused(conf: dict[str, Any], topic: str) -> list[KafkaError]:
+    """Produce with `conf` until the client reports the refused login (error_cb); its authentication errors."""
+    errors: list[KafkaError] = []
+    p = Producer({**conf, "error_cb": errors.append, "message.timeout.ms": 5000})
+    p.produce(topic, b"never")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not any(e.code() == KafkaError._AUTHENTICATION for e in errors):
+        p.poll(0.1)
+    p.purge()
+    p.flush(0)
+    return [e for e in errors if e.code() == KafkaError._AUTHENTICATION]
+
+
+def test_sasl_ssl_wrong_password(sasl_broker: BrokerProcess, pki: Pki) -> None:
+    auth = refused(rdkafka_conf(sasl_broker, "SCRAM-SHA-512", "scram512", "wrong", "SASL_SSL", pki.ca),
+                   topic_name("refused-ssl"))
+    assert auth and EXPECTED_MESSAGE["SCRAM-SHA-512"] in auth[0].str(), auth
+    wait_for_log(sasl_broker, "(listener SASL_SSL, SASL mechanism SCRAM-SHA-512)")
 
 
 # --- refused logins ------------------------------------------------------------------------
@@ -210,14 +269,9 @@ EXPECTED_MESSAGE = {
 
 @pytest.mark.parametrize("mech,user,password", BAD_LOGINS)
 def test_confluent_bad_login_fails_clearly(sasl_broker: BrokerProcess, mech: str, user: str, password: str) -> None:
-    errors: list[KafkaError] = []
     topic = topic_name("refused")
-    p = Producer({**rdkafka_conf(sasl_broker, mech, user, password), "error_cb": errors.append,
-                  "message.timeout.ms": 3000})
-    p.produce(topic, b"never")
-    p.flush(5)
-    auth = [e for e in errors if e.code() == KafkaError._AUTHENTICATION]
-    assert auth, errors
+    auth = refused(rdkafka_conf(sasl_broker, mech, user, password), topic)
+    assert auth
     assert EXPECTED_MESSAGE[mech] in auth[0].str()
     line = wait_for_log(sasl_broker, f"SASL mechanism {mech}): ")
     assert "Failed authentication with 127.0.0.1:" in line
@@ -258,7 +312,7 @@ def test_aiokafka_bad_login(sasl_broker: BrokerProcess) -> None:
 
 @pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is installed by scripts/install.sh")
 def test_kcat_bad_login(sasl_broker: BrokerProcess) -> None:
-    r = subprocess.run([*kcat_args(sasl_broker, "SCRAM-SHA-512", "scram512", "wrong"), "-L", "-m", "5"],
+    r = subprocess.run([*kcat_args(sasl_broker, "SCRAM-SHA-512", "scram512", "wrong"), "-L", "-m", "2"],
                        capture_output=True, timeout=60)
     assert r.returncode != 0
     assert b"SCRAM-SHA-512" in r.stderr and b"uthentication" in r.stderr
@@ -351,22 +405,27 @@ def test_oauthbearer_bad_tokens(sasl_broker: BrokerProcess, case: str) -> None:
         token = _jws({"sub": "alice", "iat": now - 120, "exp": now - 60})
     else:
         token = _jws({"sub": "alice", "iat": now, "exp": now + 600}, alg="HS256", signature="c2lnbmF0dXJl")
-    errors: list[KafkaError] = []
     topic = topic_name("oauth-bad")
 
     def oauth_cb(_config: str) -> tuple[str, float]:
         return token, now + 600  # the client believes the token is good; the broker decides
 
-    p = Producer({"bootstrap.servers": addr(sasl_broker), "security.protocol": "SASL_PLAINTEXT",
-                  "sasl.mechanism": "OAUTHBEARER", "oauth_cb": oauth_cb, "error_cb": errors.append,
-                  "message.timeout.ms": 3000})
-    p.produce(topic, b"never")
-    p.flush(5)
-    auth = [e for e in errors if e.code() == KafkaError._AUTHENTICATION]
-    assert auth and "invalid_token" in auth[0].str(), errors
+    auth = refused({"bootstrap.servers": addr(sasl_broker), "security.protocol": "SASL_PLAINTEXT",
+                    "sasl.mechanism": "OAUTHBEARER", "oauth_cb": oauth_cb}, topic)
+    assert auth and "invalid_token" in auth[0].str(), auth
     wait_for_log(sasl_broker, "SASL mechanism OAUTHBEARER): {\"status\":\"invalid_token\"}")
     detail = "Expiration Time" if case == "expired" else "empty signature"
     wait_for_log(sasl_broker, detail)
+
+
+def test_oauthbearer_configured_validator(sasl_broker: BrokerProcess) -> None:
+    """The REAUTH listener validates OAUTHBEARER tokens with a configured factory (the test's own)."""
+    def oauth_cb(_config: str) -> tuple[str, float]:
+        return "let-me-in", time.time() + 600
+
+    conf = {"bootstrap.servers": addr(sasl_broker, "REAUTH"), "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "OAUTHBEARER", "oauth_cb": oauth_cb}
+    assert confluent_roundtrip(conf, topic_name("oauth-custom"), n=3) == [b"m0", b"m1", b"m2"]
 
 
 # --- KIP-368 re-authentication ------------------------------------------------------------

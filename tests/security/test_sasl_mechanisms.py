@@ -132,9 +132,15 @@ def test_scram_failures() -> None:
     with pytest.raises(SaslError, match="Invalid client credentials"):
         server.evaluate(final, 0)
     assert not server.complete
-    # Unknown user.
+    # Unknown user: answered like a known one (a stable decoy salt), refused at the proof.
+    server, client = ScramServer(SCRAM_SHA_256, creds), ScramClient("SCRAM-SHA-256", "bob", "alice-secret")
+    first = server.evaluate(client.first_message(), 0)
+    assert b",s=" in first and b",i=4096" in first
+    assert ScramServer(SCRAM_SHA_256, creds).evaluate(b"n,,n=bob,r=abc", 0).split(b",")[1] == first.split(b",")[1]
+    final = client.evaluate(first)
+    assert final is not None
     with pytest.raises(SaslError, match="Invalid user credentials"):
-        ScramServer(SCRAM_SHA_256, creds).evaluate(b"n,,n=bob,r=abc", 0)
+        server.evaluate(final, 0)
     # A SHA-512 client against a SHA-256 credential fails too.
     server, client = ScramServer(SCRAM_SHA_256, creds), ScramClient("SCRAM-SHA-512", "alice", "alice-secret")
     with pytest.raises(SaslError):
@@ -315,7 +321,10 @@ def test_authenticator_failures() -> None:
     assert not a.authenticated
     a = SaslServerAuthenticator(listener())
     a.on_handshake("SCRAM-SHA-256", 1)
-    r = a.on_authenticate(b"n,,n=alice,r=abc", 1, 0)
+    client = ScramClient("SCRAM-SHA-256", "alice", "alice-secret")  # no SCRAM credentials in this listener
+    final = client.evaluate(a.on_authenticate(client.first_message(), 1, 0).auth_bytes)
+    assert final is not None
+    r = a.on_authenticate(final, 1, 0)
     assert r.error_message == ("Authentication failed during authentication due to invalid credentials with SASL "
                                "mechanism SCRAM-SHA-256")
     assert "Invalid user credentials" in str(r.log_detail)
@@ -354,3 +363,116 @@ def test_command_config_translation() -> None:
     got = client_security_config({"sasl.jaas.config": "org.apache.kafka.common.security.oauthbearer."
                                   'OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="alice";'})
     assert got == {"sasl.oauthbearer.config": "principal=alice", "enable.sasl.oauthbearer.unsecure.jwt": True}
+
+
+# --- per-listener SASL from broker config: what is a startup error ------------------------
+
+def _listeners(props: dict[str, str]) -> dict[str, ListenerSasl]:
+    from gregor.config import BrokerConfig
+    from gregor.security.sasl.listener import build_sasl_listeners
+
+    return build_sasl_listeners(BrokerConfig(props), lambda _t, _e: {})
+
+
+def test_listener_sasl_from_config() -> None:
+    got = _listeners({
+        "listeners": "SASL_PLAINTEXT://127.0.0.1:0,PLAINTEXT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
+        "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,PLAINTEXT:PLAINTEXT,INTERNAL:SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": "GSSAPI,SCRAM-SHA-512",
+        "listener.name.internal.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.internal.plain.sasl.jaas.config": PLAIN_JAAS,
+        "listener.name.internal.plain.connections.max.reauth.ms": "60000",
+        "connection.failed.authentication.delay.ms": "250",
+    })
+    assert set(got) == {"SASL_PLAINTEXT", "INTERNAL"}
+    assert got["SASL_PLAINTEXT"].mechanisms == ("SCRAM-SHA-512",)  # GSSAPI skipped (with a warning)
+    internal = got["INTERNAL"]
+    assert internal.mechanisms == ("PLAIN",) and internal.max_reauth_ms == {"PLAIN": 60000}
+    assert internal.failed_authentication_delay_ms == 250
+    server = internal.servers["PLAIN"]()
+    server.evaluate(b"\x00alice\x00alice-secret", 0)
+    assert server.authorization_id == "alice"
+
+
+@pytest.mark.parametrize("props,why", [
+    ({}, r"none of its enabled mechanisms \(GSSAPI\) is implemented"),
+    ({"sasl.enabled.mechanisms": "PLAIN"}, "has no JAAS config"),
+    ({"sasl.enabled.mechanisms": "PLAIN", "sasl.jaas.config": "x.Y required user_a=;"}, "sasl.jaas.config"),
+    ({"sasl.enabled.mechanisms": "OAUTHBEARER",
+      "listener.name.sasl_plaintext.oauthbearer.sasl.server.callback.handler.class": "no.such:thing"}, "cannot load"),
+    ({"sasl.enabled.mechanisms": "OAUTHBEARER", "sasl.jaas.config":
+      'x.OAuthBearerLoginModule required unsecuredValidatorAllowableClockSkewMs="soon";'}, "AllowableClockSkewMs"),
+])
+def test_listener_sasl_startup_errors(props: dict[str, str], why: str) -> None:
+    from gregor.configdef import ConfigError
+
+    with pytest.raises(ConfigError, match=why):
+        _listeners({"listeners": "SASL_PLAINTEXT://127.0.0.1:0", **props})
+
+
+INTER = {"listeners": "PLAINTEXT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
+         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_PLAINTEXT",
+         "inter.broker.listener.name": "INTERNAL", "listener.name.internal.sasl.enabled.mechanisms": "PLAIN",
+         "listener.name.internal.plain.sasl.jaas.config": PLAIN_JAAS}
+
+
+@pytest.mark.parametrize("props,why", [
+    ({}, "GSSAPI, which Gregor brokers cannot log in with"),
+    ({"sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-256"}, "is not enabled on the inter-broker listener"),
+    ({"sasl.mechanism.inter.broker.protocol": "PLAIN",
+      "listener.name.internal.plain.sasl.jaas.config": 'a.B required user_admin="x";'}, "no username and password"),
+])
+def test_inter_broker_sasl_startup_errors(props: dict[str, str], why: str) -> None:
+    from gregor.configdef import ConfigError
+
+    with pytest.raises(ConfigError, match=why):
+        _listeners({**INTER, **props})
+
+
+def test_inter_broker_authenticator_against_our_server() -> None:
+    import asyncio
+
+    from gregor.config import BrokerConfig
+    from gregor.protocol.schema import Struct
+    from gregor.security.sasl.inter_broker import inter_broker_authenticator
+
+    props = {**INTER, "sasl.mechanism.inter.broker.protocol": "PLAIN"}
+    auth = SaslServerAuthenticator(_listeners(props)["INTERNAL"])
+
+    async def request(api: Any, version: int, body: Any) -> Struct:
+        if api.key == 17:
+            r = auth.on_handshake(body["mechanism"], version)
+            return Struct(error_code=r.error_code, mechanisms=["PLAIN"])
+        r = auth.on_authenticate(body["auth_bytes"], version, 0)
+        return Struct(error_code=r.error_code, error_message=r.error_message, auth_bytes=r.auth_bytes)
+
+    asyncio.run(inter_broker_authenticator(BrokerConfig(props), "INTERNAL")(request))
+    assert auth.principal_name == "admin"
+
+
+def test_mechanisms_refuse_garbage_with_sasl_errors_only() -> None:
+    """Random and mangled tokens end in SaslError / SaslAuthenticationError, never another exception."""
+    import random
+
+    rnd = random.Random(7)
+    cred = credential_from_password(SCRAM_SHA_256, "pw")
+    seeds = [b"n,,n=alice,r=abc", b"c=biws,r=abcdef,p=AAAA", b"\x00alice\x00pw",
+             client_first(jws({"sub": "a", "exp": 1e12})), b"n,a=x,\x01auth=Bearer a.b.\x01\x01"]
+    for _ in range(3000):
+        data = bytearray(rnd.choice(seeds))
+        for _ in range(rnd.randint(0, 4)):
+            op = rnd.randint(0, 2)
+            pos = rnd.randint(0, len(data))
+            if op == 0:
+                data[pos:pos] = bytes([rnd.choice(b",=\x00\x01abcnprv/+ ")])
+            elif op == 1 and data:
+                del data[min(pos, len(data) - 1)]
+            else:
+                data[pos:pos] = rnd.randbytes(rnd.randint(1, 5))
+        for server in (PlainServer({"alice": "pw"}.get), ScramServer(SCRAM_SHA_256, {"alice": cred}.get),
+                       OAuthBearerServer(unsecured_validator({}))):
+            try:
+                server.evaluate(bytes(data), 0)
+                server.evaluate(bytes(data), 0)
+            except (SaslError, SaslAuthenticationError):
+                pass

@@ -113,4 +113,10 @@ def build_sasl_listeners(config: _SaslConfig, entity_configs: Callable[[str, str
     """What every SASL listener serves, by listener name; raises ConfigError (a startup error) when one cannot work.
     `entity_configs` is the metadata cache's (SCRAM credentials are read from it at each login)."""
     lookup = scram_credential_lookup(entity_configs)
-    return {spec.name: build_listener_sasl(config, spec.name, lookup) for spec in config.listener_specs if spec.uses_sasl}
+    out = {spec.name: build_listener_sasl(config, spec.name, lookup) for spec in config.listener_specs if spec.uses_sasl}
+    inter = getattr(config, "inter_broker_listener", None)
+    if inter in out:  # the broker's own login to its peers must work too (checked now, used on first connection)
+        from gregor.security.sasl.inter_broker import inter_broker_credentials
+
+        inter_broker_credentials(config, inter)
+    return out

@@ -12,7 +12,9 @@ The exchange (no channel binding, as Kafka):
     server-final  v=server-signature
 The proof is checked by recomputing H(proof XOR HMAC(StoredKey, AuthMessage)) and comparing it with
 StoredKey in constant time. Failures raise SaslError (the client gets Kafka's generic message);
-only the authorization-id mismatch is told to the client, as Kafka's ScramSaslServer does. The
+only the authorization-id mismatch is told to the client, as Kafka's ScramSaslServer does. An unknown
+user gets a server-first message with a decoy salt and fails at the proof, like a wrong password
+(Kafka fails it one step earlier, which tells who exists). The
 `tokenauth` extension (delegation tokens) is refused: Gregor has no delegation tokens.
 """
 
@@ -194,6 +196,16 @@ class ClientFinalMessage:
                                   _unb64(proof, "client proof"), head)
 
 
+_DECOY_KEY = secrets.token_bytes(32)  # per process: a decoy salt is stable for a user name, unpredictable across runs
+
+
+def _decoy_credential(mech: ScramMechanism, username: str) -> ScramCredential:
+    """A credential for a user that has none: its salt looks like a real one and never changes for the name."""
+    salt = hmac.new(_DECOY_KEY, f"{mech.mechanism_name}:{username}".encode(), "sha256").digest()
+    key = mech.hash(salt)
+    return ScramCredential(salt, key, key, DEFAULT_ITERATIONS)
+
+
 class ScramServer:
     """One SCRAM exchange. `credential_of(user)` is the stored credential, None if the user has none."""
 
@@ -209,6 +221,7 @@ class ScramServer:
         self._nonce = ""
         self._credential: ScramCredential | None = None
         self._authorization_id = ""
+        self._unknown_user = False
 
     @property
     def complete(self) -> bool:
@@ -247,8 +260,10 @@ class ScramServer:
             raise SaslError("delegation token authentication (tokenauth) is not supported")
         credential = self._credential_of(first.username)
         if credential is None:
-            raise SaslError(f"Authentication failed: Invalid user credentials (no {self.mechanism} credential "
-                            f"for user {first.username!r})")
+            # Answer as for a real user, with a salt stable per user name, and fail at the proof: whether a
+            # user exists is not told by the step at which the exchange fails (RFC 5802 section 5.1).
+            self._unknown_user = True
+            credential = _decoy_credential(self.mech, first.username)
         if first.authzid and first.authzid != first.username:
             raise SaslAuthenticationError(
                 "Authentication failed: Client requested an authorization id that is different from username")
@@ -277,7 +292,10 @@ class ScramServer:
         if len(final.proof) != len(client_signature):
             raise SaslError("Invalid client credentials (proof of the wrong length)")
         client_key = bytes(a ^ b for a, b in zip(final.proof, client_signature, strict=True))
-        if not hmac.compare_digest(self.mech.hash(client_key), cred.stored_key):
+        if not hmac.compare_digest(self.mech.hash(client_key), cred.stored_key) or self._unknown_user:
+            if self._unknown_user:
+                raise SaslError(f"Authentication failed: Invalid user credentials (no {self.mechanism} credential "
+                                f"for user {first.username!r})")
             raise SaslError(f"Invalid client credentials for user {first.username!r}")
         server_signature = self.mech.hmac(cred.server_key, auth_message)
         self._authorization_id = first.username

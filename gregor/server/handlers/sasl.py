@@ -31,6 +31,8 @@ from gregor.server.dispatcher import RequestContext
 
 log = logging.getLogger("gregor.sasl")
 
+CLOSE_GRACE_S = 0.5  # how long a refused connection stays open after its answer is written
+
 
 def _listener_sasl(ctx: RequestContext) -> ListenerSasl | None:
     listeners: dict[str, ListenerSasl] = getattr(ctx.broker, "sasl_listeners", None) or {}
@@ -105,7 +107,10 @@ def _finish(ctx: RequestContext, auth: SaslServerAuthenticator | None, reply: Sa
     def send_and_close() -> None:
         if not answer.done():
             answer.set_result(body)
-        loop.call_soon(conn.close, reason)  # after the answer's own callback has written it
+        # Closed a moment after the answer is written, unless the client closes first: a client that reads the
+        # answer and the end of the stream in one go may drop the answer (kafka-python 3.0 does) and report a
+        # bare disconnection instead of the reason. Nothing more is served meanwhile (see _never and the gate).
+        loop.call_later(CLOSE_GRACE_S, conn.close, reason)
 
     if delay_s > 0:
         loop.call_later(delay_s, send_and_close)
