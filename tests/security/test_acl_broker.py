@@ -316,3 +316,23 @@ def test_transactional_producer_needs_transactional_id_write(secured: BrokerProc
         p.init_transactions(10)
     assert e.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     del p
+
+
+def test_inter_broker_requests_need_cluster_action(secured: BrokerProcess) -> None:
+    from tests.wire import WireClient
+
+    c = WireClient(secured.bootstrap)
+    try:
+        fetch = {"replica_id": 7, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+                 "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+                 "topics": [{"topic": "ok-1", "partitions": [
+                     {"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0, "log_start_offset": -1,
+                      "partition_max_bytes": 1 << 20}]}]}
+        r = c.request(1, 11, fetch)  # a follower's fetch (ANONYMOUS may READ ok-1, but is no broker)
+        assert r.responses[0].partitions[0].error_code == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        fetch["replica_id"] = -1  # the same as a consumer: allowed
+        assert c.request(1, 11, fetch).responses[0].partitions[0].error_code == 0
+        r = c.request(7, 3, {"broker_id": 0, "broker_epoch": -1})  # ControlledShutdown
+        assert r.error_code == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    finally:
+        c.close()
