@@ -257,3 +257,26 @@ def test_group_listing_and_offsets_follow_group_acls(b: BrokerProcess) -> None:
     with pytest.raises(KafkaException) as e:
         bob.list_consumer_group_offsets(req)["alice-g"].result(10)
     assert e.value.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+
+
+def test_scram_credentials_need_cluster_alter_and_describe(b: BrokerProcess, admin: AdminClient) -> None:
+    # Over the wire as User:ANONYMOUS on the PLAINTEXT listener (no ACLs): confluent-kafka 2.x crashes the
+    # process (SIGSEGV / invalid free) on a Describe/AlterUserScramCredentials answer of
+    # CLUSTER_AUTHORIZATION_FAILED, though other error codes in the same answers are handled.
+    from confluent_kafka.admin import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+    from tests.wire import WireClient
+
+    c = WireClient(f"127.0.0.1:{b.ports['PLAINTEXT']}")
+    try:
+        up = {"name": "carol", "mechanism": 1, "iterations": 4096, "salt": b"s" * 16, "salted_password": b"p" * 32}
+        r = c.request(51, 0, {"deletions": [], "upsertions": [up]})
+        assert [(x.user, x.error_code) for x in r.results] == [("carol", KafkaError.CLUSTER_AUTHORIZATION_FAILED)]
+        r = c.request(50, 0, {"users": [{"name": "carol"}]})
+        assert r.error_code == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+        assert [(x.user, x.error_code) for x in r.results] == [("carol", KafkaError.CLUSTER_AUTHORIZATION_FAILED)]
+    finally:
+        c.close()
+    upsert = UserScramCredentialUpsertion("carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"pw")
+    for f in admin.alter_user_scram_credentials([upsert]).values():  # the super user may
+        f.result(10)

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+from gregor.security.acl import AclOperation
 from gregor.server.dispatcher import Handler
-from gregor.server.handlers.acls import handle_create_acls, handle_delete_acls, handle_describe_acls
+from gregor.server.handlers.acls import (
+    handle_create_acls,
+    handle_delete_acls,
+    handle_describe_acls,
+    refuse_alter_user_scram_credentials,
+    refuse_describe_user_scram_credentials,
+    requires_cluster,
+)
 from gregor.server.handlers.api_versions import handle_api_versions
 from gregor.server.handlers.cluster import handle_describe_cluster
 from gregor.server.handlers.cluster_admin import (
@@ -99,8 +107,9 @@ HANDLERS: dict[int, Handler] = {
     45: handle_alter_partition_reassignments,
     46: handle_list_partition_reassignments,
     47: handle_offset_delete,
-    50: handle_describe_user_scram_credentials,
-    51: handle_alter_user_scram_credentials,
+    50: requires_cluster(AclOperation.DESCRIBE, handle_describe_user_scram_credentials,
+                         refuse_describe_user_scram_credentials),
+    51: requires_cluster(AclOperation.ALTER, handle_alter_user_scram_credentials, refuse_alter_user_scram_credentials),
     60: handle_describe_cluster,
     61: handle_describe_producers,
     65: handle_describe_transactions,

@@ -11,7 +11,9 @@ its own ACLs at once.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from gregor.metadata.store import AlterAcls
@@ -30,7 +32,7 @@ from gregor.security.acl import (
     ResourceType,
     validate_binding,
 )
-from gregor.server.dispatcher import RequestContext
+from gregor.server.dispatcher import Handler, RequestContext
 
 SECURITY_DISABLED_MESSAGE = "No Authorizer is configured."
 
@@ -156,3 +158,38 @@ def handle_delete_acls(ctx: RequestContext, req: Struct) -> dict[str, Any] | asy
         return {"throttle_time_ms": 0, "filter_results": out}
 
     return asyncio.ensure_future(write())
+
+
+# --- cluster-level gates for other owners' handlers (applied where the HANDLERS table registers them) ---------
+def requires_cluster(operation: AclOperation, handler: Handler,
+                     refuse: Callable[[Struct], dict[str, Any]]) -> Handler:
+    """`handler`, answered by `refuse(request)` instead (CLUSTER_AUTHORIZATION_FAILED in the API's own shape)
+    when the principal may not do `operation` on the cluster, as Kafka's KafkaApis gates these APIs."""
+
+    @functools.wraps(handler)
+    def gated(ctx: RequestContext, req: Struct) -> Any:
+        if not ctx.authorize(operation, ResourceType.CLUSTER):
+            return refuse(req)
+        return handler(ctx, req)
+
+    return gated
+
+
+_CLUSTER_DENIED = "Cluster authorization failed."
+
+
+def refuse_describe_user_scram_credentials(req: Struct) -> dict[str, Any]:
+    """DescribeUserScramCredentials without DESCRIBE on the cluster: the error at the top and for each user
+    asked about (Kafka's error response)."""
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+            "error_message": _CLUSTER_DENIED, "results": [
+                {"user": u.name, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "error_message": _CLUSTER_DENIED,
+                 "credential_infos": []} for u in req.users or ()]}
+
+
+def refuse_alter_user_scram_credentials(req: Struct) -> dict[str, Any]:
+    """AlterUserScramCredentials without ALTER on the cluster: every user named fails."""
+    users = dict.fromkeys([d.name for d in req.deletions] + [u.name for u in req.upsertions])
+    return {"throttle_time_ms": 0, "results": [
+        {"user": u, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "error_message": _CLUSTER_DENIED}
+        for u in users]}
