@@ -280,3 +280,18 @@ def test_scram_credentials_need_cluster_alter_and_describe(b: BrokerProcess, adm
     upsert = UserScramCredentialUpsertion("carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"pw")
     for f in admin.alter_user_scram_credentials([upsert]).values():  # the super user may
         f.result(10)
+
+
+def test_gregor_acls_with_command_config(b: BrokerProcess, tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    props = tmp_path / "admin.properties"
+    props.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                     "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+                     'username="admin" password="admin-pw";\n')
+    r = subprocess.run([sys.executable, "-m", "gregor", "acls", "--bootstrap-server",
+                        f"127.0.0.1:{b.ports['SASL_PLAINTEXT']}", "--command-config", str(props), "--list",
+                        "--principal", "User:alice"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "name=alice-, patternType=PREFIXED" in r.stdout and "name=alice-g" in r.stdout
