@@ -37,6 +37,11 @@ from gregor.server.handlers.metadata import handle_metadata
 from gregor.server.handlers.offset_for_leader_epoch import handle_offset_for_leader_epoch
 from gregor.server.handlers.produce import handle_produce
 from gregor.server.handlers.producers import handle_describe_producers, handle_init_producer_id
+from gregor.server.handlers.sasl import handle_sasl_authenticate, handle_sasl_handshake
+from gregor.server.handlers.scram_credentials import (
+    handle_alter_user_scram_credentials,
+    handle_describe_user_scram_credentials,
+)
 from gregor.server.handlers.topics import (
     handle_create_partitions,
     handle_create_topics,
@@ -68,6 +73,7 @@ HANDLERS: dict[int, Handler] = {
     14: handle_sync_group,
     15: handle_describe_groups,
     16: handle_list_groups,
+    17: handle_sasl_handshake,
     18: handle_api_versions,
     19: handle_create_topics,
     20: handle_delete_topics,
@@ -81,6 +87,7 @@ HANDLERS: dict[int, Handler] = {
     28: handle_txn_offset_commit,
     32: handle_describe_configs,
     33: handle_alter_configs,
+    36: handle_sasl_authenticate,
     37: handle_create_partitions,
     42: handle_delete_groups,
     43: handle_elect_leaders,
@@ -88,6 +95,8 @@ HANDLERS: dict[int, Handler] = {
     45: handle_alter_partition_reassignments,
     46: handle_list_partition_reassignments,
     47: handle_offset_delete,
+    50: handle_describe_user_scram_credentials,
+    51: handle_alter_user_scram_credentials,
     60: handle_describe_cluster,
     61: handle_describe_producers,
     65: handle_describe_transactions,
