@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
+from confluent_kafka import KafkaException
 from kazoo.client import KazooClient
 
 from gregor.config import BrokerConfig
@@ -176,3 +177,69 @@ def test_acl_created_through_one_broker_is_enforced_by_another(zk_connect: str, 
     finally:
         b1.kill()
         b2.kill()
+
+
+def test_a_replicated_topic_with_acls_on_two_brokers(zk_connect: str, tmp_path: object) -> None:
+    """Clients authenticate with SASL/PLAIN; the brokers talk over the PLAINTEXT inter-broker listener as
+    User:ANONYMOUS, a super user (their replica fetches need CLUSTER_ACTION). alice writes with acks=all to a
+    topic replicated on both and reads it back; bob, without ACLs, is refused."""
+    from pathlib import Path
+
+    from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+    from confluent_kafka.admin import AclBinding, AdminClient, NewTopic, ResourcePatternType
+    from confluent_kafka.admin import AclOperation as CkOp
+    from confluent_kafka.admin import AclPermissionType as CkPerm
+    from confluent_kafka.admin import ResourceType as CkType
+
+    jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="a" '
+            'user_admin="a" user_alice="alice-pw" user_bob="bob-pw";')
+    common = {"zookeeper.connect": zk_connect, "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+              "super.users": "User:admin;User:ANONYMOUS", "auto.create.topics.enable": "false",
+              "listeners": "SASL_PLAINTEXT://127.0.0.1:0,PLAINTEXT://127.0.0.1:0",
+              "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,PLAINTEXT:PLAINTEXT",
+              "inter.broker.listener.name": "PLAINTEXT", "sasl.enabled.mechanisms": "PLAIN",
+              "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas}
+    base = Path(str(tmp_path))
+    brokers = [BrokerProcess(base / f"b{i}", {**common, "broker.id": str(i)}).start() for i in (1, 2)]
+    try:
+        def conf(user: str, password: str) -> dict[str, str]:
+            servers = ",".join(f"127.0.0.1:{b.ports['SASL_PLAINTEXT']}" for b in brokers)
+            return {"bootstrap.servers": servers, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                    "sasl.username": user, "sasl.password": password}
+
+        admin = AdminClient(conf("admin", "a"))
+        admin.create_topics([NewTopic("rep", 1, 2)])["rep"].result(15)
+        grants = [AclBinding(CkType.TOPIC, "rep", ResourcePatternType.LITERAL, "User:alice", "*", op, CkPerm.ALLOW)
+                  for op in (CkOp.WRITE, CkOp.READ)]
+        for f in admin.create_acls(grants).values():
+            f.result(10)
+        results: list[object] = []
+        p = Producer({**conf("alice", "alice-pw"), "acks": "all", "enable.idempotence": True})
+        for i in range(20):
+            p.produce("rep", f"m{i}".encode(), on_delivery=lambda e, _m: results.append(e))
+        p.flush(20)
+        assert results == [None] * 20
+        c = Consumer({**conf("alice", "alice-pw"), "group.id": "unused", "enable.auto.commit": False})
+        c.assign([TopicPartition("rep", 0, 0)])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 15
+        while len(got) < 20 and time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is not None and not m.error():
+                got.append(m.value())
+        c.close()
+        assert got == [f"m{i}".encode() for i in range(20)]
+        md = admin.list_topics("rep", timeout=10).topics["rep"].partitions[0]
+        assert sorted(md.isrs) == [1, 2]  # both replicas in sync: the follower's fetches were authorized
+        errors: list[object] = []
+        q = Producer({**conf("bob", "bob-pw"), "message.timeout.ms": 3000})
+        try:
+            q.produce("rep", b"no", on_delivery=lambda e, _m: errors.append(e))
+            q.flush(10)
+        except KafkaException as e:
+            errors.append(e.args[0])
+        assert errors and errors[0] is not None
+        assert errors[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED  # type: ignore[attr-defined]
+    finally:
+        for b in brokers:
+            b.kill()
