@@ -324,13 +324,18 @@ class ClientQuotaManager:
         return len(self._sensors)
 
     def _record(self, qkey: str, user: str, client: str, value: float, now: float) -> int:
-        got = self.resolve(user, client)[qkey]
+        resolved = self._resolved.get((user, client)) or self.resolve(user, client)
+        got = resolved[qkey]
         if got is None:
             return 0
         bound, tags = got
-        sensor = self._sensor(qkey, tags, now)
-        sensor.record(value, now)
-        return self._throttle(sensor, bound, now)
+        sensor = self._sensors.get((qkey, tags))
+        if sensor is None:
+            sensor = self._sensor(qkey, tags, now)
+        else:
+            self._sensors.move_to_end((qkey, tags))
+        sensor.record(value, now)  # type: ignore[arg-type]
+        return self._throttle(sensor, bound, now)  # type: ignore[arg-type]
 
     def _throttle(self, sensor: SampledRate, bound: float, now: float) -> int:
         rate = sensor.rate(now)

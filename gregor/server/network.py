@@ -203,6 +203,7 @@ class Connection(asyncio.BufferedProtocol):
         # until this loop time (gregor.server.throttling); _unmute is the timer that ends it.
         self.muted_until = 0.0
         self._unmute: asyncio.TimerHandle | None = None
+        self.quota_client: tuple[Any, str, tuple[str, str]] | None = None  # gregor.server.throttling.client_of
 
     # --- asyncio callbacks -----------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:

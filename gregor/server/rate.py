@@ -19,20 +19,23 @@ from collections import deque
 class SampledRate:
     """One windowed rate; a few hundred bytes, so one per quota entity is affordable."""
 
-    __slots__ = ("_samples", "_sample_s", "_windows", "last_record_s")
+    __slots__ = ("_sample_s", "_samples", "_total", "_windows", "last_record_s")
 
     def __init__(self, samples: int = 11, sample_s: float = 1.0) -> None:
         assert samples >= 1 and sample_s > 0
         self._samples = samples
         self._sample_s = sample_s
         self._windows: deque[list[float]] = deque()  # [start_s, value], oldest first
+        self._total = 0.0  # of the windows' values
         self.last_record_s = float("-inf")  # when a value was last recorded (sensor expiry)
 
     def _expire(self, now: float) -> None:
         horizon = now - self._samples * self._sample_s  # a sample that began this long ago has left
         windows = self._windows
         while windows and windows[0][0] <= horizon:
-            windows.popleft()
+            self._total -= windows.popleft()[1]
+        if not windows:
+            self._total = 0.0  # no drift from float sums
 
     def record(self, value: float, now: float) -> None:
         """Add `value` at `now` (negative to take back what was recorded, as Kafka unrecords)."""
@@ -41,6 +44,7 @@ class SampledRate:
         if not windows or now >= windows[-1][0] + self._sample_s:
             windows.append([now, 0.0])
         windows[-1][1] += value
+        self._total += value
         self.last_record_s = now
 
     def window_s(self, now: float) -> float:
@@ -58,7 +62,7 @@ class SampledRate:
         self._expire(now)
         if not self._windows:
             return 0.0
-        return sum(w[1] for w in self._windows) / self.window_s(now)
+        return self._total / self.window_s(now)
 
     @property
     def full_window_s(self) -> float:

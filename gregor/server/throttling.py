@@ -88,10 +88,18 @@ def follow_quota_configs(quotas: ClientQuotaManager, cache: MetadataCache) -> Ca
 
 def client_of(ctx: RequestContext) -> tuple[str, str]:
     """The sanitized (user, client-id) quotas are looked up by: the principal's name (ANONYMOUS
-    before or without authentication, as in Kafka) and the request header's client-id."""
-    principal = getattr(ctx.connection, "principal", None)
+    before or without authentication, as in Kafka) and the request header's client-id. Kept on the
+    connection while its principal and client-id stay the same (they nearly always do)."""
+    conn = ctx.connection
+    principal = getattr(conn, "principal", None)
+    raw = ctx.header.client_id or ""
+    cached = conn.quota_client
+    if cached is not None and cached[0] is principal and cached[1] == raw:
+        return cached[2]
     user = principal.name if principal is not None else "ANONYMOUS"
-    return sanitize(user), sanitize(ctx.header.client_id or "")
+    names = (sanitize(user), sanitize(raw))
+    conn.quota_client = (principal, raw, names)
+    return names
 
 
 def _now() -> float:
