@@ -118,10 +118,7 @@ class MetadataCache:
                 self._broker_configs[entity] = dict(event.configs)
             else:
                 self._broker_configs.pop(entity, None)
-            if entity.startswith("__entity__"):  # TEMP shim
-                self._notify("entity_configs", entity[len("__entity__"):])
-            else:
-                self._notify(BROKER_CONFIGS, entity)
+            self._notify(BROKER_CONFIGS, entity)
         elif event.kind == SESSION:  # the store's session was lost or restored: listeners get its state
             self.session = event.session or ""
             self._notify(SESSION, self.session)
@@ -216,13 +213,6 @@ class MetadataCache:
     def hosted_partitions(self) -> dict[int, int]:
         """Replicas per broker (each is a log there, and about one open file)."""
         return {b: n for b, n in self._replicas_per_broker.items() if n}
-
-    def entity_configs(self, entity_type: str, entity: str) -> dict[str, str]:  # TEMP shim
-        return dict(self._broker_configs.get(f"__entity__{entity_type}:{entity}", {}))
-
-    def entities(self, entity_type: str) -> dict[str, dict[str, str]]:  # TEMP shim
-        p = f"__entity__{entity_type}:"
-        return {e[len(p):]: dict(c) for e, c in self._broker_configs.items() if e.startswith(p)}
 
     def broker_configs(self, entity: str) -> dict[str, str]:
         """The dynamic configs of a broker (its id as text) or of all brokers (DEFAULT_ENTITY): a copy."""

@@ -142,13 +142,6 @@ class SetBrokerConfigs:
 # Kafka's name for the cluster-wide default entity (the znode /config/brokers/<default>).
 DEFAULT_ENTITY = "<default>"
 
-# TEMP shim (quota helper, reverted before merging the skeleton): entity configs ride on broker configs.
-ENTITY_PREFIX = "__entity__"
-
-
-def SetEntityConfigs(entity_type: str, entity: str, configs: dict[str, str]) -> SetBrokerConfigs:  # noqa: N802
-    return SetBrokerConfigs(f"{ENTITY_PREFIX}{entity_type}:{entity}", dict(configs))
-
 Change = CreateTopic | DeleteTopic | AddPartitions | SetTopicConfigs | ReassignPartitions | SetBrokerConfigs
 
 
@@ -168,7 +161,6 @@ class StateUpdate:
 CREATED, DELETED, PARTITIONS, CONFIGS, STATE, BROKERS = "created", "deleted", "partitions", "configs", "state", "brokers"
 # A broker entity's dynamic configs changed: `entity` and its new `configs` (empty: none left).
 BROKER_CONFIGS = "broker_configs"
-ENTITY_CONFIGS = "entity_configs"  # TEMP shim
 # The store's own session with the cluster (ZooKeeper): "lost" when it expired (this broker's
 # registration and any controllership are gone: it must stop acting as leader or controller), then
 # "restored" once it registered again and the cache was reloaded. The embedded store never loses it.
