@@ -191,16 +191,6 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
        doc="broker-wide cap on how far one compressed batch may expand, whatever max.message.bytes says "
            "(else MESSAGE_TOO_LARGE); each thread that decompresses (event loop, gregor.validation.threads, "
            "cleaner threads) uses at most this much scratch memory while it works and keeps at most 64 MiB of it resident"),
-    # TEMP (quota helper): moves to the "# --- quotas ---" section of gregor/security/config.py at the merge.
-    _p("quota.window.num", "int", 11, lo=1, doc="Samples the client quotas measure their rates over"),
-    _p("quota.window.size.seconds", "int", 1, lo=1, doc="The length of one client quota sample"),
-    _p("controller.quota.window.num", "int", 11, lo=1,
-       doc="Samples of controller_mutation_rate: its token bucket holds the rate times num x size"),
-    _p("controller.quota.window.size.seconds", "int", 1, lo=1, doc="The length of one controller mutation sample"),
-    _p("gregor.quota.inactive.sensor.expiration.seconds", "int", 3600, lo=1,
-       doc="A client's quota rates are forgotten after this long without a request (Kafka: one hour, fixed)"),
-    _p("gregor.quota.sensors.max", "int", 10000, lo=1,
-       doc="Quota rates tracked at most (one per quota type and client entity); the least recently used go first"),
     _p("gregor.validation.threads", "int", 2, lo=1,
        doc="threads that decompress and validate large produced batches off the event loop"),
     _p("gregor.validation.offload.bytes", "int", 262144, lo=0,
