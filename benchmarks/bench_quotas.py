@@ -73,7 +73,10 @@ def per_request_cost_us(n: int = 100_000) -> float:
     m = ClientQuotaManager()
     m.load([((None, CLIENT_ID), {"producer_byte_rate": "1e12", "request_percentage": "1e6"}),
             ((None, DEFAULT), {"consumer_byte_rate": "1e12"})])
-    ctx: Any = SimpleNamespace(connection=SimpleNamespace(quota_client=None, throttle=lambda ms: None),
+    from gregor.security.principal import ANONYMOUS
+
+    conn = SimpleNamespace(quota_client=None, throttle=lambda ms: None, principal=ANONYMOUS)
+    ctx: Any = SimpleNamespace(connection=conn,
                                broker=SimpleNamespace(quotas=m), header=SimpleNamespace(client_id=CLIENT_ID))
     req = SimpleNamespace(topic_data=[SimpleNamespace(partition_data=[SimpleNamespace(records=b"x" * 2000)])])
     resp = {"throttle_time_ms": 0}

@@ -57,6 +57,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         props = read_properties(args.properties) if args.properties else {}
         props.update(_parse_overrides(args.override))
         config = BrokerConfig(props)
+        from gregor.security.tls import check_listener_tls
+
+        check_listener_tls(config)  # key stores that do not load are configuration errors too
     except (ConfigError, OSError) as e:
         print(f"gregor: configuration error: {e}", file=sys.stderr)
         return 2

@@ -13,9 +13,15 @@ from __future__ import annotations
 
 import os
 from typing import Any
-from urllib.parse import urlsplit
 
 from gregor.configdef import CLUSTER_WIDE, LONG_MAX, PER_BROKER, READ_ONLY, ConfigError, Prop, format_value
+from gregor.security.config import SASL_MECHANISM_PREFIXES, SECURITY_PROPS, listener_overridable
+from gregor.security.listeners import (
+    ListenerSpec,
+    inter_broker_listener_name,
+    parse_advertised,
+    parse_listeners,
+)
 from gregor.storage.config import (
     CLEANER_PROPS,
     CLEANUP_POLICIES,
@@ -29,11 +35,13 @@ from gregor.storage.errors import InvalidConfigError
 
 __all__ = ["BROKER_PROPS", "CLEANUP_POLICIES", "COMPRESSION_TYPES", "CLUSTER_WIDE", "LONG_MAX", "PER_BROKER",
            "READ_ONLY", "TIMESTAMP_TYPES", "TOPIC_CONFIGS", "BrokerConfig", "ConfigError", "Prop", "format_value",
-           "parse_listener", "read_properties", "validate_topic_configs"]
+           "read_properties", "validate_topic_configs"]
 
 
 # replica.selector.class: the one selector implemented, under Kafka's class name.
 RACK_AWARE_REPLICA_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+# Kafka's per-listener overrides: listener.name.<listener>.<property>, listener.name.<listener>.<mechanism>.<property>.
+LISTENER_PREFIX = "listener.name."
 
 
 def _p(name: str, type_: str, default: Any, lo: float | None = None, hi: float | None = None,
@@ -47,9 +55,10 @@ def _p(name: str, type_: str, default: Any, lo: float | None = None, hi: float |
 BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
     _p("broker.id", "int", 0, lo=0, doc="This broker's id (Kafka defaults to -1 and generates one; a lone broker is 0)"),
     _p("listeners", "list", ["PLAINTEXT://127.0.0.1:9092"], mode=PER_BROKER,
-       doc="Where the broker listens, NAME://host:port; only PLAINTEXT is implemented"),
+       doc="Where the broker listens, NAME://host:port,...; NAME is a security protocol (PLAINTEXT, SSL, "
+           "SASL_PLAINTEXT, SASL_SSL) or a name listener.security.protocol.map maps to one"),
     _p("advertised.listeners", "list", None, mode=PER_BROKER,
-       doc="The addresses clients are told to use; unset: listeners"),
+       doc="The addresses clients of each listener are told to use, NAME://host:port,...; unset: listeners"),
     _p("log.dirs", "list", None, doc="The data directories; unset: log.dir"),
     _p("log.dir", "string", "./gregor-data", doc="The data directory when log.dirs is unset"),
     _p("num.partitions", "int", 1, lo=1, doc="Partitions of a topic created without a count"),
@@ -67,6 +76,7 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
     # and the log cleaner's properties: defined in gregor.storage.config, with the topic configs they default.
     *broker_synonym_props(),
     *CLEANER_PROPS,
+    *SECURITY_PROPS,
     _p("log.retention.check.interval.ms", "long", 300000, lo=1, doc="How often retention deletes old segments"),
     _p("log.flush.offset.checkpoint.interval.ms", "int", 60000, lo=0,
        doc="How often the recovery points are checkpointed"),
@@ -258,7 +268,12 @@ class BrokerConfig:
     def __init__(self, props: dict[str, str] | None = None) -> None:
         self._values: dict[str, Any] = {}
         self.explicit: set[str] = set()
+        # listener.name.<listener>[.<mechanism>].<property>: (listener, mechanism or "", property) -> value
+        self.listener_overrides: dict[tuple[str, str, str], Any] = {}
         for name, raw in (props or {}).items():
+            if name.startswith(LISTENER_PREFIX):
+                self._set_listener_override(name, raw)
+                continue
             prop = BROKER_PROPS.get(name)
             if prop is None:
                 raise ConfigError(f"Unknown broker property: {name}")
@@ -266,8 +281,13 @@ class BrokerConfig:
             self.explicit.add(name)
         for name, prop in BROKER_PROPS.items():
             self._values.setdefault(name, prop.default)
-        for spec in self.listeners + self.advertised_listeners:
-            parse_listener(spec)
+        self.listener_specs: list[ListenerSpec] = parse_listeners(self)
+        self.advertised_specs: list[ListenerSpec] = parse_advertised(self, self.listener_specs)
+        self.inter_broker_listener: str = inter_broker_listener_name(self, self.listener_specs)
+        names = {s.name.lower() for s in self.listener_specs}
+        for listener, _, key in self.listener_overrides:
+            if listener not in names:
+                raise ConfigError(f"{LISTENER_PREFIX}{listener}.{key}: there is no listener {listener.upper()}")
         if self.get("socket.request.max.bytes") > self.get("queued.max.request.bytes"):
             raise ConfigError(f"socket.request.max.bytes ({self.get('socket.request.max.bytes')}) must not exceed "
                               f"queued.max.request.bytes ({self.get('queued.max.request.bytes')})")
@@ -306,6 +326,41 @@ class BrokerConfig:
     def advertised_listeners(self) -> list[str]:
         return self._values["advertised.listeners"] or self.listeners
 
+    def _set_listener_override(self, name: str, raw: Any) -> None:
+        rest = name[len(LISTENER_PREFIX):]
+        listener, _, key = rest.partition(".")
+        mechanism = ""
+        if key not in BROKER_PROPS:
+            mech, _, inner = key.partition(".")
+            if mech in SASL_MECHANISM_PREFIXES and inner in BROKER_PROPS:
+                mechanism, key = mech, inner
+        if not listener or key not in BROKER_PROPS or not listener_overridable(key):
+            raise ConfigError(f"Unknown broker property: {name} (listener.name.<listener>.<property> takes the "
+                              f"ssl.*, sasl.* and connection properties a listener may override)")
+        self.listener_overrides[(listener.lower(), mechanism, key)] = BROKER_PROPS[key].parse(raw)
+
+    def listener_get(self, listener: str, key: str, mechanism: str | None = None) -> Any:
+        """A property as a listener sees it: listener.name.<listener>.<mechanism>.<key>, else
+        listener.name.<listener>.<key>, else the broker-wide key (Kafka's lookup order)."""
+        lo = listener.lower()
+        if mechanism:
+            v = self.listener_overrides.get((lo, mechanism.lower(), key))
+            if v is not None:
+                return v
+        v = self.listener_overrides.get((lo, "", key))
+        return v if v is not None else self._values[key]
+
+    def listener_explicit(self, listener: str, key: str) -> bool:
+        """Whether a listener's `key` was set at all (prefixed or broker-wide)."""
+        lo = listener.lower()
+        return key in self.explicit or any(k[0] == lo and k[2] == key for k in self.listener_overrides)
+
+    def listener(self, name: str) -> ListenerSpec:
+        for s in self.listener_specs:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
     def topic_default(self, name: str) -> Any:
         """A topic config's broker default, from its first synonym that is set."""
         return self.log_config.values()[name]
@@ -315,23 +370,6 @@ class BrokerConfig:
 
     def items(self) -> list[tuple[str, Any]]:
         return sorted(self._values.items())
-
-
-def parse_listener(spec: str) -> tuple[str, str, int]:
-    """'PLAINTEXT://host:port' -> (name, host, port). Only PLAINTEXT is implemented."""
-    if "://" not in spec:
-        raise ConfigError(f"listeners: {spec!r} is not of the form NAME://host:port")
-    name = spec.split("://", 1)[0].upper()
-    parts = urlsplit("x://" + spec.split("://", 1)[1])
-    if name != "PLAINTEXT":
-        raise ConfigError(f"listeners: security protocol {name} is not supported (only PLAINTEXT)")
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    if port is None:
-        raise ConfigError(f"listeners: {spec!r} has no valid port")
-    return name, parts.hostname or "", port
 
 
 def read_properties(path: str) -> dict[str, str]:

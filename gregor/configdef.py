@@ -46,6 +46,7 @@ class Prop:
     choices: tuple[str, ...] | None = None
     doc: str = ""
     mode: str = READ_ONLY
+    sensitive: bool = False  # Kafka's PASSWORD type: never shown by DescribeConfigs or in logs
 
     def __post_init__(self) -> None:
         assert self.type in TYPES, f"{self.name}: unknown type {self.type}"

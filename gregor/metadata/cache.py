@@ -27,6 +27,7 @@ from gregor.metadata.store import (
     BROKER_CONFIGS,
     BROKERS,
     DELETED,
+    ENTITY_CONFIGS,
     SESSION,
     SESSION_RESTORED,
     BrokerInfo,
@@ -42,7 +43,8 @@ log = logging.getLogger("gregor.metadata")
 # (event kind, topic name): ReplicaManager.on_metadata_change's signature. Listeners are also told
 # (BROKERS, "") after the live brokers or the controller changed, and (SESSION, SESSION_LOST or
 # SESSION_RESTORED) when the store's session with the cluster was lost or restored, and (BROKER_CONFIGS,
-# entity) when the dynamic configs of a broker (its id as text) or of all (DEFAULT_ENTITY) changed.
+# entity) when the dynamic configs of a broker (its id as text) or of all (DEFAULT_ENTITY) changed, and
+# (ENTITY_CONFIGS, path) when a user's or client's configs changed (path "users/alice", "clients/<default>").
 Listener = Callable[[str, str], None]
 
 
@@ -62,6 +64,7 @@ class MetadataCache:
         self.session = SESSION_RESTORED  # SESSION_LOST while the store has no session (ZooKeeper expired it)
         self._brokers: tuple[BrokerInfo, ...] = ()
         self._broker_configs: dict[str, dict[str, str]] = {}
+        self._entity_configs: dict[str, dict[str, str]] = {}  # "users/alice", "clients/app", ... -> configs
         self._topics: dict[str, TopicMetadata] = {}
         self._by_id: dict[uuid.UUID, TopicMetadata] = {}
         self._by_collision_key: dict[str, str] = {}
@@ -79,6 +82,7 @@ class MetadataCache:
         self.controller_id = image.controller_id
         self._brokers = image.brokers
         self._broker_configs = {e: dict(c) for e, c in image.broker_configs.items()}
+        self._entity_configs = {e: dict(c) for e, c in image.entity_configs.items()}
         self._topics = {}
         self._by_id = {}
         self._by_collision_key = {}
@@ -119,6 +123,13 @@ class MetadataCache:
             else:
                 self._broker_configs.pop(entity, None)
             self._notify(BROKER_CONFIGS, entity)
+        elif event.kind == ENTITY_CONFIGS:
+            path = event.entity or ""
+            if event.configs:
+                self._entity_configs[path] = dict(event.configs)
+            else:
+                self._entity_configs.pop(path, None)
+            self._notify(ENTITY_CONFIGS, path)
         elif event.kind == SESSION:  # the store's session was lost or restored: listeners get its state
             self.session = event.session or ""
             self._notify(SESSION, self.session)
@@ -213,6 +224,15 @@ class MetadataCache:
     def hosted_partitions(self) -> dict[int, int]:
         """Replicas per broker (each is a log there, and about one open file)."""
         return {b: n for b, n in self._replicas_per_broker.items() if n}
+
+    def entity_configs(self, entity_type: str, entity: str) -> dict[str, str]:
+        """A user's or client's configs (SCRAM credentials, quotas); see store.SetEntityConfigs."""
+        return dict(self._entity_configs.get(f"{entity_type}/{entity}", {}))
+
+    def entities(self, entity_type: str) -> dict[str, dict[str, str]]:
+        """Every entity of a type with configs, by entity ("alice", "<default>", "alice/clients/app")."""
+        prefix = entity_type + "/"
+        return {p[len(prefix):]: dict(c) for p, c in self._entity_configs.items() if p.startswith(prefix)}
 
     def broker_configs(self, entity: str) -> dict[str, str]:
         """The dynamic configs of a broker (its id as text) or of all brokers (DEFAULT_ENTITY): a copy."""

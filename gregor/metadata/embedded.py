@@ -36,6 +36,7 @@ from gregor.metadata.store import (
     CONFIGS,
     CREATED,
     DELETED,
+    ENTITY_CONFIGS,
     PARTITIONS,
     STATE,
     AddPartitions,
@@ -53,6 +54,7 @@ from gregor.metadata.store import (
     PartitionState,
     ReassignPartitions,
     SetBrokerConfigs,
+    SetEntityConfigs,
     SetTopicConfigs,
     StateUpdate,
     TopicExistsError,
@@ -82,6 +84,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._controller_epoch = 0
         self._topics: dict[str, TopicMetadata] = {}
         self._broker_configs: dict[str, dict[str, str]] = {}  # dynamic broker configs by entity
+        self._entity_configs: dict[str, dict[str, str]] = {}  # user/client configs by entity path
         self._cluster_id = ""
         self._version = 0
         self._journal_bytes = 0
@@ -108,6 +111,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._cluster_id = doc["cluster_id"]
         self._version = int(doc.get("metadata_version", 0))
         self._broker_configs = {str(e): dict(c) for e, c in doc.get("broker_configs", {}).items()}
+        self._entity_configs = {str(e): dict(c) for e, c in doc.get("entity_configs", {}).items()}
         for t in doc.get("topics", []):
             rows = t["partitions"]
             parts = ({int(p): PartitionState(**s) for p, s in rows.items()} if isinstance(rows, dict)  # format 1
@@ -161,6 +165,8 @@ class EmbeddedMetadataStore(MetadataStore):
             self._topics[r["name"]].partitions.update(_partitions_from_journal(r["partitions"]))
         elif op == "broker_configs":
             self._set_broker_configs(r["entity"], dict(r["configs"]))
+        elif op == "entity_configs":
+            self._set_entity_configs(r["path"], dict(r["configs"]))
         else:
             raise MetadataError(f"metadata journal {self._journal_path}: unknown record {op!r}")
 
@@ -169,7 +175,7 @@ class EmbeddedMetadataStore(MetadataStore):
         """Everything at self._version into the snapshot file (tmp, fsync, rename). Each topic is encoded
         by its own json.dumps call so this thread gives the GIL back to the event loop between topics."""
         head = json.dumps({"version": 2, "cluster_id": self._cluster_id, "metadata_version": self._version,
-                           "broker_configs": self._broker_configs})
+                           "broker_configs": self._broker_configs, "entity_configs": self._entity_configs})
         tmp = self._path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(head[:-1] + ', "topics": [')
@@ -238,7 +244,8 @@ class EmbeddedMetadataStore(MetadataStore):
         with self._lock:
             return MetadataImage(self._version, self._cluster_id, self._brokers_tuple(), self._controller_id(),
                                  {name: t.copy() for name, t in self._topics.items()},
-                                 {e: dict(c) for e, c in self._broker_configs.items()})
+                                 {e: dict(c) for e, c in self._broker_configs.items()},
+                                 {e: dict(c) for e, c in self._entity_configs.items()})
 
     def _brokers_tuple(self) -> tuple[BrokerInfo, ...]:
         return tuple(sorted(self._brokers.values(), key=lambda b: b.broker_id))
@@ -318,7 +325,17 @@ class EmbeddedMetadataStore(MetadataStore):
         else:
             self._broker_configs.pop(entity, None)
 
+    def _set_entity_configs(self, path: str, configs: dict[str, str]) -> None:
+        if configs:
+            self._entity_configs[path] = configs
+        else:
+            self._entity_configs.pop(path, None)
+
     def _apply_one(self, ch: Change, v: int) -> tuple[str, MetadataEvent]:
+        if isinstance(ch, SetEntityConfigs):
+            self._set_entity_configs(ch.path, dict(ch.configs))
+            record = _record({"v": v, "op": "entity_configs", "path": ch.path, "configs": ch.configs})
+            return record, MetadataEvent(v, ENTITY_CONFIGS, entity=ch.path, configs=dict(ch.configs))
         if isinstance(ch, SetBrokerConfigs):
             self._set_broker_configs(ch.entity, dict(ch.configs))
             record = _record({"v": v, "op": "broker_configs", "entity": ch.entity, "configs": ch.configs})

@@ -59,6 +59,21 @@ class BrokerInfo:
     # The broker epoch: ZooKeeper's czxid of the registration znode (grows with each registration),
     # so a controlled shutdown request from a previous incarnation is recognised (STALE_BROKER_EPOCH).
     epoch: int = -1
+    # Every advertised listener: (listener name, host, port). `host`/`port` above are the inter-broker
+    # listener's (what other brokers connect to); clients are answered with their own listener's.
+    endpoints: tuple[tuple[str, str, int], ...] = ()
+    # listener name -> security protocol, for every endpoint (Kafka's listener_security_protocol_map).
+    protocols: tuple[tuple[str, str], ...] = ()
+
+    def endpoint(self, listener: str) -> tuple[str, int] | None:
+        """The address of this broker's `listener`; a broker registered without endpoints (an old
+        registration) has only its host and port, which serve every listener."""
+        if not self.endpoints:
+            return self.host, self.port
+        for name, host, port in self.endpoints:
+            if name == listener:
+                return host, port
+        return None
 
 
 @dataclass
@@ -141,8 +156,37 @@ class SetBrokerConfigs:
 
 # Kafka's name for the cluster-wide default entity (the znode /config/brokers/<default>).
 DEFAULT_ENTITY = "<default>"
+ENTITY_TYPES = ("users", "clients")
 
-Change = CreateTopic | DeleteTopic | AddPartitions | SetTopicConfigs | ReassignPartitions | SetBrokerConfigs
+
+@dataclass(frozen=True)
+class SetEntityConfigs:
+    """Replace the configs of a user or client entity wholesale (SCRAM credentials, quotas); empty removes
+    them. Kafka's /config/users/<user>, /config/clients/<client-id>, /config/users/<user>/clients/<client-id>:
+    `entity_type` "users" or "clients", `entity` "alice", DEFAULT_ENTITY, or "alice/clients/app"."""
+
+    entity_type: str
+    entity: str
+    configs: dict[str, str]
+
+    @property
+    def path(self) -> str:
+        return entity_path(self.entity_type, self.entity)
+
+
+def entity_path(entity_type: str, entity: str) -> str:
+    """`users`, `alice/clients/app` -> `users/alice/clients/app` (Kafka's entity path under /config)."""
+    if entity_type not in ENTITY_TYPES:
+        raise ValueError(f"unknown entity type {entity_type!r}")
+    parts = entity.split("/")
+    if not entity or any(not x for x in parts) or (len(parts) not in (1, 3)) or (len(parts) == 3 and (
+            entity_type != "users" or parts[1] != "clients")):
+        raise ValueError(f"invalid {entity_type} entity {entity!r}")
+    return f"{entity_type}/{entity}"
+
+
+Change = (CreateTopic | DeleteTopic | AddPartitions | SetTopicConfigs | ReassignPartitions | SetBrokerConfigs
+          | SetEntityConfigs)
 
 
 @dataclass(frozen=True)
@@ -161,6 +205,9 @@ class StateUpdate:
 CREATED, DELETED, PARTITIONS, CONFIGS, STATE, BROKERS = "created", "deleted", "partitions", "configs", "state", "brokers"
 # A broker entity's dynamic configs changed: `entity` and its new `configs` (empty: none left).
 BROKER_CONFIGS = "broker_configs"
+# A user or client entity's configs changed: `entity` is its path ("users/alice", "clients/<default>",
+# "users/alice/clients/app") and `configs` the new ones (empty: none left).
+ENTITY_CONFIGS = "entity_configs"
 # The store's own session with the cluster (ZooKeeper): "lost" when it expired (this broker's
 # registration and any controllership are gone: it must stop acting as leader or controller), then
 # "restored" once it registered again and the cache was reloaded. The embedded store never loses it.
@@ -197,6 +244,7 @@ class MetadataImage:
     controller_id: int
     topics: dict[str, TopicMetadata]
     broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)  # entity -> dynamic configs
+    entity_configs: dict[str, dict[str, str]] = field(default_factory=dict)  # entity path -> configs
 
 
 Subscriber = Callable[[MetadataEvent], None]
@@ -297,6 +345,11 @@ class MetadataStore(ABC):
 
     def set_broker_configs(self, entity: str, configs: dict[str, str]) -> int:
         return _one(self.apply([SetBrokerConfigs(entity, dict(configs))]))
+
+    def set_entity_configs(self, entity_type: str, entity: str, configs: dict[str, str]) -> int:
+        """A user's or client's configs (see SetEntityConfigs); raises ValueError for a malformed entity."""
+        entity_path(entity_type, entity)
+        return _one(self.apply([SetEntityConfigs(entity_type, entity, dict(configs))]))
 
     def update_partition_state(self, name: str, partition: int, state: PartitionState, expected_version: int) -> int:
         """One conditional write without fencing; returns the new version or raises BadVersionError.

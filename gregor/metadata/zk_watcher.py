@@ -33,6 +33,7 @@ from gregor.metadata.store import (
     CONFIGS,
     CREATED,
     DELETED,
+    ENTITY_CONFIGS,
     PARTITIONS,
     SESSION,
     SESSION_LOST,
@@ -47,7 +48,12 @@ from gregor.metadata.store import (
 from gregor.metadata.zk_znodes import (
     BROKER_IDS,
     CONFIG_BROKERS,
+    CONFIG_CHANGE_PREFIX,
+    CONFIG_CHANGES,
+    CONFIG_CLIENTS,
+    CONFIG_ROOT,
     CONFIG_TOPICS,
+    CONFIG_USERS,
     CONTROLLER,
     INTERNAL_TOPICS,
     TOPICS,
@@ -82,6 +88,8 @@ class ZooKeeperWatcher:
         self._controller = -1
         self._topics: dict[str, _Topic] = {}
         self._broker_configs: dict[str, dict[str, str]] = {}  # /config/brokers/<entity>, the non-empty ones
+        self._entity_configs: dict[str, dict[str, str]] = {}  # /config/<entity path> (users, clients), non-empty
+        self._last_config_change = ""  # the newest /config/changes notification read
         self._queue: queue.Queue[tuple[Any, ...]] = queue.Queue()
         # zookeeper.max.in.flight.requests, as Kafka's ZooKeeperClient: pipelined requests wait for a permit,
         # released when ZooKeeper answers (on kazoo's callback thread, which never waits for one).
@@ -122,7 +130,8 @@ class ZooKeeperWatcher:
         with self._lock:
             return MetadataImage(self._version, self._cluster_id, self._brokers_tuple(), self._controller,
                                  {n: t.meta.copy() for n, t in self._topics.items()},
-                                 {e: dict(c) for e, c in self._broker_configs.items()})
+                                 {e: dict(c) for e, c in self._broker_configs.items()},
+                                 {e: dict(c) for e, c in self._entity_configs.items()})
 
     def _brokers_tuple(self) -> tuple[BrokerInfo, ...]:
         return tuple(sorted(self._brokers.values(), key=lambda b: b.broker_id))
@@ -202,6 +211,12 @@ class ZooKeeperWatcher:
             return
         if BROKER_IDS in paths or any(p.startswith(BROKER_IDS + "/") for p in paths) or CONTROLLER in paths:
             self._read_brokers()
+        if CONFIG_CHANGES in paths:
+            self._read_config_changes()
+        entity_paths = {p[len(CONFIG_ROOT) + 1:] for p in paths
+                        if p.startswith((CONFIG_USERS + "/", CONFIG_CLIENTS + "/"))}
+        if entity_paths:
+            self._read_entity_configs(entity_paths)
         if CONFIG_BROKERS in paths:
             self._read_broker_configs(None)
         else:
@@ -352,6 +367,70 @@ class ZooKeeperWatcher:
                     cur.meta.configs, cur.config_mzxid = configs, mzxid
                     self._publish_locked(CONFIGS, topic=n, snapshot=cur.meta.copy())
 
+    def _read_config_changes(self) -> None:
+        """New change notifications (and the children watch): re-read each entity they name."""
+        children = sorted(c for c in self._zk.get_children(CONFIG_CHANGES, watch=self._on_watch)
+                          if c.startswith(CONFIG_CHANGE_PREFIX))
+        new = [c for c in children if c > self._last_config_change]
+        if not new:
+            return
+        self._last_config_change = new[-1]
+        reads = [self.call(self._zk.get_async, f"{CONFIG_CHANGES}/{c}") for c in new]
+        paths: set[str] = set()
+        for r in reads:
+            try:
+                doc = json.loads(r.get()[0])
+            except (NoNodeError, ValueError):  # purged meanwhile, or not ours to read
+                continue
+            path = str(doc.get("entity_path", ""))
+            if path.startswith(("users/", "clients/")):
+                paths.add(path)
+        if paths:
+            self._read_entity_configs(paths)
+
+    def _all_entity_paths(self) -> set[str]:
+        out: set[str] = set()
+        for kind, root in (("users", CONFIG_USERS), ("clients", CONFIG_CLIENTS)):
+            try:
+                names = self._zk.get_children(root)
+            except NoNodeError:
+                continue
+            for n in names:
+                out.add(f"{kind}/{n}")
+                if kind == "users":
+                    try:
+                        out.update(f"users/{n}/clients/{c}" for c in self._zk.get_children(f"{root}/{n}/clients"))
+                    except NoNodeError:
+                        pass
+        return out
+
+    def _read_entity_configs(self, paths: set[str] | None) -> None:
+        """User/client configs at `paths` (entity paths), or all of them for None; publishes ENTITY_CONFIGS
+        for each that changed (a removed or empty znode: no configs)."""
+        if paths is None:
+            paths = self._all_entity_paths()
+            with self._lock:
+                paths |= set(self._entity_configs)
+            try:
+                children = [c for c in self._zk.get_children(CONFIG_CHANGES, watch=self._on_watch)
+                            if c.startswith(CONFIG_CHANGE_PREFIX)]
+            except NoNodeError:
+                children = []
+            self._last_config_change = max(children, default="")
+        reads = {p: self.call(self._zk.get_async, f"{CONFIG_ROOT}/{p}") for p in paths}
+        for p, r in reads.items():
+            try:
+                configs = {str(k): str(v) for k, v in (json.loads(r.get()[0] or b"{}").get("config") or {}).items()}
+            except (NoNodeError, ValueError):
+                configs = {}
+            with self._lock:
+                if configs != self._entity_configs.get(p, {}):
+                    if configs:
+                        self._entity_configs[p] = configs
+                    else:
+                        self._entity_configs.pop(p, None)
+                    self._publish_locked(ENTITY_CONFIGS, entity=p, configs=dict(configs))
+
     def _read_broker_configs(self, entities: set[str] | None) -> None:
         """Dynamic broker configs: the named entities, or all of them (and the children watch) for None;
         publishes BROKER_CONFIGS for each that changed (a removed znode or an empty one: no configs)."""
@@ -421,6 +500,7 @@ class ZooKeeperWatcher:
         published again as read now (CREATED replaces a cached topic) and the ones gone as DELETED."""
         self._read_brokers()
         self._read_broker_configs(None)
+        self._read_entity_configs(None)
         names = set(self._zk.get_children(TOPICS, watch=self._on_watch))
         with self._lock:
             old = set(self._topics)
@@ -436,6 +516,7 @@ class ZooKeeperWatcher:
         again with its watch; only what changed is published (by mzxid), so nothing else moves."""
         self._read_brokers()
         self._read_broker_configs(None)
+        self._read_entity_configs(None)
         names = set(self._zk.get_children(TOPICS, watch=self._on_watch))
         with self._lock:
             gone = [n for n in self._topics if n not in names]

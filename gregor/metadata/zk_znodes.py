@@ -20,9 +20,16 @@ from gregor.metadata.store import BrokerInfo, MetadataError, PartitionState, Top
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 BROKER_IDS, TOPICS, CONFIG_TOPICS = "/brokers/ids", "/brokers/topics", "/config/topics"
 CONFIG_BROKERS = "/config/brokers"
+# User and client configs (SCRAM credentials, quotas) and Kafka's change notifications for them:
+# /config/users/<u>, /config/users/<u>/clients/<c>, /config/clients/<c>; a write also creates the sequential
+# /config/changes/config_change_NNNNNNNNNN = {"version":2,"entity_path":"users/alice"}, which every broker watches.
+CONFIG_ROOT, CONFIG_CHANGES, CONFIG_CHANGE_PREFIX = "/config", "/config/changes", "config_change_"
+CONFIG_USERS, CONFIG_CLIENTS = "/config/users", "/config/clients"
+CONFIG_CHANGES_KEPT = 100  # notifications kept (Kafka deletes them after 15 minutes); older ones are deleted
 CONTROLLER, CONTROLLER_EPOCH = "/controller", "/controller_epoch"
 CLUSTER_ID, PRODUCER_ID_BLOCK = "/cluster/id", "/latest_producer_id_block"
-PERSISTENT_PATHS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, CONFIG_BROKERS, "/cluster")
+PERSISTENT_PATHS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, CONFIG_BROKERS, "/cluster", CONFIG_CHANGES, CONFIG_USERS,
+                    CONFIG_CLIENTS)
 # Partitions created or deleted per multi (~250 bytes each), so a request stays under ZooKeeper's 1 MB
 # jute.maxbuffer, beyond which the server drops the connection.
 PARTITIONS_PER_MULTI = 2000
@@ -101,12 +108,15 @@ class _Topic:
 def _parse_broker(bid: int, data: bytes, stat: ZnodeStat) -> BrokerInfo:
     doc = json.loads(data)
     host, port = doc.get("host"), doc.get("port")
-    for ep in doc.get("endpoints") or []:  # Kafka's v2+ registrations may leave host/port empty
-        if ep.startswith("PLAINTEXT://"):
-            h, _, p = ep[len("PLAINTEXT://"):].rpartition(":")
-            host, port = h, int(p)
-            break
-    return BrokerInfo(bid, str(host), int(port), doc.get("rack"), int(stat.czxid))
+    endpoints = []
+    for ep in doc.get("endpoints") or []:
+        name, _, addr = ep.partition("://")
+        h, _, p = addr.rpartition(":")
+        endpoints.append((name, h.strip("[]"), int(p)))
+    if endpoints and (not host or port in (None, -1)):  # Kafka's registrations may leave host/port empty
+        _, host, port = endpoints[0]
+    protocols = tuple(sorted((str(k), str(v)) for k, v in (doc.get("listener_security_protocol_map") or {}).items()))
+    return BrokerInfo(bid, str(host), int(port), doc.get("rack"), int(stat.czxid), tuple(endpoints), protocols)
 
 
 def _parse_state(data: bytes, stat: ZnodeStat, replicas: list[int], adding: list[int],

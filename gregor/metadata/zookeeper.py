@@ -86,6 +86,7 @@ from gregor.metadata.store import (
     PartitionState,
     ReassignPartitions,
     SetBrokerConfigs,
+    SetEntityConfigs,
     SetTopicConfigs,
     StateUpdate,
     TopicExistsError,
@@ -96,6 +97,10 @@ from gregor.metadata.zk_znodes import (  # noqa: F401 - the layout's names are i
     BROKER_IDS,
     CLUSTER_ID,
     CONFIG_BROKERS,
+    CONFIG_CHANGE_PREFIX,
+    CONFIG_CHANGES,
+    CONFIG_CHANGES_KEPT,
+    CONFIG_ROOT,
     CONFIG_TOPICS,
     CONTROLLER,
     CONTROLLER_EPOCH,
@@ -223,8 +228,8 @@ class ZooKeeperMetadataStore(MetadataStore):
         doc: dict[str, Any] = {
             "version": 5, "host": info.host, "port": info.port, "jmx_port": -1,
             "timestamp": str(int(time.time() * 1000)),
-            "endpoints": [f"PLAINTEXT://{info.host}:{info.port}"],
-            "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+            "endpoints": [f"{n}://{h}:{p}" for n, h, p in info.endpoints] or [f"PLAINTEXT://{info.host}:{info.port}"],
+            "listener_security_protocol_map": dict(info.protocols) or {"PLAINTEXT": "PLAINTEXT"},
         }
         if info.rack is not None:
             doc["rack"] = info.rack
@@ -407,8 +412,32 @@ class ZooKeeperMetadataStore(MetadataStore):
         version = self._watcher.sync(paths) if paths else self._watcher.version
         return [version if r is None else r for r in results]
 
+    def _purge_config_changes(self) -> None:
+        """Keep the newest CONFIG_CHANGES_KEPT notifications (every broker has read older ones long ago)."""
+        children = sorted(c for c in self._zk.get_children(CONFIG_CHANGES) if c.startswith(CONFIG_CHANGE_PREFIX))
+        if len(children) > 2 * CONFIG_CHANGES_KEPT:
+            for c in children[:-CONFIG_CHANGES_KEPT]:
+                try:
+                    self._zk.delete(f"{CONFIG_CHANGES}/{c}")
+                except NoNodeError:
+                    pass
+
     def _apply_one(self, ch: Change) -> list[str]:
         """Write one change; returns the paths the reader must re-read."""
+        if isinstance(ch, SetEntityConfigs):
+            path = f"{CONFIG_ROOT}/{ch.path}"
+            data = config_znode(ch.configs)
+            try:
+                self._zk.set(path, data)
+            except NoNodeError:
+                try:
+                    self._zk.create(path, data, makepath=True)
+                except NodeExistsError:
+                    self._zk.set(path, data)
+            note = json.dumps({"version": 2, "entity_path": ch.path}).encode()
+            self._zk.create(f"{CONFIG_CHANGES}/{CONFIG_CHANGE_PREFIX}", note, sequence=True, makepath=True)
+            self._purge_config_changes()
+            return [path]
         if isinstance(ch, SetBrokerConfigs):
             path = f"{CONFIG_BROKERS}/{ch.entity}"
             try:

@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from gregor.admin.topic_admin import TopicAdmin
-from gregor.config import BrokerConfig, ConfigError, parse_listener
+from gregor.config import BrokerConfig, ConfigError
 from gregor.controller.controller import Controller
 from gregor.coordinator.group.coordinator import OFFSETS_TOPIC, GroupCoordinator, append_via
 from gregor.coordinator.transaction.coordinator import TransactionCoordinator
@@ -49,6 +49,7 @@ from gregor.metadata.store import (
 from gregor.metadata.zookeeper import ZooKeeperMetadataStore  # issue 10: zk
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.security.quotas import ClientQuotaManager
+from gregor.security.tls import ServerTls, TlsSettings
 from gregor.server import throttling
 from gregor.server.dispatcher import Dispatcher
 from gregor.server.dynamic_config import DynamicBrokerConfig
@@ -125,6 +126,10 @@ class Broker:
             receive_buffer_bytes=config.get("socket.receive.buffer.bytes"),
         )
         self.bound_ports: list[int] = []
+        # A TLS context per TLS listener, built now so a bad key store is a startup error naming it.
+        self.listener_tls: dict[str, ServerTls] = {
+            spec.name: ServerTls(TlsSettings.from_config(config, spec.name), f"listener {spec.name}")
+            for spec in config.listener_specs if spec.uses_tls}
         self._load_task: asyncio.Future[None] | None = None
         self._shutting_down = False
         self._tasks: list[asyncio.Task[None]] = []
@@ -133,16 +138,18 @@ class Broker:
 
     # --- lifecycle -------------------------------------------------------------------
     async def start(self) -> None:
-        for spec in self.config.listeners:
-            _, host, port = parse_listener(spec)
-            self.bound_ports.append(await self.socket_server.listen(host, port))
-        _, adv_host, adv_port = parse_listener(self.config.advertised_listeners[0])
-        if adv_port == 0:
-            adv_port = self.bound_ports[0]
+        bound: dict[str, int] = {}
+        for spec in self.config.listener_specs:
+            bound[spec.name] = await self.socket_server.listen(spec, self.listener_tls.get(spec.name))
+            self.bound_ports.append(bound[spec.name])
+        endpoints = tuple((a.name, a.host or "127.0.0.1", a.port or bound[a.name]) for a in self.config.advertised_specs)
+        inter = next((e for e in endpoints if e[0] == self.config.inter_broker_listener), endpoints[0])
+        protocols = tuple((s.name, s.protocol) for s in self.config.listener_specs)
         # Registered on the loop, once, before anything is read: a request accepted meanwhile must find this
         # broker in the cache, so the cache catches up from the store right after (attach), not by event.
-        self.broker_epoch = self.store.register_broker(BrokerInfo(self.config.broker_id, adv_host or "127.0.0.1", adv_port,
-                                                                  self.config.get("broker.rack") or None))
+        self.broker_epoch = self.store.register_broker(BrokerInfo(
+            self.config.broker_id, inter[1], inter[2], self.config.get("broker.rack") or None,
+            endpoints=endpoints, protocols=protocols))
         self.metadata_cache.attach(self.store, asyncio.get_running_loop())
         self.metadata_cache.add_listener(self.replica_manager.on_metadata_change)
         self.metadata_cache.add_listener(self._follow_coordinator_leadership)  # after the replica manager's
@@ -157,7 +164,7 @@ class Broker:
         log.info(
             "Gregor broker %d started: listening on %s (cluster id %s)",
             self.config.broker_id,
-            ", ".join(f"{parse_listener(s)[1]}:{p}" for s, p in zip(self.config.listeners, self.bound_ports, strict=False)),
+            ", ".join(f"{s.name}://{s.host}:{p}" for s, p in zip(self.config.listener_specs, self.bound_ports, strict=True)),
             self.metadata_cache.cluster_id,
         )
 
@@ -191,6 +198,8 @@ class Broker:
         self._every(self.config.get("replica.high.watermark.checkpoint.interval.ms"), self._checkpoint)
         self._every(self.config.get("offsets.retention.check.interval.ms"), self._expire_offsets)
         self._every(self.config.get("producer.id.expiration.check.interval.ms"), self._expire_producers)
+        if self.listener_tls and self.config.get("gregor.ssl.reload.check.interval.ms") > 0:
+            self._every(self.config.get("gregor.ssl.reload.check.interval.ms"), self._reload_tls)
         log.info("all logs loaded: %d logs online, %d offline, in %.0f ms", len(self.log_manager.all_logs()),
                  len(self.log_manager.offline), (time.monotonic() - t0) * 1000)
         try:
@@ -274,6 +283,10 @@ class Broker:
                     log.exception("periodic job %s failed", job.__name__)
 
         self._tasks.append(asyncio.ensure_future(loop()))
+
+    async def _reload_tls(self) -> None:
+        for tls in self.listener_tls.values():
+            tls.reload_if_changed()
 
     async def _retention(self) -> None:
         # On the loop thread: segment deletion changes what reads see, and it is quick.

@@ -24,6 +24,8 @@ from gregor.server import throttling
 from gregor.server.network import CloseConnection
 
 if TYPE_CHECKING:
+    from gregor.security.listeners import ListenerSpec
+    from gregor.security.principal import KafkaPrincipal
     from gregor.server.broker import Broker
     from gregor.server.network import Connection
 
@@ -31,6 +33,10 @@ log = logging.getLogger("gregor.dispatcher")
 
 # A handler returns the response body, a Future of it, or None when no response is sent.
 Handler = Callable[["RequestContext", Struct], "Struct | dict[str, Any] | asyncio.Future[Any] | None"]
+
+
+# What a SASL listener serves before authentication (Kafka closes the connection on anything else).
+PRE_AUTH_APIS = frozenset({17, 18, 36})  # SaslHandshake, ApiVersions, SaslAuthenticate
 
 
 @dataclass(slots=True)
@@ -42,6 +48,23 @@ class RequestContext:
     @property
     def version(self) -> int:
         return self.header.api_version
+
+    @property
+    def principal(self) -> KafkaPrincipal:
+        return self.connection.principal
+
+    @property
+    def client_id(self) -> str:
+        return self.header.client_id or ""
+
+    @property
+    def host(self) -> str:
+        """The client's IP address (what ACL hosts match)."""
+        return self.connection.ip
+
+    @property
+    def listener(self) -> ListenerSpec:
+        return self.connection.listener
 
 
 class Dispatcher:
@@ -59,6 +82,9 @@ class Dispatcher:
     def dispatch(
         self, conn: Connection, frame: memoryview, api_key: int, version: int, correlation_id: int
     ) -> tuple[Api, Any] | None:
+        if not conn.authenticated and api_key not in PRE_AUTH_APIS:
+            raise CloseConnection(f"unexpected request (API key {api_key}) before SASL authentication on listener "
+                                  f"{conn.listener.name}")
         handler = self.handlers.get(api_key)
         if handler is None:
             raise CloseConnection(f"unknown or unsupported API key {api_key}")

@@ -58,6 +58,10 @@ from typing import TYPE_CHECKING, Any
 from gregor.config import ConfigError
 from gregor.protocol.frames import FrameDecoder, FrameTooLarge, encode_response, peek_header
 from gregor.protocol.primitives import DecodeError
+from gregor.security.listeners import ListenerSpec
+from gregor.security.principal import ANONYMOUS, KafkaPrincipal
+from gregor.security.tls import ServerTls, peer_principal_name
+from gregor.server.tls_channel import TlsChannel
 
 if TYPE_CHECKING:
     from gregor.server.dispatcher import Dispatcher
@@ -179,10 +183,22 @@ class _Slot:
         self.request: memoryview | None = None  # the request frame, until its response is built
 
 
+_PLAIN_LISTENER = ListenerSpec("PLAINTEXT", "PLAINTEXT", "", 0)
+
+
 class Connection(asyncio.BufferedProtocol):
-    def __init__(self, server: SocketServer) -> None:
+    def __init__(self, server: SocketServer, listener: ListenerSpec = _PLAIN_LISTENER,
+                 tls: ServerTls | None = None) -> None:
         self.server = server
         self.dispatcher = server.dispatcher
+        self.listener = listener
+        self.tls = tls
+        # Who this connection acts for: ANONYMOUS until a SASL exchange or a client certificate says otherwise.
+        self.principal: KafkaPrincipal = ANONYMOUS
+        # On SASL listeners only ApiVersions and the SASL requests are served until authentication succeeds.
+        self.authenticated = not listener.uses_sasl
+        self.sasl: Any = None  # the SASL authenticator of this connection (gregor.security.sasl)
+        self._handshaking = False
         self.decoder = FrameDecoder(server.max_request_bytes, self._reserve, READ_BUFFER_BYTES)
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
@@ -227,6 +243,18 @@ class Connection(asyncio.BufferedProtocol):
             except OSError:
                 pass
         self.transport.set_write_buffer_limits(high=self.server.max_connection_response_bytes)
+        if self.tls is not None:
+            self._handshaking = True  # TlsChannel calls tls_established once the client is verified
+
+    def tls_established(self, sslobj: Any, tls: ServerTls) -> None:
+        """The TLS handshake succeeded: on an SSL listener the client certificate's subject, mapped by
+        ssl.principal.mapping.rules, is the principal (SASL_SSL listeners authenticate by SASL instead)."""
+        self._handshaking = False
+        if not self.listener.uses_sasl:
+            name = peer_principal_name(sslobj, tls.mapper)
+            if name is not None:
+                self.principal = KafkaPrincipal("User", name)
+        self._update_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._retry is not None:
@@ -441,7 +469,7 @@ class Connection(asyncio.BufferedProtocol):
                 self.server.backlogged.add(self)
 
     def _update_reading(self) -> None:
-        if self.transport is None or self.closed:
+        if self.transport is None or self.closed or self._handshaking:
             return
         should_pause = (bool(self.backlog) or self._writing_paused or self._waiting_for_memory
                         or self._unmute is not None or len(self.pending) >= self.server.max_queued_requests)
@@ -519,6 +547,12 @@ class Connection(asyncio.BufferedProtocol):
         if self.closed:
             return
         log.warning("closing connection from %s: %s", self.peer, reason)
+        self.close_quietly()
+
+    def close_quietly(self) -> None:
+        """Close without a log line (the caller logged why)."""
+        if self.closed:
+            return
         if self._retry is not None:
             self._retry.cancel()
         if self._unmute is not None:
@@ -574,6 +608,7 @@ class SocketServer:
         self.connection_share_bytes = max(max_queued_request_bytes // max(max_connections, 1), MEDIUM_FRAME_BYTES)
         self.send_buffer_bytes = send_buffer_bytes
         self.receive_buffer_bytes = receive_buffer_bytes
+        self.tls_handshake_timeout_s = 10.0
         self.connections: set[Connection] = set()
         self.per_ip: collections.Counter[str] = collections.Counter()
         self.backlogged: set[Connection] = set()  # may have bytes in their transport's buffer
@@ -647,13 +682,17 @@ class SocketServer:
         self._idle_timer = self._loop.call_later(interval_s, self._check_idle)
 
     # --- lifecycle -------------------------------------------------------------------
-    async def listen(self, host: str, port: int) -> int:
-        """Start listening; returns the bound port (useful with port 0)."""
+    async def listen(self, listener: ListenerSpec, tls: ServerTls | None = None) -> int:
+        """Start listening on `listener` (TLS with `tls`); returns the bound port (useful with port 0)."""
         loop = asyncio.get_running_loop()
         if self._loop is None:
             self._loop = loop
             self._schedule_idle_check()
-        srv = await loop.create_server(lambda: Connection(self), host or None, port, reuse_address=True, backlog=1024)
+        def factory() -> asyncio.BaseProtocol:
+            conn = Connection(self, listener, tls)
+            return conn if tls is None else TlsChannel(conn, tls, self.tls_handshake_timeout_s)
+
+        srv = await loop.create_server(factory, listener.host or None, listener.port, reuse_address=True, backlog=1024)
         for sock in srv.sockets:
             if self.receive_buffer_bytes > 0:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer_bytes)

@@ -62,7 +62,8 @@ def quota_settings(config: BrokerConfig) -> QuotaSettings:
 
 def follow_quota_configs(quotas: ClientQuotaManager, cache: MetadataCache) -> Callable[[str, str], None]:
     """Load every user and client entity's quotas from the metadata cache, and return the cache
-    listener that keeps them current (ENTITY_CONFIGS events name "users:alice", "clients:app")."""
+    listener that keeps them current (ENTITY_CONFIGS events name the entity's path: "users/alice",
+    "users/alice/clients/app", "clients/<default>")."""
 
     def entities() -> list[tuple[Any, dict[str, str]]]:
         out = []
@@ -78,7 +79,7 @@ def follow_quota_configs(quotas: ClientQuotaManager, cache: MetadataCache) -> Ca
     def on_change(kind: str, what: str) -> None:
         if kind != ENTITY_CONFIGS:
             return
-        entity_type, _, name = what.partition(":")
+        entity_type, _, name = what.partition("/")
         entity = entity_from_store(entity_type, name)
         if entity is not None:
             quotas.update(entity, cache.entity_configs(entity_type, name))
@@ -91,13 +92,12 @@ def client_of(ctx: RequestContext) -> tuple[str, str]:
     before or without authentication, as in Kafka) and the request header's client-id. Kept on the
     connection while its principal and client-id stay the same (they nearly always do)."""
     conn = ctx.connection
-    principal = getattr(conn, "principal", None)
+    principal = conn.principal
     raw = ctx.header.client_id or ""
     cached = conn.quota_client
     if cached is not None and cached[0] is principal and cached[1] == raw:
         return cached[2]
-    user = principal.name if principal is not None else "ANONYMOUS"
-    names = (sanitize(user), sanitize(raw))
+    names = (sanitize(principal.name), sanitize(raw))
     conn.quota_client = (principal, raw, names)
     return names
 

@@ -14,7 +14,16 @@ import threading
 import time
 from pathlib import Path
 
-_LISTENING = re.compile(r"listening on [^:]+:(\d+)")
+_LISTENING = re.compile(r"listening on (.*) \(cluster id")
+_ENDPOINT = re.compile(r"([A-Za-z0-9_-]+)://[^,]*:(\d+)")
+
+
+def _pin_port(spec: str, ports: dict[str, int]) -> str:
+    name, _, addr = spec.strip().partition("://")
+    host, _, port = addr.rpartition(":")
+    if port == "0" and name.upper() in ports:
+        return f"{name}://{host}:{ports[name.upper()]}"
+    return spec.strip()
 
 
 class BrokerProcess:
@@ -23,6 +32,7 @@ class BrokerProcess:
         self.overrides = dict(overrides or {})
         self.proc: subprocess.Popen[str] | None = None
         self.port = 0
+        self.ports: dict[str, int] = {}  # listener name -> bound port, once started
         self.log_lines: list[str] = []
         self._reader: threading.Thread | None = None
 
@@ -30,11 +40,17 @@ class BrokerProcess:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    def bootstrap_of(self, listener: str) -> str:
+        """host:port of one listener (by name, e.g. "SASL_SSL")."""
+        return f"127.0.0.1:{self.ports[listener.upper()]}"
+
     def start(self, timeout_s: float = 15.0, wait_loaded: bool = True) -> BrokerProcess:
         """Start and wait until it listens and, with `wait_loaded`, has loaded its logs (the broker
         answers before that, reporting partitions still loading as such)."""
         props = {"log.dirs": str(self.data_dir), "listeners": f"PLAINTEXT://127.0.0.1:{self.port}"}
         props.update(self.overrides)
+        if "listeners" in self.overrides and self.ports:  # a restart keeps every listener's port
+            props["listeners"] = ",".join(_pin_port(spec, self.ports) for spec in self.overrides["listeners"].split(","))
         cmd = [sys.executable, "-m", "gregor", "serve"]
         for k, v in props.items():
             cmd += ["--override", f"{k}={v}"]
@@ -49,7 +65,8 @@ class BrokerProcess:
                 self.log_lines.append(line.rstrip("\n"))
                 m = _LISTENING.search(line)
                 if m and not ready.is_set():
-                    self.port = int(m.group(1))
+                    self.ports = {e.group(1): int(e.group(2)) for e in _ENDPOINT.finditer(m.group(1))}
+                    self.port = next(iter(self.ports.values()))
                     ready.set()
                 if "all logs loaded" in line:
                     loaded.set()

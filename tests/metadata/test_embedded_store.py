@@ -162,3 +162,14 @@ def test_a_journal_whose_snapshot_is_gone_is_kept_aside(tmp_path: Path) -> None:
     assert r.snapshot().topics == {} and r.cluster_id != s.cluster_id
     kept = list(tmp_path.glob(JOURNAL_NAME + ".orphaned-*"))
     assert len(kept) == 1 and b'"x"' in kept[0].read_bytes()
+
+
+def test_user_and_client_configs_persist_and_are_published(tmp_path: Path) -> None:
+    s = EmbeddedMetadataStore(str(tmp_path), 0)
+    s.set_entity_configs("users", "alice", {"producer_byte_rate": "10"})
+    s.set_entity_configs("users", "<default>/clients/app", {"consumer_byte_rate": "20"})
+    s.set_entity_configs("users", "alice", {})
+    s.close()
+    again = EmbeddedMetadataStore(str(tmp_path), 0)
+    assert again.snapshot().entity_configs == {"users/<default>/clients/app": {"consumer_byte_rate": "20"}}
+    again.close()

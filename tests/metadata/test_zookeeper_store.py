@@ -19,6 +19,7 @@ from gregor.metadata.store import (
     CONFIGS,
     CREATED,
     DELETED,
+    ENTITY_CONFIGS,
     SESSION,
     SESSION_LOST,
     SESSION_RESTORED,
@@ -418,3 +419,36 @@ def test_dynamic_broker_configs_in_kafka_znodes(stores: StoreFactory, raw_zk: Ka
         assert c.snapshot().broker_configs == {DEFAULT_ENTITY: {"follower.replication.throttled.rate": "5"}}
     finally:
         seen.close()
+
+
+def test_user_and_client_configs_reach_other_stores_through_change_notifications(
+        stores: StoreFactory, raw_zk: KazooClient) -> None:
+    """Kafka's layout: /config/users/<u>[/clients/<c>], /config/clients/<c>, with a sequential
+    /config/changes/config_change_ per write; another broker's store reads them, and a new store loads them."""
+    a, b = stores(1), stores(2)
+    ev = Events(b)
+    try:
+        a.set_entity_configs("users", "alice", {"SCRAM-SHA-256": "salt=x,stored_key=y,server_key=z,iterations=4096"})
+        a.set_entity_configs("users", "alice/clients/app", {"producer_byte_rate": "1024"})
+        a.set_entity_configs("clients", "<default>", {"consumer_byte_rate": "2048"})
+        _wait(lambda: sum(e.kind == ENTITY_CONFIGS for e in ev.items) >= 3)
+        got = {e.entity: e.configs for e in ev.items if e.kind == ENTITY_CONFIGS}
+        assert got["users/alice/clients/app"] == {"producer_byte_rate": "1024"}
+        assert got["clients/<default>"] == {"consumer_byte_rate": "2048"}
+        doc = json.loads(raw_zk.get("/config/users/alice/clients/app")[0])
+        assert doc == {"version": 1, "config": {"producer_byte_rate": "1024"}}
+        notes = raw_zk.get_children("/config/changes")
+        assert len(notes) == 3 and all(n.startswith("config_change_") for n in notes)
+        assert json.loads(raw_zk.get(f"/config/changes/{sorted(notes)[0]}")[0]) == {
+            "version": 2, "entity_path": "users/alice"}
+        a.set_entity_configs("clients", "<default>", {})
+        _wait(lambda: any(e.kind == ENTITY_CONFIGS and e.entity == "clients/<default>" and not e.configs
+                          for e in ev.items))
+        c = stores(3)
+        assert c.snapshot().entity_configs == {
+            "users/alice": {"SCRAM-SHA-256": "salt=x,stored_key=y,server_key=z,iterations=4096"},
+            "users/alice/clients/app": {"producer_byte_rate": "1024"}}
+        with pytest.raises(ValueError):
+            a.set_entity_configs("users", "alice/app", {"x": "1"})
+    finally:
+        ev.close()

@@ -27,7 +27,8 @@ def _serve(*args: str) -> subprocess.CompletedProcess[str]:
     ("num.partitions=many", "Invalid value many for configuration num.partitions: Expected value to be a 32-bit"),
     ("auto.create.topics.enable=maybe", "configuration auto.create.topics.enable: Expected value to be either true"),
     ("log.message.timestamp.type=Whenever", "log.message.timestamp.type"),
-    ("listeners=SSL://127.0.0.1:9093", "security protocol SSL is not supported"),
+    ("listeners=SSL://127.0.0.1:9093", "a TLS listener needs ssl.keystore.location"),
+    ("listeners=INTERNAL://127.0.0.1:9093", "listener INTERNAL has no security protocol"),
     ("num.partitions=0", "Invalid value 0 for configuration num.partitions: Value must be at least 1"),
     # A broker default that no log could load is refused at start, not when the first log opens.
     ("log.index.size.max.bytes=8", "configuration log.index.size.max.bytes: Value must be at least 12"),

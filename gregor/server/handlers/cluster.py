@@ -31,7 +31,7 @@ def handle_describe_cluster(ctx: RequestContext, req: Struct) -> dict[str, Any]:
         "cluster_id": cache.cluster_id,
         "controller_id": cache.controller_id,
         "brokers": [
-            {"broker_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack, "is_fenced": False}
-            for b in cache.brokers()
+            {"broker_id": b.broker_id, "host": ep[0], "port": ep[1], "rack": b.rack, "is_fenced": False}
+            for b in cache.brokers() if (ep := b.endpoint(ctx.listener.name)) is not None
         ],
     }

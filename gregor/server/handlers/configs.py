@@ -71,13 +71,16 @@ def _broker_synonyms(config: BrokerConfig, names: list[str]) -> list[dict[str, A
 def _entry(name: str, value: Any, synonyms: list[dict[str, Any]], prop: Prop, read_only: bool, req: Struct,
            update_mode: str | None = None) -> dict[str, Any]:
     source = synonyms[0]["source"] if synonyms else DEFAULT_CONFIG
+    if prop.sensitive:  # Kafka never returns a password's value, nor its synonyms' values
+        value = None
+        synonyms = [{**s, "value": None} for s in synonyms]
     return {
         "name": name,
         "value": _text(value),
         "read_only": read_only,
         "is_default": source == DEFAULT_CONFIG,
         "config_source": source,
-        "is_sensitive": False,
+        "is_sensitive": prop.sensitive,
         "synonyms": synonyms if req.include_synonyms else [],
         "config_type": _TYPES.get(prop.type, 0),
         "documentation": _documentation(prop, update_mode) if req.include_documentation else None,

@@ -90,10 +90,11 @@ def _find_coordinator(ctx: RequestContext, req: Struct) -> dict[str, Any]:
                 p = gc.partition_for(key)
                 state = broker.metadata_cache.partition_state(OFFSETS_TOPIC, p)
                 leader = broker.metadata_cache.broker(state.leader) if state is not None else None
-                if leader is None:
+                ep = leader.endpoint(ctx.listener.name) if leader is not None else None
+                if leader is None or ep is None:
                     raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                     f"{OFFSETS_TOPIC}-{p} has no live leader")
-                entry.update({"node_id": leader.broker_id, "host": leader.host, "port": leader.port})
+                                     f"{OFFSETS_TOPIC}-{p} has no live leader on listener {ctx.listener.name}")
+                entry.update({"node_id": leader.broker_id, "host": ep[0], "port": ep[1]})
             except KafkaError as e:
                 entry["error_code"] = e.code
                 entry["error_message"] = e.message

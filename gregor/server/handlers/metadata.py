@@ -118,7 +118,9 @@ def _answer(ctx: RequestContext, req: Struct, created: dict[str, TopicMetadata |
                         part["offline_replicas"] = [*part["offline_replicas"], me]
     return {
         "throttle_time_ms": 0,
-        "brokers": [{"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack} for b in brokers],
+        # Each broker as the client's listener reaches it; brokers without that listener are left out.
+        "brokers": [{"node_id": b.broker_id, "host": ep[0], "port": ep[1], "rack": b.rack} for b in brokers
+                    if (ep := b.endpoint(ctx.listener.name)) is not None],
         "cluster_id": cache.cluster_id,
         "controller_id": cache.controller_id,
         "topics": out,

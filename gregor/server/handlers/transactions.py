@@ -52,9 +52,11 @@ def find_txn_coordinator(ctx: RequestContext, transactional_id: str) -> tuple[in
     p = tc.state.partition_for(transactional_id)
     state = broker.metadata_cache.partition_state(TRANSACTION_STATE_TOPIC, p)
     leader = broker.metadata_cache.broker(state.leader) if state is not None else None
-    if leader is None:
-        raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{TRANSACTION_STATE_TOPIC}-{p} has no live leader")
-    return leader.broker_id, leader.host, leader.port
+    ep = leader.endpoint(ctx.listener.name) if leader is not None else None
+    if leader is None or ep is None:
+        raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{TRANSACTION_STATE_TOPIC}-{p} has no live leader "
+                                                              f"on listener {ctx.listener.name}")
+    return leader.broker_id, ep[0], ep[1]
 
 
 def _topic_results(result: dict[TopicPartition, ErrorCode]) -> list[dict[str, Any]]:

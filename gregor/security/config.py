@@ -1,0 +1,87 @@
+"""The broker properties of listeners, TLS, SASL, authorization and quotas (Kafka's names and defaults).
+
+They join the broker's one table (gregor.config.BROKER_PROPS). Properties that Kafka lets a listener
+override (`listener.name.<listener>.<property>`, and for SASL `listener.name.<listener>.<mechanism>.<property>`)
+are read through `BrokerConfig.listener_get`; which ones may be overridden is `listener_overridable`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gregor.configdef import PER_BROKER, READ_ONLY, Prop
+
+
+def _p(name: str, type_: str, default: Any, lo: float | None = None, hi: float | None = None,
+       choices: tuple[str, ...] | None = None, doc: str = "", mode: str = READ_ONLY, sensitive: bool = False) -> Prop:
+    return Prop(name, type_, default, lo, hi, choices, doc, mode, sensitive)
+
+
+TLS_PROTOCOLS = ("TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3")
+
+SECURITY_PROPS: list[Prop] = [
+    # --- listeners and TLS ---
+    _p("listener.security.protocol.map", "list",
+       ["PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT", "SASL_SSL:SASL_SSL"], mode=PER_BROKER,
+       doc="The security protocol of each listener name, NAME:PROTOCOL; a name that is a protocol maps to itself"),
+    _p("inter.broker.listener.name", "string", None, mode=PER_BROKER,
+       doc="The listener brokers use to talk to each other; unset: the one of security.inter.broker.protocol"),
+    _p("security.inter.broker.protocol", "string", "PLAINTEXT", choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
+       mode=PER_BROKER, doc="The security protocol brokers use to talk to each other (when inter.broker.listener.name is unset)"),
+    _p("ssl.keystore.type", "string", "PEM", choices=("PEM",),
+       doc="The key store format. Only PEM is implemented (Kafka's default JKS needs a Java key store)"),
+    _p("ssl.keystore.location", "string", None, mode=PER_BROKER,
+       doc="A PEM file holding the private key and the certificate chain of the listener"),
+    _p("ssl.keystore.password", "string", None, mode=PER_BROKER, sensitive=True,
+       doc="Unused with PEM files (Kafka rejects it there): the key is protected by ssl.key.password"),
+    _p("ssl.key.password", "string", None, mode=PER_BROKER, sensitive=True,
+       doc="The password of an encrypted private key in ssl.keystore.location or ssl.keystore.key"),
+    _p("ssl.keystore.certificate.chain", "string", None, mode=PER_BROKER,
+       doc="The certificate chain in PEM, inline (instead of ssl.keystore.location)"),
+    _p("ssl.keystore.key", "string", None, mode=PER_BROKER, sensitive=True,
+       doc="The private key in PEM, inline (instead of ssl.keystore.location)"),
+    _p("ssl.truststore.type", "string", "PEM", choices=("PEM",), doc="The trust store format; only PEM is implemented"),
+    _p("ssl.truststore.location", "string", None, mode=PER_BROKER,
+       doc="A PEM file of the CA certificates client (and peer broker) certificates must chain to"),
+    _p("ssl.truststore.password", "string", None, mode=PER_BROKER, sensitive=True, doc="Unused with PEM files"),
+    _p("ssl.truststore.certificates", "string", None, mode=PER_BROKER,
+       doc="The trusted CA certificates in PEM, inline (instead of ssl.truststore.location)"),
+    _p("ssl.client.auth", "string", "none", choices=("required", "requested", "none"), mode=PER_BROKER,
+       doc="Whether clients must (required), may (requested) or do not present a certificate; with one, "
+           "the principal is its subject mapped by ssl.principal.mapping.rules"),
+    _p("ssl.enabled.protocols", "list", ["TLSv1.2", "TLSv1.3"], choices=TLS_PROTOCOLS, mode=PER_BROKER,
+       doc="The TLS versions a listener accepts; older clients fail the handshake"),
+    _p("ssl.protocol", "string", "TLSv1.3", choices=("TLS", "TLSv1.2", "TLSv1.3"), mode=PER_BROKER,
+       doc="The highest TLS version offered (Kafka: the SSLContext protocol)"),
+    _p("ssl.cipher.suites", "list", [], mode=PER_BROKER,
+       doc="TLS 1.2 cipher suites, OpenSSL or IANA names; empty: the ssl module's secure defaults"),
+    _p("ssl.principal.mapping.rules", "string", "DEFAULT", mode=PER_BROKER,
+       doc="How a client certificate's distinguished name becomes a principal name: RULE:pattern/replacement/[LU], "
+           "... , DEFAULT (the whole DN)"),
+    _p("ssl.endpoint.identification.algorithm", "string", "https",
+       doc="How a broker checks a peer broker's certificate against its address: https (host name), or empty (off)"),
+    _p("gregor.ssl.reload.check.interval.ms", "long", 10000, lo=0,
+       doc="How often a TLS listener looks for changed key store and trust store files and reloads them "
+           "(connections after a reload use the new certificate); 0: only on a dynamic config change"),
+    # --- SASL ---
+    # --- authorizer ---
+    # --- quotas ---
+    _p("quota.window.num", "int", 11, lo=1, doc="Samples the client quotas measure their rates over"),
+    _p("quota.window.size.seconds", "int", 1, lo=1, doc="The length of one client quota sample"),
+    _p("controller.quota.window.num", "int", 11, lo=1,
+       doc="Samples of controller_mutation_rate: its token bucket holds the rate times num x size"),
+    _p("controller.quota.window.size.seconds", "int", 1, lo=1, doc="The length of one controller mutation sample"),
+    _p("gregor.quota.inactive.sensor.expiration.seconds", "int", 3600, lo=1,
+       doc="A client's quota rates are forgotten after this long without a request (Kafka: one hour, fixed)"),
+    _p("gregor.quota.sensors.max", "int", 10000, lo=1,
+       doc="Quota rates tracked at most (one per quota type and client entity); the least recently used go first"),
+]
+
+# Mechanism prefixes Kafka accepts in listener.name.<listener>.<mechanism>.<property>.
+SASL_MECHANISM_PREFIXES = ("plain", "scram-sha-256", "scram-sha-512", "oauthbearer", "gssapi")
+_LISTENER_PROPS = {"connections.max.reauth.ms", "max.connections", "connection.failed.authentication.delay.ms"}
+
+
+def listener_overridable(name: str) -> bool:
+    """Whether `listener.name.<listener>.<name>` is accepted (Kafka's listener-prefixed configs)."""
+    return name.startswith(("ssl.", "sasl.")) or name in _LISTENER_PROPS

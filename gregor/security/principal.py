@@ -1,0 +1,27 @@
+"""Who sent a request: Kafka's KafkaPrincipal (`User:alice`), as ACLs and quotas name it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaPrincipal:
+    principal_type: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.principal_type}:{self.name}"
+
+    @classmethod
+    def parse(cls, text: str) -> KafkaPrincipal:
+        """'User:alice' -> KafkaPrincipal('User', 'alice'). The name may itself contain ':' (a DN rarely
+        does, a SCRAM user may); the type may not. Raises ValueError for text without a type."""
+        kind, sep, name = text.partition(":")
+        if not sep or not kind.strip():
+            raise ValueError(f"{text!r} is not a principal of the form Type:name (for example User:alice)")
+        return cls(kind.strip(), name)
+
+
+# Whoever connects through a listener that authenticates nobody (PLAINTEXT, SSL without a client certificate).
+ANONYMOUS = KafkaPrincipal("User", "ANONYMOUS")
