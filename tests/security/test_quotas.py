@@ -7,7 +7,7 @@ each test uses client-ids of its own."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -247,3 +247,19 @@ def test_quotas_survive_a_restart(tmp_path: Path) -> None:
                        (("client-id", None),): {"consumer_byte_rate": 888.0}}
     finally:
         b.kill()
+
+
+def test_quotas_reach_every_broker_on_zookeeper(start_broker: Callable[..., BrokerProcess], zk_connect: str) -> None:
+    """Stored in ZooKeeper (/config/clients/..., with a change notification): set through one broker,
+    described and enforced by the other within a second."""
+    b0, b1 = (start_broker({"zookeeper.connect": zk_connect, "broker.id": str(i)}) for i in range(2))
+    alter(b0.bootstrap, [(entity(client="zk-client"), {"producer_byte_rate": 12345.0})])
+    deadline = time.monotonic() + 5
+    while as_dict(describe(b1.bootstrap, [("client-id", EXACT, "zk-client")])) != {
+            (("client-id", "zk-client"),): {"producer_byte_rate": 12345.0}}:
+        assert time.monotonic() < deadline, "the quota did not reach the other broker"
+        time.sleep(0.05)
+    b1.stop()
+    b1.restart()
+    assert as_dict(describe(b1.bootstrap, [("client-id", EXACT, "zk-client")])) == {
+        (("client-id", "zk-client"),): {"producer_byte_rate": 12345.0}}
