@@ -305,8 +305,8 @@ class ClientQuotaManager:
         return sensor
 
     def _expire(self, now: float) -> None:
-        """Drop sensors idle past the expiration (least recently used first), and the least
-        recently used while over gregor.quota.sensors.max."""
+        """Drop sensors idle past the expiration (least recently used first; looked at most once a
+        minute), and the least recently used while at gregor.quota.sensors.max."""
         sensors = self._sensors
         while len(sensors) >= self.settings.max_sensors:
             sensors.popitem(last=False)
@@ -329,6 +329,8 @@ class ClientQuotaManager:
         if got is None:
             return 0
         bound, tags = got
+        if now >= self._next_expiry_s:
+            self._expire(now)
         sensor = self._sensors.get((qkey, tags))
         if sensor is None:
             sensor = self._sensor(qkey, tags, now)

@@ -138,6 +138,9 @@ def test_sensors_expire_and_are_bounded() -> None:
     assert m.sensor_count() <= 5
     m.record_produce("u", "late", 1, 4000.0)  # the others idled past the expiration
     assert m.sensor_count() == 1
+    m.record_produce("u", "late", 1, 7700.0)  # an existing sensor's record also sweeps (at most once a minute)
+    m.record_produce("u", "later", 1, 7700.0)
+    assert m.sensor_count() == 2
 
 
 def test_describe_filters_like_kafka() -> None:
