@@ -263,3 +263,30 @@ def test_quotas_reach_every_broker_on_zookeeper(start_broker: Callable[..., Brok
     b1.restart()
     assert as_dict(describe(b1.bootstrap, [("client-id", EXACT, "zk-client")])) == {
         (("client-id", "zk-client"),): {"producer_byte_rate": 12345.0}}
+
+
+def test_kafka_python_alter_and_describe(qbroker: BrokerProcess) -> None:
+    """kafka-python (its messages built from Kafka's own schemas) alters and describes: its
+    KafkaAdminClient has no client quota methods, so its request classes go through its connection
+    manager."""
+    from kafka.admin import KafkaAdminClient
+    from kafka.protocol.admin import AlterClientQuotasRequest, DescribeClientQuotasRequest
+
+    admin = KafkaAdminClient(bootstrap_servers=qbroker.bootstrap)
+    try:
+        def send(req: Any) -> Any:
+            return admin._manager.run(admin._manager.send, req)
+
+        resp = send(AlterClientQuotasRequest(
+            entries=[([("user", "kp-user"), ("client-id", None)], [("producer_byte_rate", 2048.0, False)])],
+            validate_only=False))
+        assert [e.error_code for e in resp.entries] == [0]
+        resp = send(DescribeClientQuotasRequest(components=[("user", EXACT, "kp-user")], strict=False))
+        assert resp.error_code == 0
+        assert [([(x.entity_type, x.entity_name) for x in e.entity], [(v.key, v.value) for v in e.values])
+                for e in resp.entries] == [([("user", "kp-user"), ("client-id", None)], [("producer_byte_rate", 2048.0)])]
+        send(AlterClientQuotasRequest(
+            entries=[([("user", "kp-user"), ("client-id", None)], [("producer_byte_rate", 0.0, True)])],
+            validate_only=False))
+    finally:
+        admin.close()
