@@ -165,9 +165,11 @@ def after_request(ctx: RequestContext, api_key: int, req: Any, resp: Any, elapse
         return resp
     user, client = client_of(ctx)
     ms = ctx.broker.quotas.record_request_time(user, client, elapsed_ns, _now())
-    if not ms or resp is None:
+    if not ms:
         return resp
-    ctx.connection.throttle(ms)
+    ctx.connection.throttle(ms)  # also when no response is sent (acks=0), as Kafka mutes then too
+    if resp is None:
+        return resp
 
     def patch(body: Any) -> Any:
         if isinstance(body, dict):
