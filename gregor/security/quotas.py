@@ -336,15 +336,10 @@ class ClientQuotaManager:
             sensor = self._sensor(qkey, tags, now)
         else:
             self._sensors.move_to_end((qkey, tags))
-        sensor.record(value, now)  # type: ignore[arg-type]
-        return self._throttle(sensor, bound, now)  # type: ignore[arg-type]
-
-    def _throttle(self, sensor: SampledRate, bound: float, now: float) -> int:
-        rate = sensor.rate(now)
+        rate, window_s = sensor.record_and_measure(value, now)  # type: ignore[union-attr]
         if rate <= bound:
             return 0
-        ms = (rate - bound) / bound * sensor.window_s(now) * 1000
-        return min(round(ms), self.max_throttle_ms)
+        return min(round((rate - bound) / bound * window_s * 1000), self.max_throttle_ms)
 
     # --- the quota types ---------------------------------------------------------------
     def record_produce(self, user: str, client: str, nbytes: int, now: float) -> int:

@@ -47,6 +47,16 @@ class SampledRate:
         self._total += value
         self.last_record_s = now
 
+    def record_and_measure(self, value: float, now: float) -> tuple[float, float]:
+        """record(value, now), then (rate, window_s) at `now`: the quota path's one call."""
+        self.record(value, now)  # expires the windows that left
+        windows = self._windows
+        elapsed = now - windows[0][0]
+        full = int(elapsed // self._sample_s)
+        if full < self._samples - 1:
+            elapsed += (self._samples - 1 - full) * self._sample_s
+        return self._total / elapsed, elapsed
+
     def window_s(self, now: float) -> float:
         """The span the rate is measured over: from the oldest sample's start to now, plus the
         whole samples missing to `samples - 1` (Kafka's Rate.windowSize)."""
