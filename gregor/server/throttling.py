@@ -45,6 +45,7 @@ EXEMPT_API_KEYS = frozenset({
     27,  # WriteTxnMarkers
     56, 62, 63, 67,  # AlterPartition, BrokerRegistration, BrokerHeartbeat, AllocateProducerIds
 })
+PRODUCE_API_KEY = 0
 FETCH_API_KEY = 1
 THROTTLING_QUOTA_EXCEEDED_MESSAGE = "The throttling quota has been exceeded."
 
@@ -106,19 +107,14 @@ def _now() -> float:
     return time.monotonic()
 
 
-def record_produce(ctx: RequestContext, req: Any) -> int:
-    """Record a Produce request's record bytes (producer_byte_rate); mutes the connection and
-    returns the throttle time in ms when the quota is passed."""
+def produce_bytes(req: Any) -> int:
+    """A Produce request's record batch bytes (what producer_byte_rate counts)."""
     nbytes = 0
     for td in req.topic_data:
         for pd in td.partition_data:
             if pd.records is not None:
                 nbytes += len(pd.records)
-    user, client = client_of(ctx)
-    ms = ctx.broker.quotas.record_produce(user, client, nbytes, _now())
-    if ms:
-        ctx.connection.throttle(ms)
-    return ms
+    return nbytes
 
 
 def fetch_window_bytes(ctx: RequestContext) -> int | None:
@@ -159,12 +155,18 @@ def finish_mutations(ctx: RequestContext, quota: ControllerMutationQuota, body: 
 
 
 def after_request(ctx: RequestContext, api_key: int, req: Any, resp: Any, elapsed_ns: int) -> Any:
-    """Record the time spent on a request (request_percentage) and carry the larger of its throttle
-    and the one the handler set (byte rates, mutations) in the response's throttle_time_ms."""
+    """Record the time spent on a request (request_percentage) and, for Produce, its record bytes
+    (producer_byte_rate); carry the larger throttle (or the one the handler set: Fetch bytes,
+    mutations) in the response's throttle_time_ms and mute the connection for it. Produce is
+    recorded here rather than in its handler, so the Produce path has no quota code of its own."""
     if api_key in EXEMPT_API_KEYS or (api_key == FETCH_API_KEY and req.replica_id >= 0):
         return resp
     user, client = client_of(ctx)
-    ms = ctx.broker.quotas.record_request_time(user, client, elapsed_ns, _now())
+    quotas = ctx.broker.quotas
+    now = _now()
+    ms = quotas.record_request_time(user, client, elapsed_ns, now)
+    if api_key == PRODUCE_API_KEY:
+        ms = max(ms, quotas.record_produce(user, client, produce_bytes(req), now))
     if not ms:
         return resp
     ctx.connection.throttle(ms)  # also when no response is sent (acks=0), as Kafka mutes then too

@@ -47,7 +47,6 @@ from gregor.protocol.validator import (
     ValidationRules,
     validate_batches,
 )
-from gregor.server import throttling
 from gregor.server.dispatcher import RequestContext
 from gregor.server.futures import then
 from gregor.server.partition import AppendResult
@@ -196,9 +195,9 @@ def _append_all(rm: Any, plan: list[tuple[str, list[_Item]]], acks: int, timeout
     return then(got, build)
 
 
-def _response(topics: list[tuple[str, list[dict[str, Any]]]], throttle_ms: int = 0) -> dict[str, Any]:
+def _response(topics: list[tuple[str, list[dict[str, Any]]]]) -> dict[str, Any]:
     return {"responses": [{"name": name, "partition_responses": parts} for name, parts in topics],
-            "throttle_time_ms": throttle_ms}
+            "throttle_time_ms": 0}
 
 
 def handle_produce(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.Future[Any] | None:
@@ -242,8 +241,6 @@ def handle_produce(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio
                 item.answer = _answer(pd.index, e)
         plan.append((td.name, items))
     conn = ctx.connection
-    # producer_byte_rate: recorded now, the response carries the throttle and the connection is muted.
-    throttle_ms = throttling.record_produce(ctx, req) if broker.quotas.enabled else 0
     previous = _chains.get(conn)
     if not offloaded and (previous is None or previous.done()):
         done = _append_all(rm, plan, acks, req.timeout_ms)
@@ -253,12 +250,12 @@ def handle_produce(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio
         if acks == 0:
             return None
         if isinstance(done, asyncio.Future):  # acks=all waiting for the high watermark (DelayedProduce)
-            return then(done, lambda topics: _response(topics, throttle_ms))
-        return _response(done, throttle_ms)
+            return then(done, _response)
+        return _response(done)
     loop = asyncio.get_running_loop()
     jobs = {id(it): loop.run_in_executor(pool, it.offload) for _, items in plan for it in items if it.offload}
     appended: asyncio.Future[None] = loop.create_future()  # the connection's next Produce appends after it
-    task = loop.create_task(_finish(rm, plan, jobs, previous, acks, req.timeout_ms, appended, throttle_ms))
+    task = loop.create_task(_finish(rm, plan, jobs, previous, acks, req.timeout_ms, appended))
     _chains[conn] = appended
     _tasks.add(task)
     task.add_done_callback(_tasks.discard)
@@ -299,7 +296,7 @@ def _offload_call(args: tuple[Any, ...]) -> Callable[[], tuple[memoryview, list[
 
 async def _finish(rm: Any, plan: list[tuple[str, list[_Item]]], jobs: dict[int, asyncio.Future[Any]],
                   previous: asyncio.Future[Any] | None, acks: int, timeout_ms: int,
-                  appended: asyncio.Future[None], throttle_ms: int) -> dict[str, Any]:
+                  appended: asyncio.Future[None]) -> dict[str, Any]:
     """Wait for this request's off-loop validations and for the connection's previous Produce,
     then append in request order (and, for acks=all, wait for the high watermark). Never raises:
     failures are partition answers."""
@@ -322,4 +319,4 @@ async def _finish(rm: Any, plan: list[tuple[str, list[_Item]]], jobs: dict[int, 
             appended.set_result(None)
     if isinstance(done, asyncio.Future):
         done = await done
-    return _response(done, throttle_ms)
+    return _response(done)
