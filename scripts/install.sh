@@ -9,6 +9,8 @@ missing=()
 command -v kcat >/dev/null 2>&1 || missing+=(kcat)
 # strace: the durability tests check that flush.messages=1 fsyncs before the acknowledgement.
 command -v strace >/dev/null 2>&1 || missing+=(strace)
+# openssl: the TLS tests make their certificates with it.
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 # Spark (the gregor.spark connector and pipeline) needs a Java runtime; 17 is what pyspark 4.3 targets.
 java -version >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
 # Clusters keep their metadata in Apache ZooKeeper; tests and `gregor cluster up` start their own.

@@ -54,15 +54,17 @@ class TlsSettings:
     @classmethod
     def from_config(cls, config: BrokerConfig, listener: str) -> TlsSettings:
         def g(key: str) -> Any:
-            return config.listener_get(listener, key)
+            v = config.listener_get(listener, key)
+            return None if v == "" else v  # an empty listener override unsets the broker-wide value
 
         if g("ssl.keystore.password") is not None:
             raise ConfigError(f"listener {listener}: ssl.keystore.password is not used with PEM key stores "
                               f"(Kafka rejects it); an encrypted key takes ssl.key.password")
         return cls(g("ssl.keystore.location"), g("ssl.key.password"), g("ssl.keystore.key"),
                    g("ssl.keystore.certificate.chain"), g("ssl.truststore.location"), g("ssl.truststore.certificates"),
-                   g("ssl.client.auth"), tuple(g("ssl.enabled.protocols")), tuple(g("ssl.cipher.suites")),
-                   g("ssl.principal.mapping.rules"), g("ssl.endpoint.identification.algorithm") or "")
+                   g("ssl.client.auth") or "none", tuple(g("ssl.enabled.protocols") or ()),
+                   tuple(g("ssl.cipher.suites") or ()),
+                   g("ssl.principal.mapping.rules") or "DEFAULT", g("ssl.endpoint.identification.algorithm") or "")
 
     def files(self) -> list[str]:
         return [p for p in (self.keystore_location, self.truststore_location) if p]

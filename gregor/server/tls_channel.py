@@ -25,9 +25,10 @@ log = logging.getLogger("gregor.network")
 
 
 def _reason(e: BaseException) -> str:
-    reason = getattr(e, "reason", None) or type(e).__name__
+    """OpenSSL's reason in words ("certificate verify failed: certificate has expired")."""
+    reason = str(getattr(e, "reason", None) or type(e).__name__).replace("_", " ").lower()
     detail = getattr(e, "verify_message", None)
-    return f"{reason} ({detail})" if detail else str(reason)
+    return f"{reason}: {detail}" if detail else reason
 
 
 class TlsChannel(asyncio.Protocol):
@@ -117,6 +118,8 @@ class TlsChannel(asyncio.Protocol):
         app = self.app
         while not self.read_paused and not self.closing and not app.closed:
             buf = app.get_buffer(-1)
+            if not len(buf):  # the decoder has no room now; it pauses reading until it has
+                break
             try:
                 n = sslobj.read(len(buf), buf)
             except ssl.SSLWantReadError:
@@ -127,7 +130,8 @@ class TlsChannel(asyncio.Protocol):
             except ssl.SSLError as e:
                 self._fail(f"TLS error on the connection from {app.peer}: {_reason(e)}")
                 break
-            if n == 0:
+            if n == 0:  # no data would raise SSLWantReadError: 0 is the client's close_notify
+                self.close()
                 break
             app.buffer_updated(n)
         if self.outgoing.pending:  # TLS 1.3 key updates and the like

@@ -67,13 +67,14 @@ def _signed(d: Path, who: str, subject: str, ca: str, days: str = "3650", san: s
 def make_pki(d: Path) -> Pki:
     """CA `ca`; broker (CN=broker, SAN 127.0.0.1/localhost); clients alice (CN=alice,OU=eng,O=gregor) and bob;
     `mallory` signed by an untrusted CA; `expired` signed by the CA but no longer valid; `broker-enc`
-    with its key encrypted by the password "keypass"."""
+    with its key encrypted by the password "keypass"; `broker-evil`, a broker certificate of the other CA."""
     d.mkdir(parents=True, exist_ok=True)
     _ca(d, "ca", "/CN=gregor-test-ca")
     _ca(d, "evil-ca", "/CN=evil-ca")
     san = "IP:127.0.0.1,DNS:localhost"
     _signed(d, "broker", "/CN=broker/O=gregor", "ca", san=san)
     _signed(d, "broker-enc", "/CN=broker/O=gregor", "ca", san=san, key_password="keypass")
+    _signed(d, "broker-evil", "/CN=broker/O=evil", "evil-ca", san=san)
     _signed(d, "alice", "/O=gregor/OU=eng/CN=alice", "ca")
     _signed(d, "bob", "/O=gregor/OU=ops/CN=bob", "ca")
     _signed(d, "mallory", "/CN=mallory", "evil-ca")
