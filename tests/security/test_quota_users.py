@@ -8,14 +8,19 @@ ssl.principal.mapping.rules taking the CN), so /config/users/<user> and
 
 from __future__ import annotations
 
+import ssl
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
 
+from gregor.cli import main as gregor_main
+from gregor.protocol import apis
 from tests.broker_process import BrokerProcess
 from tests.security.certs import Pki, make_pki
-from tests.security.quota_client import alter, entity
+from tests.security.quota_client import alter, connect, entity
 
 SLOW = 50_000.0
 FAST = 1e9
@@ -70,3 +75,39 @@ def test_user_and_client_quota_beats_the_user_quota(tls_broker: BrokerProcess, p
 
 def test_default_user_quota_beats_a_client_id_quota(tls_broker: BrokerProcess, pki: Pki) -> None:
     assert _throttle_s(tls_broker, pki, "bob", "bob-app", "qu-bob") == 0
+
+
+def test_cli_over_tls_and_muting_on_a_tls_connection(tls_broker: BrokerProcess, pki: Pki, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """`gregor quotas --command-config` with security.protocol=SSL (with bob's certificate, so as user
+    bob); then bob's request_percentage quota mutes his TLS connection as it would a plaintext one."""
+    props = tmp_path / "client.properties"
+    props.write_text(f"security.protocol=SSL\nssl.truststore.location={pki.ca}\n"
+                     f"ssl.keystore.location={pki.keystore('bob')}\n")
+    base = ["quotas", "--bootstrap-server", tls_broker.bootstrap_of("SSL"), "--command-config", str(props)]
+    assert gregor_main(base + ["--alter", "--add-config", "request_percentage=0.5",
+                               "--entity-type", "users", "--entity-name", "bob",
+                               "--entity-type", "clients", "--entity-name", "gregor-admin"]) == 0
+    assert gregor_main(base + ["--describe", "--entity-type", "users", "--entity-name", "bob",
+                               "--entity-type", "clients", "--entity-name", "gregor-admin"]) == 0
+    assert ("Quota configs for user-principal 'bob', client-id 'gregor-admin' are request_percentage=0.5"
+            in capsys.readouterr().out)
+    ctx = ssl.create_default_context(cafile=pki.ca)
+    ctx.load_cert_chain(pki.keystore("bob"))
+    conn = connect(tls_broker.bootstrap_of("SSL"))
+    conn.sock = ctx.wrap_socket(conn.sock, server_hostname="127.0.0.1")
+    try:
+        throttle_ms = 0
+        for _ in range(5000):
+            throttle_ms = conn.request(apis.BY_KEY[3], 8, {"topics": [], "allow_auto_topic_creation": False}
+                                       ).throttle_time_ms
+            if throttle_ms:
+                break
+        assert throttle_ms > 0
+        t0 = time.monotonic()
+        conn.request(apis.BY_KEY[3], 8, {"topics": [], "allow_auto_topic_creation": False})
+        assert time.monotonic() - t0 >= throttle_ms / 1000 * 0.8
+    finally:
+        conn.close()
+        alter(tls_broker.bootstrap_of("PLAINTEXT"), [(entity(user="bob", client="gregor-admin"),
+                                                      {"request_percentage": None})])
