@@ -347,12 +347,14 @@ class ClientQuotaManager:
         return self._record(PRODUCER_BYTE_RATE, user, client, nbytes, now)
 
     def fetch_window_bytes(self, user: str, client: str) -> int | None:
-        """The most one Fetch response may carry: one sample's worth of the quota (Kafka's
-        getMaxValueInQuotaWindow), None when the client has no fetch quota."""
+        """The most one Fetch response may carry: what the quota allows over the window's minimum
+        span, samples - 1 (Kafka's getMaxValueInQuotaWindow; a larger response is throttled even
+        after a quiet spell). None when the client has no fetch quota."""
         got = self.resolve(user, client)[CONSUMER_BYTE_RATE]
         if got is None:
             return None
-        return max(int(got[0] * self.settings.window_size_s), 1)
+        span_s = max(self.settings.window_num - 1, 1) * self.settings.window_size_s
+        return max(int(min(got[0] * span_s, 2**31 - 1)), 1)
 
     def record_fetch(self, user: str, client: str, nbytes: int, now: float) -> int:
         """Record a Fetch response's bytes; the throttle time in ms. When it is positive the

@@ -97,7 +97,7 @@ def test_fetch_window_and_unrecord() -> None:
     m = ClientQuotaManager(QuotaSettings(window_num=11, window_size_s=2.0))
     assert m.fetch_window_bytes("u", "c") is None
     m.load([((None, DEFAULT), {CONSUMER_BYTE_RATE: "1000"})])
-    assert m.fetch_window_bytes("u", "c") == 2000
+    assert m.fetch_window_bytes("u", "c") == 20_000  # (11 - 1) samples of 2 s
     assert m.record_fetch("u", "c", 30_000, 0.0) > 0
     m.unrecord_fetch("u", "c", 30_000, 0.0)
     assert m.record_fetch("u", "c", 1000, 0.0) == 0

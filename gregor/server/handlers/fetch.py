@@ -50,7 +50,7 @@ def handle_fetch(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.F
     fetch_max = ctx.broker.config.get("fetch.max.bytes")
     req_max = req.max_bytes if ctx.version >= 3 else 2**31 - 1
     quota = ctx.broker.quotas.enabled and req.replica_id < 0  # consumer_byte_rate (followers are exempt)
-    if quota:  # a response carries at most one quota sample's worth (Kafka's getMaxValueInQuotaWindow)
+    if quota:  # a response carries at most what the quota window allows (Kafka's getMaxValueInQuotaWindow)
         window = throttling.fetch_window_bytes(ctx)
         if window is None:
             quota = False
