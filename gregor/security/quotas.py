@@ -234,6 +234,7 @@ class ClientQuotaManager:
     def __init__(self, settings: QuotaSettings | None = None) -> None:
         self.settings = settings or QuotaSettings()
         self.enabled = False
+        self.types: frozenset[str] = frozenset()  # the quota keys some entity sets: the others cost nothing
         self.max_throttle_ms = round(self.settings.window_num * self.settings.window_size_s * 1000)
         self._quotas: dict[Entity, dict[str, float]] = {}
         # (user, client) -> per quota key: (bound, sensor tags) or None; rebuilt on config changes.
@@ -264,6 +265,7 @@ class ClientQuotaManager:
 
     def _changed(self) -> None:
         self.enabled = bool(self._quotas)
+        self.types = frozenset(k for values in self._quotas.values() for k in values)
         self._resolved.clear()
         # Rates keep their history across a change of bound, as Kafka's sensors do; a token
         # bucket is rebuilt when its rate changed (controller_mutation).

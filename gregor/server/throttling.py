@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from gregor.metadata.store import ENTITY_CONFIGS
 from gregor.security.quotas import (
+    PRODUCER_BYTE_RATE,
+    REQUEST_PERCENTAGE,
     UNLIMITED_MUTATIONS,
     ClientQuotaManager,
     ControllerMutationQuota,
@@ -164,8 +166,9 @@ def after_request(ctx: RequestContext, api_key: int, req: Any, resp: Any, elapse
     user, client = client_of(ctx)
     quotas = ctx.broker.quotas
     now = _now()
-    ms = quotas.record_request_time(user, client, elapsed_ns, now)
-    if api_key == PRODUCE_API_KEY:
+    types = quotas.types
+    ms = quotas.record_request_time(user, client, elapsed_ns, now) if REQUEST_PERCENTAGE in types else 0
+    if api_key == PRODUCE_API_KEY and PRODUCER_BYTE_RATE in types:
         ms = max(ms, quotas.record_produce(user, client, produce_bytes(req), now))
     if not ms:
         return resp
