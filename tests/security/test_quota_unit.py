@@ -177,3 +177,15 @@ def test_store_names_and_values() -> None:
 @pytest.mark.parametrize("bad", [("users", ""), ("users", "a/clients/"), ("topics", "x"), ("clients", "a/b")])
 def test_store_names_that_are_not_entities(bad: tuple[str, str]) -> None:
     assert entity_from_store(*bad) is None
+
+
+def test_updates_follow_entity_config_events() -> None:
+    m = ClientQuotaManager()
+    assert not m.enabled and m.types == frozenset()
+    m.update((None, "app"), {PRODUCER_BYTE_RATE: "1000", "SCRAM-SHA-256": "x"})
+    assert m.enabled and m.types == {PRODUCER_BYTE_RATE}
+    assert m.resolve("u", "app")[PRODUCER_BYTE_RATE] == (1000.0, ("", "app"))
+    m.update((None, "app"), {PRODUCER_BYTE_RATE: "2000"})  # a changed bound is seen at once
+    assert m.resolve("u", "app")[PRODUCER_BYTE_RATE] == (2000.0, ("", "app"))
+    m.update((None, "app"), {"SCRAM-SHA-256": "x"})  # only non-quota configs left: no quota
+    assert not m.enabled and m.resolve("u", "app")[PRODUCER_BYTE_RATE] is None
