@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.messages.cluster_admin import CONTROLLED_SHUTDOWN
+from gregor.security.inter_broker import client_security
 from gregor.server.broker_client import BrokerClient, BrokerConnectionError
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ class ControlledShutdown:
         if target is None:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, "no controller is known")
         client = BrokerClient(target.host, target.port, f"broker-{self.broker_id}-controlled-shutdown",
-                              connect_timeout_s=timeout_s)
+                              connect_timeout_s=timeout_s, security=client_security(self.config))
         try:
             resp = await client.request(CONTROLLED_SHUTDOWN, 3, {"broker_id": self.broker_id, "broker_epoch": epoch},
                                         timeout_s)

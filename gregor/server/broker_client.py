@@ -17,6 +17,7 @@ from typing import Any
 
 from gregor.protocol.frames import decode_response, encode_request
 from gregor.protocol.schema import Api, Struct
+from gregor.security.inter_broker import ClientSecurity
 
 _SIZE = struct.Struct(">i")
 
@@ -27,9 +28,11 @@ class BrokerConnectionError(ConnectionError):
 
 class BrokerClient:
     def __init__(self, host: str, port: int, client_id: str, *, max_in_flight: int = 5,
-                 max_response_bytes: int = 256 << 20, connect_timeout_s: float = 10.0) -> None:
+                 max_response_bytes: int = 256 << 20, connect_timeout_s: float = 10.0,
+                 security: ClientSecurity | None = None) -> None:
         self.host = host
         self.port = port
+        self.security = security
         self.client_id = client_id
         self.max_response_bytes = max_response_bytes
         self.connect_timeout_s = connect_timeout_s
@@ -52,18 +55,31 @@ class BrokerClient:
                 return
             if self._closed is not None:
                 raise BrokerConnectionError(f"connection to {self.host}:{self.port} is closed: {self._closed}")
+            sec = self.security
+            ctx = sec.ssl_context if sec is not None else None
             try:
                 self._reader, self._writer = await asyncio.wait_for(
-                    asyncio.open_connection(self.host, self.port), self.connect_timeout_s)
+                    asyncio.open_connection(self.host, self.port, ssl=ctx,
+                                            server_hostname=self.host if ctx is not None else None),
+                    self.connect_timeout_s)
             except (TimeoutError, OSError) as e:
                 self._closed = e
                 raise BrokerConnectionError(f"cannot connect to {self.host}:{self.port}: {e!r}") from e
             self._recv_task = asyncio.ensure_future(self._receive())
+            if sec is not None and sec.authenticate is not None:
+                try:
+                    await asyncio.wait_for(sec.authenticate(self._send), self.connect_timeout_s)
+                except Exception as e:
+                    self.close(e)
+                    raise BrokerConnectionError(f"SASL authentication with {self.host}:{self.port} failed: {e}") from e
 
     async def request(self, api: Api, version: int, body: Any, timeout_s: float | None = None) -> Struct:
         """Send one request and wait for its response (raises BrokerConnectionError, or TimeoutError
         after `timeout_s`: the connection is closed then, as its answers would be out of step)."""
         await self.connect()
+        return await self._send(api, version, body, timeout_s)
+
+    async def _send(self, api: Api, version: int, body: Any, timeout_s: float | None = None) -> Struct:
         async with self._room:
             if self._closed is not None or self._writer is None:
                 raise BrokerConnectionError(f"connection to {self.host}:{self.port} is closed: {self._closed}")

@@ -27,6 +27,7 @@ from gregor.config import BrokerConfig
 from gregor.metadata.cache import MetadataCache
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.messages.fetch import FETCH
+from gregor.security.inter_broker import client_security
 from gregor.server.broker_client import BrokerClient, BrokerConnectionError
 from gregor.server.replication_quota import ReplicationQuota
 from gregor.storage.errors import StorageError
@@ -159,7 +160,8 @@ class ReplicaFetcher:
             if info is None:
                 raise BrokerConnectionError(f"broker {self.source} is not live")
             self._client = BrokerClient(info.host, info.port, f"broker-{m.broker_id}-fetcher-{self.fetcher_id}",
-                                        max_in_flight=1, max_response_bytes=m.max_response_bytes)
+                                        max_in_flight=1, max_response_bytes=m.max_response_bytes,
+                                        security=client_security(m.config))
         return self._client
 
     def _throttled(self, key: TopicPartition, part: Partition) -> bool:

@@ -20,6 +20,7 @@ from gregor.coordinator.transaction.markers import TxnMarkerSender
 from gregor.coordinator.transaction.state_manager import TransactionStateManager
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.records import build_marker_batch, iter_headers
+from gregor.security.inter_broker import client_security
 from gregor.server.futures import then
 from gregor.server.partition import AppendResult
 from gregor.server.replica_manager import AppendEntry
@@ -72,5 +73,5 @@ def build_txn_coordinator(broker: Any, read_partition: Callable[[int], Iterator[
         return await got if isinstance(got, asyncio.Future) else got
 
     markers = TxnMarkerSender(config.broker_id, leader_of, address_of, lambda t: cache.topic(t) is not None,
-                              write_local, request_timeout_ms=timeout_ms)
+                              write_local, request_timeout_ms=timeout_ms, security=client_security(config))
     return TransactionCoordinator(config, state, broker.producer_ids, markers, partition_exists)

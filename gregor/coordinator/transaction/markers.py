@@ -19,6 +19,7 @@ from typing import Any
 
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.messages.transactions import WRITE_TXN_MARKERS
+from gregor.security.inter_broker import ClientSecurity
 from gregor.server.broker_client import BrokerClient, BrokerConnectionError
 
 log = logging.getLogger("gregor.txn.markers")
@@ -36,8 +37,10 @@ _GIVE_UP = {ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.TRANSACTION_COORDINATOR_
 class TxnMarkerSender:
     def __init__(self, broker_id: int, leader_of: Callable[[str, int], int | None],
                  address_of: Callable[[int], tuple[str, int] | None], topic_exists: Callable[[str], bool],
-                 write_local: WriteLocal, retry_backoff_ms: int = 100, request_timeout_ms: int = 30_000) -> None:
+                 write_local: WriteLocal, retry_backoff_ms: int = 100, request_timeout_ms: int = 30_000,
+                 security: ClientSecurity | None = None) -> None:
         self.broker_id = broker_id
+        self.security = security
         self._leader_of = leader_of
         self._address_of = address_of
         self._topic_exists = topic_exists
@@ -114,7 +117,8 @@ class TxnMarkerSender:
         addr = self._address_of(broker)
         if addr is None:
             return None
-        c = self._clients[broker] = BrokerClient(addr[0], addr[1], f"broker-{self.broker_id}-txn-markers")
+        c = self._clients[broker] = BrokerClient(addr[0], addr[1], f"broker-{self.broker_id}-txn-markers",
+                                                 security=self.security)
         try:
             await c.connect()
         except BrokerConnectionError:
