@@ -73,11 +73,20 @@ def test_alter_errors_are_per_entity_and_validate_only_writes_nothing(qbroker: B
         ([{"entity_type": "ip", "entity_name": "1.2.3.4"}], {"producer_byte_rate": 1.0}),
         ([{"entity_type": "user", "entity_name": "x"}, {"entity_type": "user", "entity_name": "y"}],
          {"producer_byte_rate": 1.0}),
+        (entity(client=""), {"producer_byte_rate": 1.0}),
+        (entity(user="u", client=""), {"producer_byte_rate": 1.0}),
+        (entity(client="good-1"), {"producer_byte_rate": 5.0, "request_percentage": None, "producer_byte_rate ": 1.0}),
     ])
-    assert [r.error_code for r in results] == [ErrorCode.INVALID_REQUEST] * 3 + [0] + [ErrorCode.INVALID_REQUEST] * 2
+    assert [r.error_code for r in results] == [ErrorCode.INVALID_REQUEST] * 3 + [0] + [ErrorCode.INVALID_REQUEST] * 5
     assert "no_such_quota" in results[0].error_message
     assert "positive" in results[1].error_message
-    assert list(as_dict(describe(bs, [("client-id", SPECIFIED, None)], strict=True))) == [(("client-id", "good-1"),)]
+    assert as_dict(describe(bs, [("client-id", SPECIFIED, None)], strict=True)) == {
+        (("client-id", "good-1"),): {"producer_byte_rate": 1024.0}}  # the bad entry for it changed nothing
+    # Names that are not plain words are stored and described as given.
+    odd = "a/b c<default>%"
+    assert alter(bs, [(entity(user=odd), {"consumer_byte_rate": 7.0})])[0].error_code == 0
+    assert as_dict(describe(bs, [("user", EXACT, odd)], strict=True)) == {(("user", odd),): {"consumer_byte_rate": 7.0}}
+    alter(bs, [(entity(user=odd), {"consumer_byte_rate": None})])
     assert alter(bs, [(entity(client="vo"), {"producer_byte_rate": 5.0})], validate_only=True)[0].error_code == 0
     assert as_dict(describe(bs, [("client-id", EXACT, "vo")])) == {}
     alter(bs, [(entity(client="good-1"), {"producer_byte_rate": None})])

@@ -120,8 +120,8 @@ def _entity_in(parts: list[Any]) -> Entity:
         if t not in names:
             return None
         name = names[t]
-        if name is not None and not name and t == USER:
-            raise _fail("Invalid empty user name")  # an empty client-id is a real client-id
+        if name is not None and not name:  # not storable as an entity (Kafka's paths have no empty names)
+            raise _fail(f"Invalid empty {t} name")
         return DEFAULT if name is None else sanitize(name)
 
     return side(USER), side(CLIENT_ID)
