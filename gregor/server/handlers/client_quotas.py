@@ -15,6 +15,7 @@ Entity configs that are not quotas (SCRAM credentials on a user) are kept as the
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from gregor.metadata.store import SetEntityConfigs
@@ -36,6 +37,7 @@ from gregor.security.quotas import (
 )
 from gregor.server.dispatcher import RequestContext
 
+log = logging.getLogger("gregor.quotas")
 _WAITING: set[asyncio.Task[Any]] = set()  # alter responses waiting for the store
 
 
@@ -173,7 +175,12 @@ def handle_alter_client_quotas(ctx: RequestContext, req: Struct) -> dict[str, An
     keys = list(pending)
 
     async def write() -> dict[str, Any]:
-        errors = await ctx.broker.topic_admin.write([SetEntityConfigs(t, n, pending[(t, n)]) for t, n in keys])
+        try:
+            errors: list[KafkaError | None] = await ctx.broker.topic_admin.write(
+                [SetEntityConfigs(t, n, pending[(t, n)]) for t, n in keys])
+        except Exception as e:  # the store refused what validation let through: each entity's answer
+            log.exception("AlterClientQuotas could not write the entity configs")
+            errors = [KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"Cannot store the quotas: {e}")] * len(keys)
         for key, err in zip(keys, errors, strict=True):
             if err is not None:
                 for result in owners[key]:
