@@ -31,6 +31,8 @@ from gregor.protocol.messages.metadata import METADATA
 from gregor.protocol.messages.offset_for_leader_epoch import OFFSET_FOR_LEADER_EPOCH
 from gregor.protocol.messages.offsets import OFFSET_COMMIT, OFFSET_DELETE, OFFSET_FETCH
 from gregor.protocol.messages.produce import PRODUCE
+from gregor.protocol.messages.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE
+from gregor.protocol.messages.scram_credentials import ALTER_USER_SCRAM_CREDENTIALS, DESCRIBE_USER_SCRAM_CREDENTIALS
 from gregor.protocol.messages.topics import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_RECORDS, DELETE_TOPICS
 from gregor.protocol.messages.transactions import (
     ADD_OFFSETS_TO_TXN,
@@ -86,6 +88,10 @@ ALL: list[Api] = [
     ELECT_LEADERS,
     ALTER_PARTITION_REASSIGNMENTS,
     LIST_PARTITION_REASSIGNMENTS,
+    SASL_HANDSHAKE,
+    SASL_AUTHENTICATE,
+    DESCRIBE_USER_SCRAM_CREDENTIALS,
+    ALTER_USER_SCRAM_CREDENTIALS,
 ]
 
 BY_KEY: dict[int, Api] = {a.key: a for a in ALL}

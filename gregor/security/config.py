@@ -64,6 +64,26 @@ SECURITY_PROPS: list[Prop] = [
        doc="How often a TLS listener looks for changed key store and trust store files and reloads them "
            "(connections after a reload use the new certificate); 0: only on a dynamic config change"),
     # --- SASL ---
+    _p("sasl.enabled.mechanisms", "list", ["GSSAPI"], mode=PER_BROKER,
+       doc="The SASL mechanisms a SASL listener offers (per listener: listener.name.<l>.sasl.enabled.mechanisms). "
+           "Implemented: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER; Kafka's default GSSAPI is not, so a SASL "
+           "listener must enable at least one of those (a startup error otherwise)"),
+    _p("sasl.jaas.config", "string", None, mode=PER_BROKER, sensitive=True,
+       doc="JAAS login module and options in Kafka's syntax, usually per listener and mechanism "
+           "(listener.name.<l>.plain.sasl.jaas.config with user_NAME=\"password\" for PLAIN users, "
+           "listener.name.<l>.oauthbearer.sasl.jaas.config for the unsecuredValidator* options)"),
+    _p("sasl.mechanism.inter.broker.protocol", "string", "GSSAPI", mode=PER_BROKER,
+       doc="The SASL mechanism brokers authenticate to each other with on a SASL inter-broker listener"),
+    _p("sasl.server.callback.handler.class", "string", None,
+       doc="Per listener and mechanism (listener.name.<l>.oauthbearer.sasl.server.callback.handler.class): "
+           "the OAUTHBEARER token check, a Python factory 'package.module:name' called with the JAAS options "
+           "and returning validate(token, now_ms); unset: Kafka's unsecured-JWS validator"),
+    _p("connections.max.reauth.ms", "long", 0, lo=0,
+       doc="KIP-368: the longest a SASL session lasts before the client must re-authenticate on its connection "
+           "(answered as session_lifetime_ms; shorter if the credential expires sooner); 0: sessions never expire"),
+    _p("connection.failed.authentication.delay.ms", "int", 100, lo=0,
+       doc="How long the answer to a failed authentication is held back before the connection is closed, "
+           "slowing password guessing"),
     # --- authorizer ---
     # --- quotas ---
     _p("quota.window.num", "int", 11, lo=1, doc="Samples the client quotas measure their rates over"),

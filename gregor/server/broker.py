@@ -49,6 +49,7 @@ from gregor.metadata.store import (
 from gregor.metadata.zookeeper import ZooKeeperMetadataStore  # issue 10: zk
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.security.quotas import ClientQuotaManager
+from gregor.security.sasl.listener import build_sasl_listeners
 from gregor.security.tls import ServerTls, TlsSettings
 from gregor.server import throttling
 from gregor.server.dispatcher import Dispatcher
@@ -130,6 +131,8 @@ class Broker:
         self.listener_tls: dict[str, ServerTls] = {
             spec.name: ServerTls(TlsSettings.from_config(config, spec.name), f"listener {spec.name}")
             for spec in config.listener_specs if spec.uses_tls}
+        # What each SASL listener serves (gregor.security.sasl), checked now: a listener that cannot authenticate is a startup error.
+        self.sasl_listeners = build_sasl_listeners(config, self.metadata_cache.entity_configs)
         self._load_task: asyncio.Future[None] | None = None
         self._shutting_down = False
         self._tasks: list[asyncio.Task[None]] = []

@@ -83,6 +83,9 @@ class Dispatcher:
         self, conn: Connection, frame: memoryview, api_key: int, version: int, correlation_id: int
     ) -> tuple[Api, Any] | None:
         if not conn.authenticated and api_key not in PRE_AUTH_APIS:
+            if getattr(conn.sasl, "principal_name", None) is not None:  # KIP-368: the session ran out
+                raise CloseConnection(f"request (API key {api_key}) after the SASL session of User:"
+                                      f"{conn.sasl.principal_name} expired without re-authentication")
             raise CloseConnection(f"unexpected request (API key {api_key}) before SASL authentication on listener "
                                   f"{conn.listener.name}")
         handler = self.handlers.get(api_key)

@@ -38,6 +38,11 @@ from gregor.server.handlers.metadata import handle_metadata
 from gregor.server.handlers.offset_for_leader_epoch import handle_offset_for_leader_epoch
 from gregor.server.handlers.produce import handle_produce
 from gregor.server.handlers.producers import handle_describe_producers, handle_init_producer_id
+from gregor.server.handlers.sasl import handle_sasl_authenticate, handle_sasl_handshake
+from gregor.server.handlers.scram_credentials import (
+    handle_alter_user_scram_credentials,
+    handle_describe_user_scram_credentials,
+)
 from gregor.server.handlers.topics import (
     handle_create_partitions,
     handle_create_topics,
@@ -69,6 +74,7 @@ HANDLERS: dict[int, Handler] = {
     14: handle_sync_group,
     15: handle_describe_groups,
     16: handle_list_groups,
+    17: handle_sasl_handshake,
     18: handle_api_versions,
     19: handle_create_topics,
     20: handle_delete_topics,
@@ -82,6 +88,7 @@ HANDLERS: dict[int, Handler] = {
     28: handle_txn_offset_commit,
     32: handle_describe_configs,
     33: handle_alter_configs,
+    36: handle_sasl_authenticate,
     37: handle_create_partitions,
     42: handle_delete_groups,
     43: handle_elect_leaders,
@@ -91,6 +98,8 @@ HANDLERS: dict[int, Handler] = {
     47: handle_offset_delete,
     48: handle_describe_client_quotas,
     49: handle_alter_client_quotas,
+    50: handle_describe_user_scram_credentials,
+    51: handle_alter_user_scram_credentials,
     60: handle_describe_cluster,
     61: handle_describe_producers,
     65: handle_describe_transactions,
