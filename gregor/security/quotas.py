@@ -70,8 +70,9 @@ Entity = tuple[str | None, str | None]
 
 
 def sanitize(name: str) -> str:
-    """Kafka's Sanitizer: a user or client-id as stored in entity names."""
-    return quote(name, safe="")
+    """Kafka's Sanitizer: a user or client-id as stored in entity names (URL encoding of UTF-8 that
+    keeps letters, digits and `-._` only, spaces as %20)."""
+    return quote(name, safe="").replace("~", "%7E")
 
 
 def desanitize(name: str) -> str:

@@ -165,6 +165,7 @@ def test_store_names_and_values() -> None:
     for e in ALL_LEVELS:
         assert entity_from_store(*store_key(e)) == e
     assert sanitize("a/b c") == "a%2Fb%20c" and sanitize("<default>") != DEFAULT
+    assert sanitize("alice@example.com*~é") == "alice%40example.com%2A%7E%C3%A9"  # as Kafka's Sanitizer
     assert validate_quota_value("producer_byte_rate", 1024.0) is None
     assert validate_quota_value("producer_byte_rate", 1.5) is not None
     assert validate_quota_value("request_percentage", 0.0) is not None
