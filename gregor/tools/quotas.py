@@ -7,9 +7,11 @@
 
 It speaks AlterClientQuotas (49) and DescribeClientQuotas (48) itself on Gregor's codec (the
 reference client has no client quota API), to the first bootstrap server that answers; every broker
-serves both from the shared metadata store. `--command-config` reads a client properties file:
-security.protocol PLAINTEXT or SSL (ssl.truststore.location, ssl.keystore.location,
-ssl.key.password, ssl.endpoint.identification.algorithm), as Kafka's tools take it.
+serves both from the shared metadata store. `--command-config` reads a client properties file, as
+Kafka's tools take it: security.protocol PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL;
+ssl.truststore.location, ssl.keystore.location, ssl.key.password,
+ssl.endpoint.identification.algorithm; sasl.mechanism PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 with
+sasl.jaas.config's username and password.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ def add_subcommands(sub: Any) -> None:
                        description=__doc__, formatter_class=HelpFormatter)
     add_bootstrap(p)
     add_request_timeout(p)
-    p.add_argument("--command-config", metavar="FILE", help="client properties (security.protocol, ssl.*)")
+    p.add_argument("--command-config", metavar="FILE", help="client properties (security.protocol, ssl.*, sasl.*)")
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--describe", action="store_true", help="list quotas")
     mode.add_argument("--alter", action="store_true", help="add or delete quota configs")
@@ -122,10 +124,13 @@ def read_command_config(path: str | None) -> dict[str, str]:
 
 
 def _connect(args: argparse.Namespace) -> Connection:
+    """A connection to the first bootstrap server that accepts one, secured and authenticated as the
+    --command-config says (security.protocol PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL)."""
     props = read_command_config(args.command_config)
     protocol = props.get("security.protocol", "PLAINTEXT").upper()
-    if protocol not in ("PLAINTEXT", "SSL"):
-        raise ToolError(f"gregor quotas speaks PLAINTEXT and SSL; security.protocol={protocol} is not supported yet")
+    if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+        raise UsageError(f"--command-config: unknown security.protocol {protocol}")
+    sasl = _sasl_settings(props) if protocol.startswith("SASL_") else None
     servers = bootstrap(args)
     check_reachable(servers, timeout_s(args))
     last: ToolError | None = None
@@ -138,19 +143,65 @@ def _connect(args: argparse.Namespace) -> Connection:
         except ToolError as e:
             last = e
             continue
-        if protocol == "SSL":
-            ctx = ssl.create_default_context(cafile=props.get("ssl.truststore.location"))
-            if props.get("ssl.endpoint.identification.algorithm", "https") == "":
-                ctx.check_hostname = False
-            if props.get("ssl.keystore.location"):
-                ctx.load_cert_chain(props["ssl.keystore.location"], password=props.get("ssl.key.password"))
-            try:
-                conn.sock = ctx.wrap_socket(conn.sock, server_hostname=host)
-            except (ssl.SSLError, OSError) as e:
-                conn.close()
-                raise ToolError(f"TLS handshake with {host}:{port} failed: {e}") from None
+        try:
+            if protocol in ("SSL", "SASL_SSL"):
+                _start_tls(conn, host, port, props)
+            if sasl is not None:
+                _authenticate(conn, *sasl)
+        except BaseException:
+            conn.close()
+            raise
         return conn
     raise last or ToolError(f"cannot connect to any of {servers}")
+
+
+def _start_tls(conn: Connection, host: str, port: int, props: dict[str, str]) -> None:
+    ctx = ssl.create_default_context(cafile=props.get("ssl.truststore.location"))
+    if props.get("ssl.endpoint.identification.algorithm", "https") == "":
+        ctx.check_hostname = False
+    if props.get("ssl.keystore.location"):
+        ctx.load_cert_chain(props["ssl.keystore.location"], password=props.get("ssl.key.password"))
+    try:
+        conn.sock = ctx.wrap_socket(conn.sock, server_hostname=host)
+    except (ssl.SSLError, OSError) as e:
+        raise ToolError(f"TLS handshake with {host}:{port} failed: {e}") from None
+
+
+def _sasl_settings(props: dict[str, str]) -> tuple[str, str, str]:
+    """(mechanism, username, password) from sasl.mechanism and sasl.jaas.config (PLAIN, SCRAM)."""
+    from gregor.security.sasl.jaas import JaasConfigError, parse_single_module
+
+    mechanism = props.get("sasl.mechanism", "GSSAPI").upper()
+    if mechanism not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+        raise UsageError(f"--command-config: sasl.mechanism {mechanism} is not supported by gregor quotas "
+                         "(PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)")
+    try:
+        options = parse_single_module(props.get("sasl.jaas.config", "")).options
+    except JaasConfigError as e:
+        raise UsageError(f"--command-config: sasl.jaas.config: {e}") from None
+    if "username" not in options or "password" not in options:
+        raise UsageError("--command-config: sasl.jaas.config needs username and password")
+    return mechanism, options["username"], options["password"]
+
+
+def _authenticate(conn: Connection, mechanism: str, username: str, password: str) -> None:
+    """SaslHandshake v1 then SaslAuthenticate v2 rounds (KIP-152), as Kafka's clients do."""
+    from gregor.security.sasl.client import SaslClientError, sasl_client
+
+    resp = conn.request(apis.BY_KEY[17], 1, {"mechanism": mechanism})
+    if resp.error_code != ErrorCode.NONE:
+        raise ToolError(f"the broker does not enable SASL mechanism {mechanism} on this listener "
+                        f"(it enables {', '.join(resp.mechanisms) or 'none'})")
+    client = sasl_client(mechanism, username, password)
+    token: bytes | None = client.first_message()
+    try:
+        while token is not None:
+            r = conn.request(apis.BY_KEY[36], 2, {"auth_bytes": token})
+            if r.error_code != ErrorCode.NONE:
+                raise ToolError(f"authentication failed: {error_name(r.error_code)}: {r.error_message}")
+            token = client.evaluate(bytes(r.auth_bytes or b""))
+    except SaslClientError as e:
+        raise ToolError(f"authentication failed: {e}") from None
 
 
 def describe_body(pairs: list[tuple[str, str | None]]) -> dict[str, Any]:
