@@ -44,7 +44,7 @@ class Run(threading.Thread):
         self.throttle_events = 0
         self.seconds = seconds
         self.topic = topic
-        self.producer = Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "linger.ms": 5,
+        self.producer: Producer | None = Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "linger.ms": 5,
                                   "acks": 1, "queue.buffering.max.kbytes": 4096,
                                   "throttle_cb": self._throttled})
 
@@ -59,6 +59,7 @@ class Run(threading.Thread):
 
     def run(self) -> None:
         p = self.producer
+        assert p is not None
         end = time.monotonic() + self.seconds
         while time.monotonic() < end:
             try:
@@ -69,7 +70,7 @@ class Run(threading.Thread):
             p.poll(0)
         self.acked_at_end = self.acked  # what was acknowledged within the run
         p.flush(15)
-
+        self.producer = None  # destroyed now, not reconnecting to a stopped broker at the end
 
 def test_limited_producer_held_to_1mb_while_unlimited_is_not_slowed(qbroker: BrokerProcess) -> None:
     bs = qbroker.bootstrap
