@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gregor.protocol.messages.api_versions import API_VERSIONS
+from gregor.protocol.messages.client_quotas import ALTER_CLIENT_QUOTAS, DESCRIBE_CLIENT_QUOTAS
 from gregor.protocol.messages.cluster import DESCRIBE_CLUSTER
 from gregor.protocol.messages.cluster_admin import (
     ALTER_PARTITION_REASSIGNMENTS,
@@ -75,6 +76,8 @@ ALL: list[Api] = [
     DELETE_GROUPS,
     INCREMENTAL_ALTER_CONFIGS,
     OFFSET_DELETE,
+    DESCRIBE_CLIENT_QUOTAS,
+    ALTER_CLIENT_QUOTAS,
     DESCRIBE_CLUSTER,
     DESCRIBE_PRODUCERS,
     DESCRIBE_TRANSACTIONS,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gregor.server.dispatcher import Handler
 from gregor.server.handlers.api_versions import handle_api_versions
+from gregor.server.handlers.client_quotas import handle_alter_client_quotas, handle_describe_client_quotas
 from gregor.server.handlers.cluster import handle_describe_cluster
 from gregor.server.handlers.cluster_admin import (
     handle_alter_partition_reassignments,
@@ -95,6 +96,8 @@ HANDLERS: dict[int, Handler] = {
     45: handle_alter_partition_reassignments,
     46: handle_list_partition_reassignments,
     47: handle_offset_delete,
+    48: handle_describe_client_quotas,
+    49: handle_alter_client_quotas,
     50: handle_describe_user_scram_credentials,
     51: handle_alter_user_scram_credentials,
     60: handle_describe_cluster,
