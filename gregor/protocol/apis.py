@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gregor.protocol.messages.acls import CREATE_ACLS, DELETE_ACLS, DESCRIBE_ACLS
 from gregor.protocol.messages.api_versions import API_VERSIONS
+from gregor.protocol.messages.client_quotas import ALTER_CLIENT_QUOTAS, DESCRIBE_CLIENT_QUOTAS
 from gregor.protocol.messages.cluster import DESCRIBE_CLUSTER
 from gregor.protocol.messages.cluster_admin import (
     ALTER_PARTITION_REASSIGNMENTS,
@@ -79,6 +80,8 @@ ALL: list[Api] = [
     DELETE_GROUPS,
     INCREMENTAL_ALTER_CONFIGS,
     OFFSET_DELETE,
+    DESCRIBE_CLIENT_QUOTAS,
+    ALTER_CLIENT_QUOTAS,
     DESCRIBE_CLUSTER,
     DESCRIBE_PRODUCERS,
     DESCRIBE_TRANSACTIONS,

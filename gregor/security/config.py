@@ -94,6 +94,15 @@ SECURITY_PROPS: list[Prop] = [
     _p("allow.everyone.if.no.acl.found", "bool", False,
        doc="Allow every principal on a resource no ACL mentions (false: only super users)"),
     # --- quotas ---
+    _p("quota.window.num", "int", 11, lo=1, doc="Samples the client quotas measure their rates over"),
+    _p("quota.window.size.seconds", "int", 1, lo=1, doc="The length of one client quota sample"),
+    _p("controller.quota.window.num", "int", 11, lo=1,
+       doc="Samples of controller_mutation_rate: its token bucket holds the rate times num x size"),
+    _p("controller.quota.window.size.seconds", "int", 1, lo=1, doc="The length of one controller mutation sample"),
+    _p("gregor.quota.inactive.sensor.expiration.seconds", "int", 3600, lo=1,
+       doc="A client's quota rates are forgotten after this long without a request (Kafka: one hour, fixed)"),
+    _p("gregor.quota.sensors.max", "int", 10000, lo=1,
+       doc="Quota rates tracked at most (one per quota type and client entity); the least recently used go first"),
 ]
 
 # Mechanism prefixes Kafka accepts in listener.name.<listener>.<mechanism>.<property>.

@@ -49,8 +49,10 @@ from gregor.metadata.store import (
 from gregor.metadata.zookeeper import ZooKeeperMetadataStore  # issue 10: zk
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.security.authorizer import create_authorizer
+from gregor.security.quotas import ClientQuotaManager
 from gregor.security.sasl.listener import build_sasl_listeners
 from gregor.security.tls import ServerTls, TlsSettings
+from gregor.server import throttling
 from gregor.server.dispatcher import Dispatcher
 from gregor.server.dynamic_config import DynamicBrokerConfig
 from gregor.server.handlers import HANDLERS
@@ -114,6 +116,7 @@ class Broker:
             {"cleanup.policy": "compact", "segment.bytes": str(config.get("transaction.state.log.segment.bytes"))},
             min_isr=config.get("transaction.state.log.min.isr"))
         self.txn_coordinator = build_txn_coordinator(self, self._read_txn_partition)
+        self.quotas = ClientQuotaManager(throttling.quota_settings(config))  # before the dispatcher, which reads it
         self.dispatcher = Dispatcher(self, HANDLERS)
         self.socket_server = SocketServer(
             self.dispatcher,
@@ -163,6 +166,7 @@ class Broker:
         self.metadata_cache.add_listener(self._on_broker_configs)
         if self.authorizer is not None:
             self.metadata_cache.add_listener(self.authorizer.on_metadata_change)
+        self.metadata_cache.add_listener(throttling.follow_quota_configs(self.quotas, self.metadata_cache))
         self._apply_dynamic_configs()
         self.controller.start()  # issue 10: ctl
         self.replica_manager.sync_all()  # new partitions only: the ones on disk are still loading

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,7 @@ from gregor.protocol.frames import RequestHeader, decode_request
 from gregor.protocol.primitives import DecodeError
 from gregor.protocol.schema import Api, Struct
 from gregor.security.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS, AclOperation, ResourceType
+from gregor.server import throttling
 from gregor.server.network import CloseConnection
 
 if TYPE_CHECKING:
@@ -108,6 +110,7 @@ def authorized_operations_all(resource_type: ResourceType) -> int:
 class Dispatcher:
     def __init__(self, broker: Broker, handlers: dict[int, Handler]) -> None:
         self.broker = broker
+        self.quotas = broker.quotas  # client quotas: enabled only once a quota is configured
         self.handlers = handlers
         unknown = set(handlers) - set(apis.BY_KEY)
         assert not unknown, f"handlers for APIs the codec lacks: {unknown}"
@@ -136,12 +139,18 @@ class Dispatcher:
             raise CloseConnection(
                 f"unsupported version {version} of {api.name} (supported {api.min_version}-{api.max_version})"
             )
+        timed = self.quotas.enabled  # the whole cost of quotas while none is configured
+        if timed:
+            started_ns = time.perf_counter_ns()
         try:
             header, body = decode_request(frame, api)
         except DecodeError as e:
             raise CloseConnection(f"malformed {api.name} v{version} request: {e}") from None
         try:
-            resp = handler(RequestContext(self.broker, header, conn), body)
+            ctx = RequestContext(self.broker, header, conn)
+            resp = handler(ctx, body)
+            if timed:  # request_percentage: the time this request took on the loop
+                resp = throttling.after_request(ctx, api_key, body, resp, time.perf_counter_ns() - started_ns)
         except Exception as e:  # a handler bug must not take the broker down
             log.exception("handler for %s v%d failed", api.name, version)
             raise CloseConnection(f"error handling {api.name}: {e!r}") from None

@@ -215,6 +215,11 @@ class Connection(asyncio.BufferedProtocol):
         self._writing_paused = False
         self._waiting_for_memory = False
         self._own_wait: tuple[int, int] | None = None  # a reservation over this connection's share
+        # KIP-219: a throttled client's connection is not read and its requests not processed
+        # until this loop time (gregor.server.throttling); _unmute is the timer that ends it.
+        self.muted_until = 0.0
+        self._unmute: asyncio.TimerHandle | None = None
+        self.quota_client: tuple[Any, str, tuple[str, str]] | None = None  # gregor.server.throttling.client_of
 
     # --- asyncio callbacks -----------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -254,6 +259,8 @@ class Connection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self._retry is not None:
             self._retry.cancel()
+        if self._unmute is not None:
+            self._unmute.cancel()
         self.backlog.clear()
         self._release_all()
         self.closed = True
@@ -369,7 +376,7 @@ class Connection(asyncio.BufferedProtocol):
         flight; not while this connection's unwritten responses pass its bound, or while it
         has any and the broker-wide ones pass queued.max.response.bytes. A connection with
         nothing queued is always served, so clients that read their responses progress."""
-        if self._writing_paused or len(self.pending) >= self.server.max_queued_requests:
+        if self._writing_paused or self._unmute is not None or len(self.pending) >= self.server.max_queued_requests:
             return False
         own = self.queued_output_bytes()
         if own == 0:
@@ -382,7 +389,7 @@ class Connection(asyncio.BufferedProtocol):
         while backlog and not self.closed and self._may_dispatch():
             self._handle_frame(backlog.popleft())
         if backlog and not self.closed and not self._writing_paused and self._retry is None \
-                and len(self.pending) < self.server.max_queued_requests:
+                and self._unmute is None and len(self.pending) < self.server.max_queued_requests:
             # Held back by bytes that drain without a callback: look again shortly.
             self._retry = asyncio.get_running_loop().call_later(0.01, self._retry_backlog)
         self._update_reading()
@@ -465,13 +472,34 @@ class Connection(asyncio.BufferedProtocol):
         if self.transport is None or self.closed or self._handshaking:
             return
         should_pause = (bool(self.backlog) or self._writing_paused or self._waiting_for_memory
-                        or len(self.pending) >= self.server.max_queued_requests)
+                        or self._unmute is not None or len(self.pending) >= self.server.max_queued_requests)
         if should_pause and not self._reading_paused:
             self._reading_paused = True
             self.transport.pause_reading()
         elif not should_pause and self._reading_paused:
             self._reading_paused = False
             self.transport.resume_reading()
+
+    # --- throttling (KIP-219) ----------------------------------------------------------
+    def throttle(self, delay_ms: int) -> None:
+        """Mute this connection for `delay_ms`: its responses still go out, but nothing more is
+        read from it or processed until then (a longer throttle extends a shorter one)."""
+        if delay_ms <= 0 or self.closed or self.transport is None:
+            return
+        loop = asyncio.get_running_loop()
+        until = loop.time() + delay_ms / 1000.0
+        if until <= self.muted_until:
+            return
+        self.muted_until = until
+        if self._unmute is not None:
+            self._unmute.cancel()
+        self._unmute = loop.call_at(until, self._unmuted)
+        self._update_reading()
+
+    def _unmuted(self) -> None:
+        self._unmute = None
+        if not self.closed:
+            self._dispatch_backlog()
 
     # --- response memory -------------------------------------------------------------
     def queued_output_bytes(self) -> int:
@@ -527,6 +555,8 @@ class Connection(asyncio.BufferedProtocol):
             return
         if self._retry is not None:
             self._retry.cancel()
+        if self._unmute is not None:
+            self._unmute.cancel()
         self.backlog.clear()
         self._release_all()
         self.closed = True

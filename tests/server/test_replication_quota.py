@@ -29,10 +29,12 @@ def test_rate_over_the_windows_with_kafkas_initial_allowance() -> None:
     assert q.observed_rate() == 1000 and not q.exceeded()
     q.record(1)
     assert q.exceeded()
-    clock.now += 1.5  # a new window: still 2,001 bytes over 2 s
+    clock.now += 1.5  # a new sample: 1.5 s elapsed, one whole sample, plus the one missing: 2.5 s
     q.record(1)
+    assert not q.exceeded() and q.observed_rate() == 2002 / 2.5
+    q.record(1000)
     assert q.exceeded()
-    clock.now += 2.0  # the first window left the 3 samples: 1 byte over the minimum span
-    assert not q.exceeded() and q.observed_rate() == 0.5
+    clock.now += 2.0  # the first sample left the 3: 1,001 bytes over the 2 s since the second began
+    assert not q.exceeded() and q.observed_rate() == 500.5
     q.set_rate(LONG_MAX)
     assert not q.active and not q.exceeded()

@@ -8,11 +8,14 @@ from gregor.server.handlers.acls import (
     handle_create_acls,
     handle_delete_acls,
     handle_describe_acls,
+    refuse_alter_client_quotas,
     refuse_alter_user_scram_credentials,
+    refuse_describe_client_quotas,
     refuse_describe_user_scram_credentials,
     requires_cluster,
 )
 from gregor.server.handlers.api_versions import handle_api_versions
+from gregor.server.handlers.client_quotas import handle_alter_client_quotas, handle_describe_client_quotas
 from gregor.server.handlers.cluster import handle_describe_cluster
 from gregor.server.handlers.cluster_admin import (
     handle_alter_partition_reassignments,
@@ -107,6 +110,8 @@ HANDLERS: dict[int, Handler] = {
     45: handle_alter_partition_reassignments,
     46: handle_list_partition_reassignments,
     47: handle_offset_delete,
+    48: requires_cluster(AclOperation.DESCRIBE_CONFIGS, handle_describe_client_quotas, refuse_describe_client_quotas),
+    49: requires_cluster(AclOperation.ALTER_CONFIGS, handle_alter_client_quotas, refuse_alter_client_quotas),
     50: requires_cluster(AclOperation.DESCRIBE, handle_describe_user_scram_credentials,
                          refuse_describe_user_scram_credentials),
     51: requires_cluster(AclOperation.ALTER, handle_alter_user_scram_credentials, refuse_alter_user_scram_credentials),

@@ -193,3 +193,17 @@ def refuse_alter_user_scram_credentials(req: Struct) -> dict[str, Any]:
     return {"throttle_time_ms": 0, "results": [
         {"user": u, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "error_message": _CLUSTER_DENIED}
         for u in users]}
+
+
+def refuse_describe_client_quotas(req: Struct) -> dict[str, Any]:
+    """DescribeClientQuotas without DESCRIBE_CONFIGS on the cluster."""
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+            "error_message": _CLUSTER_DENIED, "entries": None}
+
+
+def refuse_alter_client_quotas(req: Struct) -> dict[str, Any]:
+    """AlterClientQuotas without ALTER_CONFIGS on the cluster: every entry fails."""
+    return {"throttle_time_ms": 0, "entries": [
+        {"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "error_message": _CLUSTER_DENIED,
+         "entity": [{"entity_type": p.entity_type, "entity_name": p.entity_name} for p in e.entity]}
+        for e in req.entries]}

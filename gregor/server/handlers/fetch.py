@@ -12,7 +12,7 @@ from typing import Any
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.schema import Struct
 from gregor.security.acl import AclOperation, ResourceType
-from gregor.server import fetch_session
+from gregor.server import fetch_session, throttling
 from gregor.server.dispatcher import RequestContext
 from gregor.server.partition import READ_COMMITTED, ReadResult
 from gregor.server.replica_manager import FetchParams, FetchPartition
@@ -50,6 +50,13 @@ def handle_fetch(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.F
     conn = ctx.connection
     fetch_max = ctx.broker.config.get("fetch.max.bytes")
     req_max = req.max_bytes if ctx.version >= 3 else 2**31 - 1
+    quota = ctx.broker.quotas.enabled and req.replica_id < 0  # consumer_byte_rate (followers are exempt)
+    if quota:  # a response carries at most what the quota window allows (Kafka's getMaxValueInQuotaWindow)
+        window = throttling.fetch_window_bytes(ctx)
+        if window is None:
+            quota = False
+        else:
+            fetch_max = min(fetch_max, window)
 
     def limits() -> tuple[int, bool]:
         room, may_exceed = conn.response_room()
@@ -101,6 +108,12 @@ def handle_fetch(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.F
                     entry["diverging_epoch"] = {"epoch": r.diverging_epoch[0], "end_offset": r.diverging_epoch[1]}
                 parts.append(entry)
             topics.append({"topic": topic, "partitions": parts})
+        if quota:
+            throttle_ms = throttling.record_fetch(ctx, total)
+            if throttle_ms:  # over the quota: an empty answer, as Kafka's (the client fetches the same again);
+                # a full fetch is answered without a session, as Kafka creates none for a throttled one
+                return {"throttle_time_ms": throttle_ms, "error_code": ErrorCode.NONE,
+                        "session_id": session.session_id if session.incremental else 0, "responses": []}
         conn.charge_response(correlation_id, total)
         return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "session_id": session.session_id,
                 "responses": session.filter(topics)}

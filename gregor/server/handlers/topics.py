@@ -22,10 +22,15 @@ from gregor.metadata.store import Change, CreateTopic, TopicMetadata
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.schema import Struct
 from gregor.security.acl import AclOperation, ResourceType
+from gregor.security.quotas import UNLIMITED_MUTATIONS, ControllerMutationQuota
+from gregor.server import throttling
 from gregor.server.dispatcher import RequestContext
 from gregor.server.replica_manager import effective_topic_configs
 from gregor.storage.errors import StorageError
 
+# controller_mutation_rate (KIP-599): from these versions a topic over the quota is refused with
+# THROTTLING_QUOTA_EXCEEDED; older clients have everything done and are throttled after.
+STRICT_MUTATION_VERSIONS = {"CreateTopics": 6, "DeleteTopics": 5, "CreatePartitions": 3}
 DYNAMIC_TOPIC_CONFIG = 1
 DEFAULT_CONFIG = 5
 _WAITING: set[asyncio.Task[None]] = set()  # admin responses waiting for log work
@@ -39,6 +44,7 @@ def handle_create_topics(ctx: RequestContext, req: Struct) -> dict[str, Any] | a
         seen[t.name] = seen.get(t.name, 0) + 1
     writes: list[tuple[dict[str, Any], TopicMetadata]] = []
     may_create_all = ctx.authorize(AclOperation.CREATE, ResourceType.CLUSTER)
+    quota = _mutation_quota(ctx, "CreateTopics", req.validate_only)
     for t in req.topics:
         entry: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.NONE, "error_message": None,
                                  "num_partitions": -1, "replication_factor": -1, "configs": None}
@@ -47,6 +53,7 @@ def handle_create_topics(ctx: RequestContext, req: Struct) -> dict[str, Any] | a
                 raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
             if seen[t.name] > 1:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"Create topics request from client contains duplicate topic {t.name}")
+            _check_mutations(quota)
             assignment = {a.partition_index: list(a.broker_ids) for a in t.assignments}
             configs = {c.name: c.value for c in t.configs}
             meta = admin.prepare_topic(t.name, t.num_partitions, t.replication_factor, assignment, configs,
@@ -57,11 +64,12 @@ def handle_create_topics(ctx: RequestContext, req: Struct) -> dict[str, Any] | a
                 entry["configs"] = []
                 entry["topic_config_error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             if not req.validate_only:
+                quota.record(len(meta.partitions))
                 writes.append((entry, meta))
         except KafkaError as e:
             _fail(entry, e)
         results.append(entry)
-    body = {"throttle_time_ms": 0, "topics": results}
+    body = throttling.finish_mutations(ctx, quota, {"throttle_time_ms": 0, "topics": results})
     if req.validate_only:
         return body
 
@@ -73,6 +81,18 @@ def handle_create_topics(ctx: RequestContext, req: Struct) -> dict[str, Any] | a
         return await _when_logs_done(ctx, body, results, req.timeout_ms, "created")
 
     return _later(write())
+
+
+def _mutation_quota(ctx: RequestContext, api: str, validate_only: bool) -> ControllerMutationQuota:
+    """The request's controller_mutation_rate; a validate-only request mutates nothing."""
+    if validate_only:
+        return UNLIMITED_MUTATIONS
+    return throttling.mutation_quota(ctx, ctx.version >= STRICT_MUTATION_VERSIONS[api])
+
+
+def _check_mutations(quota: ControllerMutationQuota) -> None:
+    if quota.exceeded():
+        raise KafkaError(ErrorCode.THROTTLING_QUOTA_EXCEEDED, throttling.THROTTLING_QUOTA_EXCEEDED_MESSAGE)
 
 
 def _describe_created(ctx: RequestContext, entry: dict[str, Any], meta: TopicMetadata) -> None:
@@ -101,6 +121,7 @@ def handle_delete_topics(ctx: RequestContext, req: Struct) -> asyncio.Future[dic
     admin = ctx.broker.topic_admin
     results = []
     writes: list[tuple[dict[str, Any], Change]] = []
+    quota = _mutation_quota(ctx, "DeleteTopics", False)
     for name in names:
         entry: dict[str, Any] = {"name": name, "error_code": ErrorCode.NONE, "error_message": None}
         try:
@@ -111,11 +132,13 @@ def handle_delete_topics(ctx: RequestContext, req: Struct) -> asyncio.Future[dic
             meta = ctx.broker.metadata_cache.topic(name)
             if meta is not None:
                 entry["topic_id"] = meta.topic_id
+            _check_mutations(quota)
             writes.append((entry, admin.prepare_delete(name)))
+            quota.record(len(meta.partitions) if meta is not None else 0)
         except KafkaError as e:
             _fail(entry, e)
         results.append(entry)
-    body = {"throttle_time_ms": 0, "responses": results}
+    body = throttling.finish_mutations(ctx, quota, {"throttle_time_ms": 0, "responses": results})
     return _later(_write_then_wait(ctx, body, results, writes, req.timeout_ms, "deleted"))
 
 
@@ -123,19 +146,23 @@ def handle_create_partitions(ctx: RequestContext, req: Struct) -> dict[str, Any]
     admin = ctx.broker.topic_admin
     results = []
     writes: list[tuple[dict[str, Any], Change]] = []
+    quota = _mutation_quota(ctx, "CreatePartitions", req.validate_only)
     for t in req.topics:
         entry: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.NONE, "error_message": None}
         try:
             if not ctx.authorize(AclOperation.ALTER, ResourceType.TOPIC, t.name):
                 raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
+            _check_mutations(quota)
             assignment = None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]
+            meta = ctx.broker.metadata_cache.topic(t.name)
             change = admin.prepare_partitions(t.name, t.count, assignment, reserve=not req.validate_only)
             if not req.validate_only:
+                quota.record(t.count - (len(meta.partitions) if meta is not None else 0))
                 writes.append((entry, change))
         except KafkaError as e:
             _fail(entry, e)
         results.append(entry)
-    body = {"throttle_time_ms": 0, "results": results}
+    body = throttling.finish_mutations(ctx, quota, {"throttle_time_ms": 0, "results": results})
     if req.validate_only:
         return body
     return _later(_write_then_wait(ctx, body, results, writes, req.timeout_ms, "created"))
