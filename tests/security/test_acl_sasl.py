@@ -295,3 +295,19 @@ def test_gregor_acls_with_command_config(b: BrokerProcess, tmp_path: Any) -> Non
                         "--principal", "User:alice"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "name=alice-, patternType=PREFIXED" in r.stdout and "name=alice-g" in r.stdout
+
+
+def test_client_quotas_need_cluster_describe_and_alter_configs(b: BrokerProcess) -> None:
+    from tests.wire import WireClient
+
+    c = WireClient(f"127.0.0.1:{b.ports['PLAINTEXT']}")  # User:ANONYMOUS, no ACLs
+    try:
+        r = c.request(48, 1, {"components": [{"entity_type": "user", "match_type": 2, "match": None}],
+                              "strict": False})
+        assert r.error_code == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+        entity = [{"entity_type": "user", "entity_name": "alice"}]
+        r = c.request(49, 1, {"entries": [{"entity": entity, "ops": [
+            {"key": "producer_byte_rate", "value": 1024.0, "remove": False}]}], "validate_only": False})
+        assert [e.error_code for e in r.entries] == [KafkaError.CLUSTER_AUTHORIZATION_FAILED]
+    finally:
+        c.close()
