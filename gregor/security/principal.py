@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import quote, unquote
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,3 +26,14 @@ class KafkaPrincipal:
 
 # Whoever connects through a listener that authenticates nobody (PLAINTEXT, SSL without a client certificate).
 ANONYMOUS = KafkaPrincipal("User", "ANONYMOUS")
+
+
+def sanitize(name: str) -> str:
+    """Kafka's Sanitizer: a user or client-id as stored in entity names (/config/users/<name>): URL
+    encoding of its UTF-8 that keeps letters, digits and `-._` only, spaces as %20. SCRAM credentials and
+    quotas of one user share that entity."""
+    return quote(name, safe="").replace("~", "%7E")
+
+
+def desanitize(name: str) -> str:
+    return unquote(name)

@@ -41,8 +41,8 @@ import math
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from urllib.parse import quote, unquote
 
+from gregor.security.principal import desanitize, sanitize  # noqa: F401 - re-exported to the quota handlers
 from gregor.server.rate import SampledRate
 
 PRODUCER_BYTE_RATE = "producer_byte_rate"
@@ -67,16 +67,6 @@ NANOS_TO_PERCENTAGE = 100.0 / 1e9  # request time in ns -> percentage-seconds of
 # when the entity does not name that type. Sanitized as Kafka does (URL encoding), so a real
 # name can never read "<default>" and a user name with "/" cannot break the store's paths.
 Entity = tuple[str | None, str | None]
-
-
-def sanitize(name: str) -> str:
-    """Kafka's Sanitizer: a user or client-id as stored in entity names (URL encoding of UTF-8 that
-    keeps letters, digits and `-._` only, spaces as %20)."""
-    return quote(name, safe="").replace("~", "%7E")
-
-
-def desanitize(name: str) -> str:
-    return unquote(name)
 
 
 def store_key(entity: Entity) -> tuple[str, str]:

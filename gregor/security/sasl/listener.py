@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from gregor.configdef import ConfigError
+from gregor.security.principal import sanitize
 from gregor.security.sasl.authenticator import IMPLEMENTED_MECHANISMS, ListenerSasl
 from gregor.security.sasl.jaas import JaasConfigError, parse_single_module
 from gregor.security.sasl.mechanism import SaslServer
@@ -43,7 +44,7 @@ def scram_credential_lookup(entity_configs: Callable[[str, str], dict[str, str]]
     broker is used by the next login everywhere. A malformed stored value counts as none."""
 
     def lookup(mechanism: str, user: str) -> ScramCredential | None:
-        text = entity_configs("users", user).get(mechanism)
+        text = entity_configs("users", sanitize(user)).get(mechanism)
         if not text:
             return None
         try:

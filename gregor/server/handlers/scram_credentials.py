@@ -22,6 +22,7 @@ from typing import Any
 from gregor.metadata.store import SetEntityConfigs, entity_path
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.schema import Struct
+from gregor.security.principal import desanitize, sanitize
 from gregor.security.sasl.scram import (
     BY_TYPE,
     MAX_ITERATIONS,
@@ -58,10 +59,10 @@ def handle_describe_user_scram_credentials(ctx: RequestContext, req: Struct) -> 
     cache = ctx.broker.metadata_cache
     results = []
     if not req.users:  # null or empty: every user that has a credential
-        for user, configs in sorted(cache.entities("users").items()):
+        for entity, configs in sorted(cache.entities("users").items()):
             infos = _credentials(configs)
-            if infos:
-                results.append(_describe_result(user, ErrorCode.NONE, None, infos))
+            if infos and "/" not in entity:
+                results.append(_describe_result(desanitize(entity), ErrorCode.NONE, None, infos))
     else:
         names = [u.name for u in req.users]
         counts = Counter(names)
@@ -71,7 +72,7 @@ def handle_describe_user_scram_credentials(ctx: RequestContext, req: Struct) -> 
                                                 "Cannot describe SCRAM credentials for the same user twice in a "
                                                 "single request"))
                 continue
-            infos = _credentials(cache.entity_configs("users", user)) if user and "/" not in user else []
+            infos = _credentials(cache.entity_configs("users", sanitize(user))) if user else []
             if not infos:
                 results.append(_describe_result(user, ErrorCode.RESOURCE_NOT_FOUND,
                                                 "Attempt to describe a user credential that does not exist"))
@@ -139,11 +140,11 @@ def handle_alter_user_scram_credentials(ctx: RequestContext, req: Struct) -> dic
                                  "A user credential cannot be altered twice in the same request")
             if user:
                 try:
-                    entity_path("users", user)
+                    entity_path("users", sanitize(user))
                 except ValueError:
                     raise _UserError(ErrorCode.UNACCEPTABLE_CREDENTIAL, f"Invalid user name {user!r}") from None
-            new = _new_configs(cache.entity_configs("users", user), deletions, upsertions)
-            writes.append((user, SetEntityConfigs("users", user, new)))
+            new = _new_configs(cache.entity_configs("users", sanitize(user)), deletions, upsertions)
+            writes.append((user, SetEntityConfigs("users", sanitize(user), new)))
         except _UserError as e:
             results[user].update(error_code=e.code, error_message=e.message)
     body = {"throttle_time_ms": 0, "results": list(results.values())}
