@@ -2,7 +2,7 @@
 
 Usage: python benchmarks/bench_throughput.py [--records N] [--partitions 1 8] [--value-bytes 100]
        [--compression none|gzip|snappy|lz4|zstd] [--acks all|1] [--rdkafka-performance PATH] [--no-baseline]
-       [--idempotence]
+       [--idempotence] [--authorizer]
 
 Clients: confluent-kafka (librdkafka) in this process, and optionally librdkafka's C
 rdkafka_performance example (built outside this repo) so the Python client is not the
@@ -192,6 +192,9 @@ def main() -> None:
                     "baseline (default: a temporary directory)")
     ap.add_argument("--no-baseline", action="store_true", help="skip the sequential-write baseline")
     ap.add_argument("--idempotence", action="store_true", help="idempotent producers (implies --acks all)")
+    ap.add_argument("--authorizer", action="store_true",
+                    help="run the broker with Kafka's ACL authorizer, the client an ordinary principal allowed by "
+                         "ACLs (every Produce and Fetch is checked per topic)")
     args = ap.parse_args()
     if args.idempotence:
         args.acks = "all"
@@ -200,7 +203,8 @@ def main() -> None:
         if args.bootstrap:
             bootstrap, pid = args.bootstrap, os.getpid()
         else:
-            broker = BrokerProcess(Path(d) / "data").start()
+            broker = BrokerProcess(Path(d) / "data").start() if not args.authorizer else \
+                authorized_broker(Path(d) / "data")
             assert broker.proc is not None
             bootstrap, pid = broker.bootstrap, broker.proc.pid
         print(f"broker {bootstrap}, {args.records:,} records of {args.value_bytes} bytes, {os.cpu_count()} cores")
@@ -224,6 +228,24 @@ def main() -> None:
         finally:
             if broker is not None:
                 broker.stop()
+
+
+def authorized_broker(data: Path) -> BrokerProcess:
+    """A broker with the ACL authorizer where User:ANONYMOUS is no super user but allowed by ACLs (on the
+    literal "*" topic and group, and the cluster): set up as a super user, then restarted without one."""
+    from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
+
+    b = BrokerProcess(data, {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+                             "super.users": "User:ANONYMOUS"}).start()
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    acls = [AclBinding(rt, name, ResourcePatternType.LITERAL, "User:ANONYMOUS", "*", AclOperation.ALL,
+                       AclPermissionType.ALLOW)
+            for rt, name in ((ResourceType.TOPIC, "*"), (ResourceType.GROUP, "*"), (ResourceType.BROKER, "kafka-cluster"))]
+    for f in admin.create_acls(acls).values():
+        f.result(10)
+    b.stop()
+    b.overrides["super.users"] = ""
+    return b.restart()
 
 
 if __name__ == "__main__":

@@ -81,7 +81,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from gregor.tools import consume, elect_leaders, groups, produce, quotas, reassign, topics, transactions, users
+    from gregor.tools import (
+        acls,
+        consume,
+        elect_leaders,
+        groups,
+        produce,
+        quotas,
+        reassign,
+        topics,
+        transactions,
+        users,
+    )
     from gregor.tools.common import HelpFormatter, ToolParser, run
 
     parser = ToolParser(prog="gregor", description="Gregor: a Kafka-compatible commit log",
@@ -103,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     elect_leaders.add_subcommands(sub)
     reassign.add_subcommands(sub)
     transactions.add_subcommands(sub)
+    acls.add_subcommands(sub)
     quotas.add_subcommands(sub)
     users.add_subcommands(sub)
 

@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping
 
 from gregor.metadata.store import (
+    ACLS,
     BROKER_CONFIGS,
     BROKERS,
     DELETED,
@@ -37,6 +38,7 @@ from gregor.metadata.store import (
     PartitionState,
     TopicMetadata,
 )
+from gregor.security.acl import AclIndex
 
 log = logging.getLogger("gregor.metadata")
 
@@ -65,6 +67,8 @@ class MetadataCache:
         self._brokers: tuple[BrokerInfo, ...] = ()
         self._broker_configs: dict[str, dict[str, str]] = {}
         self._entity_configs: dict[str, dict[str, str]] = {}  # "users/alice", "clients/app", ... -> configs
+        # Every ACL, indexed for the authorizer (which reads this object; (ACLS, pattern) tells it of changes).
+        self.acls = AclIndex()
         self._topics: dict[str, TopicMetadata] = {}
         self._by_id: dict[uuid.UUID, TopicMetadata] = {}
         self._by_collision_key: dict[str, str] = {}
@@ -83,6 +87,7 @@ class MetadataCache:
         self._brokers = image.brokers
         self._broker_configs = {e: dict(c) for e, c in image.broker_configs.items()}
         self._entity_configs = {e: dict(c) for e, c in image.entity_configs.items()}
+        self.acls.replace_all(image.acls)
         self._topics = {}
         self._by_id = {}
         self._by_collision_key = {}
@@ -130,6 +135,9 @@ class MetadataCache:
             else:
                 self._entity_configs.pop(path, None)
             self._notify(ENTITY_CONFIGS, path)
+        elif event.kind == ACLS and event.acl_pattern is not None:
+            self.acls.set(event.acl_pattern, event.acls or ())
+            self._notify(ACLS, str(event.acl_pattern))
         elif event.kind == SESSION:  # the store's session was lost or restored: listeners get its state
             self.session = event.session or ""
             self._notify(SESSION, self.session)

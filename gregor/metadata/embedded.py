@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gregor.metadata.store import (
+    ACLS,
     BROKER_CONFIGS,
     BROKERS,
     CONFIGS,
@@ -40,6 +41,7 @@ from gregor.metadata.store import (
     PARTITIONS,
     STATE,
     AddPartitions,
+    AlterAcls,
     BadVersionError,
     BrokerInfo,
     Change,
@@ -60,6 +62,7 @@ from gregor.metadata.store import (
     TopicExistsError,
     TopicMetadata,
 )
+from gregor.security.acl import AccessControlEntry, ResourcePattern, acls_from_json, acls_to_json
 
 FILE_NAME = "gregor-metadata.json"
 JOURNAL_NAME = "gregor-metadata.journal"
@@ -85,6 +88,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._topics: dict[str, TopicMetadata] = {}
         self._broker_configs: dict[str, dict[str, str]] = {}  # dynamic broker configs by entity
         self._entity_configs: dict[str, dict[str, str]] = {}  # user/client configs by entity path
+        self._acls: dict[ResourcePattern, frozenset[AccessControlEntry]] = {}  # the non-empty patterns
         self._cluster_id = ""
         self._version = 0
         self._journal_bytes = 0
@@ -112,6 +116,8 @@ class EmbeddedMetadataStore(MetadataStore):
         self._version = int(doc.get("metadata_version", 0))
         self._broker_configs = {str(e): dict(c) for e, c in doc.get("broker_configs", {}).items()}
         self._entity_configs = {str(e): dict(c) for e, c in doc.get("entity_configs", {}).items()}
+        for a in doc.get("acls", []):
+            self._set_acls(*acls_from_json(a))
         for t in doc.get("topics", []):
             rows = t["partitions"]
             parts = ({int(p): PartitionState(**s) for p, s in rows.items()} if isinstance(rows, dict)  # format 1
@@ -167,6 +173,8 @@ class EmbeddedMetadataStore(MetadataStore):
             self._set_broker_configs(r["entity"], dict(r["configs"]))
         elif op == "entity_configs":
             self._set_entity_configs(r["path"], dict(r["configs"]))
+        elif op == "acls":
+            self._set_acls(*acls_from_json(r["acls"]))
         else:
             raise MetadataError(f"metadata journal {self._journal_path}: unknown record {op!r}")
 
@@ -175,7 +183,8 @@ class EmbeddedMetadataStore(MetadataStore):
         """Everything at self._version into the snapshot file (tmp, fsync, rename). Each topic is encoded
         by its own json.dumps call so this thread gives the GIL back to the event loop between topics."""
         head = json.dumps({"version": 2, "cluster_id": self._cluster_id, "metadata_version": self._version,
-                           "broker_configs": self._broker_configs, "entity_configs": self._entity_configs})
+                           "broker_configs": self._broker_configs, "entity_configs": self._entity_configs,
+                           "acls": [acls_to_json(p, e) for p, e in self._acls.items()]})
         tmp = self._path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(head[:-1] + ', "topics": [')
@@ -245,7 +254,7 @@ class EmbeddedMetadataStore(MetadataStore):
             return MetadataImage(self._version, self._cluster_id, self._brokers_tuple(), self._controller_id(),
                                  {name: t.copy() for name, t in self._topics.items()},
                                  {e: dict(c) for e, c in self._broker_configs.items()},
-                                 {e: dict(c) for e, c in self._entity_configs.items()})
+                                 {e: dict(c) for e, c in self._entity_configs.items()}, acls=dict(self._acls))
 
     def _brokers_tuple(self) -> tuple[BrokerInfo, ...]:
         return tuple(sorted(self._brokers.values(), key=lambda b: b.broker_id))
@@ -331,11 +340,22 @@ class EmbeddedMetadataStore(MetadataStore):
         else:
             self._entity_configs.pop(path, None)
 
+    def _set_acls(self, pattern: ResourcePattern, entries: frozenset[AccessControlEntry]) -> None:
+        if entries:
+            self._acls[pattern] = entries
+        else:
+            self._acls.pop(pattern, None)
+
     def _apply_one(self, ch: Change, v: int) -> tuple[str, MetadataEvent]:
         if isinstance(ch, SetEntityConfigs):
             self._set_entity_configs(ch.path, dict(ch.configs))
             record = _record({"v": v, "op": "entity_configs", "path": ch.path, "configs": ch.configs})
             return record, MetadataEvent(v, ENTITY_CONFIGS, entity=ch.path, configs=dict(ch.configs))
+        if isinstance(ch, AlterAcls):
+            entries = (self._acls.get(ch.pattern, frozenset()) - ch.remove) | ch.add
+            self._set_acls(ch.pattern, entries)
+            record = _record({"v": v, "op": "acls", "acls": acls_to_json(ch.pattern, entries)})
+            return record, MetadataEvent(v, ACLS, acl_pattern=ch.pattern, acls=entries)
         if isinstance(ch, SetBrokerConfigs):
             self._set_broker_configs(ch.entity, dict(ch.configs))
             record = _record({"v": v, "op": "broker_configs", "entity": ch.entity, "configs": ch.configs})

@@ -28,6 +28,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from gregor.security.acl import AccessControlEntry, ResourcePattern
+
 
 class MetadataError(Exception):
     """Base for store errors."""
@@ -154,6 +156,16 @@ class SetBrokerConfigs:
     configs: dict[str, str]
 
 
+@dataclass(frozen=True)
+class AlterAcls:
+    """Add and remove access control entries of one resource pattern (ZooKeeper: one /kafka-acl znode,
+    rewritten conditionally on its version, so concurrent changes through two brokers both land)."""
+
+    pattern: ResourcePattern
+    add: frozenset[AccessControlEntry] = frozenset()
+    remove: frozenset[AccessControlEntry] = frozenset()
+
+
 # Kafka's name for the cluster-wide default entity (the znode /config/brokers/<default>).
 DEFAULT_ENTITY = "<default>"
 ENTITY_TYPES = ("users", "clients")
@@ -186,7 +198,7 @@ def entity_path(entity_type: str, entity: str) -> str:
 
 
 Change = (CreateTopic | DeleteTopic | AddPartitions | SetTopicConfigs | ReassignPartitions | SetBrokerConfigs
-          | SetEntityConfigs)
+          | SetEntityConfigs | AlterAcls)
 
 
 @dataclass(frozen=True)
@@ -208,6 +220,8 @@ BROKER_CONFIGS = "broker_configs"
 # A user or client entity's configs changed: `entity` is its path ("users/alice", "clients/<default>",
 # "users/alice/clients/app") and `configs` the new ones (empty: none left).
 ENTITY_CONFIGS = "entity_configs"
+# The ACLs of one resource pattern changed: `acl_pattern` and all its entries now (`acls`, empty: none left).
+ACLS = "acls"
 # The store's own session with the cluster (ZooKeeper): "lost" when it expired (this broker's
 # registration and any controllership are gone: it must stop acting as leader or controller), then
 # "restored" once it registered again and the cache was reloaded. The embedded store never loses it.
@@ -232,6 +246,8 @@ class MetadataEvent:
     session: str | None = None  # SESSION events: SESSION_LOST or SESSION_RESTORED
     entity: str | None = None  # BROKER_CONFIGS events: a broker id as text, or DEFAULT_ENTITY
     configs: dict[str, str] | None = None
+    acl_pattern: ResourcePattern | None = None  # ACLS events
+    acls: frozenset[AccessControlEntry] | None = None
 
 
 @dataclass(frozen=True)
@@ -245,6 +261,7 @@ class MetadataImage:
     topics: dict[str, TopicMetadata]
     broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)  # entity -> dynamic configs
     entity_configs: dict[str, dict[str, str]] = field(default_factory=dict)  # entity path -> configs
+    acls: dict[ResourcePattern, frozenset[AccessControlEntry]] = field(default_factory=dict)
 
 
 Subscriber = Callable[[MetadataEvent], None]
@@ -350,6 +367,9 @@ class MetadataStore(ABC):
         """A user's or client's configs (see SetEntityConfigs); raises ValueError for a malformed entity."""
         entity_path(entity_type, entity)
         return _one(self.apply([SetEntityConfigs(entity_type, entity, dict(configs))]))
+    def alter_acls(self, pattern: ResourcePattern, add: frozenset[AccessControlEntry] = frozenset(),
+                   remove: frozenset[AccessControlEntry] = frozenset()) -> int:
+        return _one(self.apply([AlterAcls(pattern, frozenset(add), frozenset(remove))]))
 
     def update_partition_state(self, name: str, partition: int, state: PartitionState, expected_version: int) -> int:
         """One conditional write without fencing; returns the new version or raises BadVersionError.

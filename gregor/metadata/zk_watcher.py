@@ -28,6 +28,7 @@ from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.protocol.states import WatchedEvent, ZnodeStat
 
 from gregor.metadata.store import (
+    ACLS,
     BROKER_CONFIGS,
     BROKERS,
     CONFIGS,
@@ -46,6 +47,12 @@ from gregor.metadata.store import (
     TopicMetadata,
 )
 from gregor.metadata.zk_znodes import (
+    ACL_CHANGE_EXPIRATION_MS,
+    ACL_CHANGE_PREFIX,
+    ACL_CHANGES,
+    ACL_EXT_CHANGES,
+    ACL_LITERAL,
+    ACL_PREFIXED,
     BROKER_IDS,
     CONFIG_BROKERS,
     CONFIG_CHANGE_PREFIX,
@@ -63,7 +70,12 @@ from gregor.metadata.zk_znodes import (
     _state_path,
     _Topic,
     _topic_path,
+    acl_path,
+    acl_pattern_of,
+    parse_acl_change,
+    parse_acl_znode,
 )
+from gregor.security.acl import AccessControlEntry, ResourcePattern
 
 log = logging.getLogger("gregor.metadata.zookeeper")
 
@@ -90,6 +102,9 @@ class ZooKeeperWatcher:
         self._broker_configs: dict[str, dict[str, str]] = {}  # /config/brokers/<entity>, the non-empty ones
         self._entity_configs: dict[str, dict[str, str]] = {}  # /config/<entity path> (users, clients), non-empty
         self._last_config_change = ""  # the newest /config/changes notification read
+        # /kafka-acl... znodes with ACLs: their entries and mzxid; and the last change notification read per root.
+        self._acls: dict[ResourcePattern, tuple[frozenset[AccessControlEntry], int]] = {}
+        self._acl_seen: dict[str, int] = {ACL_CHANGES: -1, ACL_EXT_CHANGES: -1}
         self._queue: queue.Queue[tuple[Any, ...]] = queue.Queue()
         # zookeeper.max.in.flight.requests, as Kafka's ZooKeeperClient: pipelined requests wait for a permit,
         # released when ZooKeeper answers (on kazoo's callback thread, which never waits for one).
@@ -131,7 +146,8 @@ class ZooKeeperWatcher:
             return MetadataImage(self._version, self._cluster_id, self._brokers_tuple(), self._controller,
                                  {n: t.meta.copy() for n, t in self._topics.items()},
                                  {e: dict(c) for e, c in self._broker_configs.items()},
-                                 {e: dict(c) for e, c in self._entity_configs.items()})
+                                 {e: dict(c) for e, c in self._entity_configs.items()},
+                                 acls={p: e for p, (e, _) in self._acls.items()})
 
     def _brokers_tuple(self) -> tuple[BrokerInfo, ...]:
         return tuple(sorted(self._brokers.values(), key=lambda b: b.broker_id))
@@ -223,6 +239,12 @@ class ZooKeeperWatcher:
             entities = {p.split("/")[3] for p in paths if p.startswith(CONFIG_BROKERS + "/") and p.count("/") == 3}
             if entities:
                 self._read_broker_configs(entities)
+        for root in (ACL_CHANGES, ACL_EXT_CHANGES):
+            if root in paths:
+                self._read_acl_changes(root)
+        acl_patterns = {ap for ap in map(acl_pattern_of, paths) if ap is not None}
+        if acl_patterns:
+            self._read_acls(acl_patterns)
         topics_changed = TOPICS in paths
         full: set[str] = set()
         states: dict[str, set[int]] = {}
@@ -452,6 +474,80 @@ class ZooKeeperWatcher:
                         self._broker_configs.pop(e, None)
                     self._publish_locked(BROKER_CONFIGS, entity=e, configs=dict(configs))
 
+    # --- ACLs: the znodes, found again through Kafka's change notifications ---------------------------
+    def _read_all_acls(self) -> None:
+        """Every ACL znode and the notification watches (start, new session, reconnection); publishes what
+        changed. Notifications already there are taken as read (their patterns are read anyway) and the
+        expired ones deleted."""
+        patterns: set[ResourcePattern] = set()
+        for root in (ACL_LITERAL, ACL_PREFIXED):
+            types = self._zk.get_children(root)
+            reads = {t: self.call(self._zk.get_children_async, f"{root}/{t}") for t in types}
+            for t, r in reads.items():
+                try:
+                    names = r.get()
+                except NoNodeError:
+                    continue
+                patterns.update(ap for ap in (acl_pattern_of(f"{root}/{t}/{n}") for n in names) if ap is not None)
+        with self._lock:
+            patterns |= set(self._acls)
+        for root in (ACL_CHANGES, ACL_EXT_CHANGES):
+            children = self._zk.get_children(root, watch=self._on_watch)
+            self._acl_seen[root] = max([self._acl_seen[root], *(_change_seq(c) for c in children)])
+            stats = {c: self.call(self._zk.exists_async, f"{root}/{c}") for c in children}
+            self._purge_acl_changes(root, {c: r.get() for c, r in stats.items()})
+        self._read_acls(patterns)
+
+    def _read_acl_changes(self, root: str) -> None:
+        """New notifications under `root`: the patterns they name are read again."""
+        children = self._zk.get_children(root, watch=self._on_watch)
+        new = [c for c in children if _change_seq(c) > self._acl_seen[root]]
+        reads = {c: self.call(self._zk.get_async, f"{root}/{c}") for c in new}
+        patterns: set[ResourcePattern] = set()
+        stats: dict[str, ZnodeStat | None] = {}
+        for c, r in reads.items():
+            try:
+                data, stats[c] = r.get()
+            except NoNodeError:
+                continue
+            ap = parse_acl_change(root, data)
+            if ap is None:
+                log.warning("ignoring the unreadable ACL change notification %s/%s: %r", root, c, data[:200])
+            else:
+                patterns.add(ap)
+        if new:
+            self._acl_seen[root] = max(_change_seq(c) for c in new)
+        self._read_acls(patterns)
+        self._purge_acl_changes(root, stats)
+
+    def _purge_acl_changes(self, root: str, stats: dict[str, ZnodeStat | None]) -> None:
+        """Delete notifications older than Kafka's 15 minutes (every broker read them long ago)."""
+        now_ms = time.time() * 1000
+        for c, st in stats.items():
+            if st is not None and now_ms - st.ctime > ACL_CHANGE_EXPIRATION_MS:
+                self.call(self._zk.delete_async, f"{root}/{c}")  # another broker may win: errors ignored
+
+    def _read_acls(self, patterns: set[ResourcePattern]) -> None:
+        """Read the patterns' znodes; publish ACLS for each whose ACLs changed (a removed znode: none left)."""
+        reads = {ap: self.call(self._zk.get_async, acl_path(ap)) for ap in patterns}
+        for ap, r in reads.items():
+            try:
+                data, stat = r.get()
+                entries, mzxid = parse_acl_znode(data), stat.mzxid
+            except NoNodeError:
+                entries, mzxid = frozenset(), -1
+            with self._lock:
+                cur = self._acls.get(ap)
+                if cur is None and not entries:
+                    continue
+                if cur is not None and mzxid != -1 and mzxid <= cur[1]:
+                    continue  # not newer than what was published
+                if entries:
+                    self._acls[ap] = (entries, mzxid)
+                else:
+                    self._acls.pop(ap, None)
+                self._publish_locked(ACLS, acl_pattern=ap, acls=entries)
+
     def _read_states(self, states: dict[str, set[int]]) -> None:
         reads = {(n, p): self.call(self._zk.get_async, _state_path(n, p), watch=self._on_watch)
                  for n, ps in states.items() for p in ps}
@@ -501,6 +597,7 @@ class ZooKeeperWatcher:
         self._read_brokers()
         self._read_broker_configs(None)
         self._read_entity_configs(None)
+        self._read_all_acls()
         names = set(self._zk.get_children(TOPICS, watch=self._on_watch))
         with self._lock:
             old = set(self._topics)
@@ -517,6 +614,7 @@ class ZooKeeperWatcher:
         self._read_brokers()
         self._read_broker_configs(None)
         self._read_entity_configs(None)
+        self._read_all_acls()
         names = set(self._zk.get_children(TOPICS, watch=self._on_watch))
         with self._lock:
             gone = [n for n in self._topics if n not in names]
@@ -546,3 +644,9 @@ class ZooKeeperWatcher:
             if self._closed or not self._reader.is_alive():
                 break
         return self._version
+
+
+def _change_seq(name: str) -> int:
+    """acl_changes_0000000042 -> 42 (-1 for a name not of that form)."""
+    tail = name[len(ACL_CHANGE_PREFIX):] if name.startswith(ACL_CHANGE_PREFIX) else ""
+    return int(tail) if tail.isdigit() else -1

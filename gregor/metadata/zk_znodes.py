@@ -16,6 +16,7 @@ from kazoo.exceptions import KazooException, RolledBackError, ZookeeperError
 from kazoo.protocol.states import ZnodeStat
 
 from gregor.metadata.store import BrokerInfo, MetadataError, PartitionState, TopicMetadata
+from gregor.security.acl import AccessControlEntry, PatternType, ResourcePattern, ResourceType
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 BROKER_IDS, TOPICS, CONFIG_TOPICS = "/brokers/ids", "/brokers/topics", "/config/topics"
@@ -26,10 +27,19 @@ CONFIG_BROKERS = "/config/brokers"
 CONFIG_ROOT, CONFIG_CHANGES, CONFIG_CHANGE_PREFIX = "/config", "/config/changes", "config_change_"
 CONFIG_USERS, CONFIG_CLIENTS = "/config/users", "/config/clients"
 CONFIG_CHANGES_KEPT = 100  # notifications kept (Kafka deletes them after 15 minutes); older ones are deleted
+# Kafka's ACL layout (AclAuthorizer / ZkAclStore): literal patterns under /kafka-acl/<ResourceType>/<name>,
+# prefixed ones under /kafka-acl-extended/prefixed/<ResourceType>/<name>; every change also creates a
+# sequential notification that brokers watch, /kafka-acl-changes/acl_changes_NNNNNNNNNN (data "Topic:name")
+# or /kafka-acl-extended-changes/acl_changes_NNNNNNNNNN (JSON naming the pattern).
+ACL_LITERAL, ACL_PREFIXED = "/kafka-acl", "/kafka-acl-extended/prefixed"
+ACL_CHANGES, ACL_EXT_CHANGES = "/kafka-acl-changes", "/kafka-acl-extended-changes"
+ACL_CHANGE_PREFIX = "acl_changes_"
+# Notifications older than this are deleted by the brokers that read them (Kafka's 15 minutes).
+ACL_CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 CONTROLLER, CONTROLLER_EPOCH = "/controller", "/controller_epoch"
 CLUSTER_ID, PRODUCER_ID_BLOCK = "/cluster/id", "/latest_producer_id_block"
 PERSISTENT_PATHS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, CONFIG_BROKERS, "/cluster", CONFIG_CHANGES, CONFIG_USERS,
-                    CONFIG_CLIENTS)
+                    CONFIG_CLIENTS, ACL_LITERAL, ACL_PREFIXED, ACL_CHANGES, ACL_EXT_CHANGES)
 # Partitions created or deleted per multi (~250 bytes each), so a request stays under ZooKeeper's 1 MB
 # jute.maxbuffer, beyond which the server drops the connection.
 PARTITIONS_PER_MULTI = 2000
@@ -143,3 +153,58 @@ def _raise_first(results: list[Any], what: str) -> None:
             if isinstance(r, ZookeeperError | KazooException):
                 raise MetadataError(f"{what}: ZooKeeper answered {type(r).__name__}")
             raise MetadataError(f"{what}: {r}")
+
+
+# --- ACLs ---------------------------------------------------------------------------------------
+def acl_path(p: ResourcePattern) -> str:
+    root = ACL_PREFIXED if p.pattern_type == PatternType.PREFIXED else ACL_LITERAL
+    return f"{root}/{p.resource_type.kafka_name}/{p.name}"
+
+
+def acl_pattern_of(path: str) -> ResourcePattern | None:
+    """The pattern a /kafka-acl... znode path stands for, or None for another path."""
+    for root, pt in ((ACL_PREFIXED, PatternType.PREFIXED), (ACL_LITERAL, PatternType.LITERAL)):
+        if path.startswith(root + "/"):
+            rtype, slash, name = path[len(root) + 1:].partition("/")
+            rt = ResourceType.parse(rtype)
+            if not slash or not name or rt in (ResourceType.UNKNOWN, ResourceType.ANY):
+                return None
+            return ResourcePattern(ResourceType(rt), name, pt)
+    return None
+
+
+def acl_znode(entries: frozenset[AccessControlEntry]) -> bytes:
+    return _dumps({"version": 1, "acls": sorted((e.to_json() for e in entries), key=lambda d: sorted(d.items()))})
+
+
+def parse_acl_znode(data: bytes) -> frozenset[AccessControlEntry]:
+    if not data:
+        return frozenset()
+    return frozenset(AccessControlEntry.from_json(d) for d in json.loads(data).get("acls") or [])
+
+
+def acl_change_notification(p: ResourcePattern) -> tuple[str, bytes]:
+    """(the sequential znode's path prefix, its data) announcing a change of `p`'s ACLs, as Kafka writes it."""
+    if p.pattern_type == PatternType.LITERAL:
+        return f"{ACL_CHANGES}/{ACL_CHANGE_PREFIX}", f"{p.resource_type.kafka_name}:{p.name}".encode()
+    return f"{ACL_EXT_CHANGES}/{ACL_CHANGE_PREFIX}", _dumps(
+        {"version": 1, "resourceType": p.resource_type.kafka_name, "name": p.name,
+         "patternType": p.pattern_type.kafka_name.upper()})
+
+
+def parse_acl_change(changes_root: str, data: bytes) -> ResourcePattern | None:
+    """The pattern a change notification names (None when it cannot be read: it is then skipped)."""
+    try:
+        if changes_root == ACL_CHANGES:
+            rtype, _, name = data.decode().partition(":")
+            pt = PatternType.LITERAL
+        else:
+            doc = json.loads(data)
+            rtype, name, pt = str(doc["resourceType"]), str(doc["name"]), PatternType.parse(str(doc["patternType"]))
+        rt = ResourceType.parse(rtype)
+        if rt in (ResourceType.UNKNOWN, ResourceType.ANY) or not name or \
+                pt not in (PatternType.LITERAL, PatternType.PREFIXED):
+            return None
+        return ResourcePattern(ResourceType(rt), name, PatternType(pt))
+    except (ValueError, KeyError, UnicodeDecodeError):
+        return None

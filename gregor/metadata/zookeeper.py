@@ -73,6 +73,7 @@ from kazoo.protocol.states import ZnodeStat
 from gregor.config import BrokerConfig
 from gregor.metadata.store import (
     AddPartitions,
+    AlterAcls,
     BadVersionError,
     BrokerInfo,
     Change,
@@ -117,13 +118,21 @@ from gregor.metadata.zk_znodes import (  # noqa: F401 - the layout's names are i
     _raise_first,
     _state_path,
     _topic_path,
+    acl_change_notification,
+    acl_path,
+    acl_znode,
     config_znode,
+    parse_acl_znode,
     parse_connect,
     state_znode,
     topic_znode,
 )
 
 log = logging.getLogger("gregor.metadata.zookeeper")
+
+# Conditional ACL znode writes retried before a change is refused (each lost race means another broker's
+# write landed, so this only runs out under a storm of concurrent CreateAcls/DeleteAcls on one pattern).
+ACL_WRITE_ATTEMPTS = 20
 
 
 class ZooKeeperMetadataStore(MetadataStore):
@@ -438,6 +447,8 @@ class ZooKeeperMetadataStore(MetadataStore):
             self._zk.create(f"{CONFIG_CHANGES}/{CONFIG_CHANGE_PREFIX}", note, sequence=True, makepath=True)
             self._purge_config_changes()
             return [path]
+        if isinstance(ch, AlterAcls):
+            return self._alter_acls(ch)
         if isinstance(ch, SetBrokerConfigs):
             path = f"{CONFIG_BROKERS}/{ch.entity}"
             try:
@@ -541,6 +552,36 @@ class ZooKeeperMetadataStore(MetadataStore):
         _raise_first(results, f"changing topic {ch.name}")
         if isinstance(ch, AddPartitions):
             self._create_rest(ch.name, added[PARTITIONS_PER_MULTI:])
+        return [path]
+
+    def _alter_acls(self, ch: AlterAcls) -> list[str]:
+        """Read-modify-write of one pattern's znode, conditional on its version (created if absent, deleted
+        when empty), retried when another broker changed it meanwhile, as Kafka's AclAuthorizer does; then
+        the change notification every broker watches."""
+        path = acl_path(ch.pattern)
+        for _ in range(ACL_WRITE_ATTEMPTS):
+            try:
+                data, stat = self._zk.get(path)
+                cur, version = parse_acl_znode(data), stat.version
+            except NoNodeError:
+                cur, version = frozenset(), None
+            new = (cur - ch.remove) | ch.add
+            if new == cur:
+                return [path]
+            try:
+                if version is None:
+                    self._zk.create(path, acl_znode(new), makepath=True)
+                elif new:
+                    self._zk.set(path, acl_znode(new), version=version)
+                else:
+                    self._zk.delete(path, version=version)
+                break
+            except (NodeExistsError, ZkBadVersion, NoNodeError):
+                continue  # lost a race with another writer: read again
+        else:
+            raise BadVersionError(f"the ACLs of {ch.pattern} kept changing")
+        prefix, note = acl_change_notification(ch.pattern)
+        self._zk.create(prefix, note, sequence=True, makepath=True)
         return [path]
 
     def _create_rest(self, name: str, items: list[tuple[int, PartitionState]]) -> None:

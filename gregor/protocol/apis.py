@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gregor.protocol.messages.acls import CREATE_ACLS, DELETE_ACLS, DESCRIBE_ACLS
 from gregor.protocol.messages.api_versions import API_VERSIONS
 from gregor.protocol.messages.client_quotas import ALTER_CLIENT_QUOTAS, DESCRIBE_CLIENT_QUOTAS
 from gregor.protocol.messages.cluster import DESCRIBE_CLUSTER
@@ -70,6 +71,9 @@ ALL: list[Api] = [
     END_TXN,
     WRITE_TXN_MARKERS,
     TXN_OFFSET_COMMIT,
+    DESCRIBE_ACLS,
+    CREATE_ACLS,
+    DELETE_ACLS,
     DESCRIBE_CONFIGS,
     ALTER_CONFIGS,
     CREATE_PARTITIONS,

@@ -85,6 +85,14 @@ SECURITY_PROPS: list[Prop] = [
        doc="How long the answer to a failed authentication is held back before the connection is closed, "
            "slowing password guessing"),
     # --- authorizer ---
+    _p("authorizer.class.name", "string", "",
+       doc="The authorizer: kafka.security.authorizer.AclAuthorizer or "
+           "org.apache.kafka.metadata.authorizer.StandardAuthorizer (Kafka's ACL semantics; "
+           "gregor.security.authorizer.AclAuthorizer is the same); empty: none, every request is allowed"),
+    _p("super.users", "string", None,
+       doc="Principals allowed everything, separated by ';' (User:admin;User:broker)"),
+    _p("allow.everyone.if.no.acl.found", "bool", False,
+       doc="Allow every principal on a resource no ACL mentions (false: only super users)"),
     # --- quotas ---
     _p("quota.window.num", "int", 11, lo=1, doc="Samples the client quotas measure their rates over"),
     _p("quota.window.size.seconds", "int", 1, lo=1, doc="The length of one client quota sample"),

@@ -48,6 +48,7 @@ from gregor.metadata.store import (
 )
 from gregor.metadata.zookeeper import ZooKeeperMetadataStore  # issue 10: zk
 from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.security.authorizer import create_authorizer
 from gregor.security.quotas import ClientQuotaManager
 from gregor.security.sasl.listener import build_sasl_listeners
 from gregor.security.tls import ServerTls, TlsSettings
@@ -85,6 +86,11 @@ class Broker:
             snapshot_bytes=config.get("metadata.log.max.record.bytes.between.snapshots"))
         self.metadata_cache = MetadataCache()
         self.metadata_cache.load(self.store.snapshot())
+        # authorizer.class.name: None (no authorization) unless set; it reads the cache's ACL index.
+        self.authorizer = create_authorizer(config.get("authorizer.class.name"), config.get("super.users"),
+                                            config.get("allow.everyone.if.no.acl.found"))
+        if self.authorizer is not None:
+            self.authorizer.attach(self.metadata_cache.acls)
         # Logs open with their topics' configs, so the cleaner never sees a compacted log as delete-only.
         topic_configs = {name: log_config_for(config, t.configs, name)
                          for name, t in self.metadata_cache.topics().items()}
@@ -158,6 +164,8 @@ class Broker:
         self.metadata_cache.add_listener(self._follow_coordinator_leadership)  # after the replica manager's
         self.metadata_cache.add_listener(self._on_session_change)  # issue 10: zk
         self.metadata_cache.add_listener(self._on_broker_configs)
+        if self.authorizer is not None:
+            self.metadata_cache.add_listener(self.authorizer.on_metadata_change)
         self.metadata_cache.add_listener(throttling.follow_quota_configs(self.quotas, self.metadata_cache))
         self._apply_dynamic_configs()
         self.controller.start()  # issue 10: ctl

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +20,7 @@ from gregor.protocol.errors import ErrorCode
 from gregor.protocol.frames import RequestHeader, decode_request
 from gregor.protocol.primitives import DecodeError
 from gregor.protocol.schema import Api, Struct
+from gregor.security.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS, AclOperation, ResourceType
 from gregor.server import throttling
 from gregor.server.network import CloseConnection
 
@@ -65,6 +66,45 @@ class RequestContext:
     @property
     def listener(self) -> ListenerSpec:
         return self.connection.listener
+    # --- authorization (Kafka's AuthHelper): every handler asks here; no authorizer allows everything ---------
+    @property
+    def principal_text(self) -> str:
+        """The connection's principal as Kafka writes it in ACLs ("User:alice"; User:ANONYMOUS unauthenticated)."""
+        return str(self.connection.principal)
+
+    def authorize(self, operation: AclOperation, resource_type: ResourceType, name: str = CLUSTER_NAME) -> bool:
+        """May this request's principal, from its host, do `operation` on the resource? (CLUSTER by default)"""
+        z = self.broker.authorizer
+        if z is None:
+            return True
+        return z.authorize(self.principal_text, self.host, operation, resource_type, name)
+
+    def authorize_any(self, operation: AclOperation, resource_type: ResourceType) -> bool:
+        """May it do `operation` on some resource of the type (Kafka's authorizeByResourceType)?"""
+        z = self.broker.authorizer
+        return True if z is None else z.authorize_any(self.principal_text, self.host, operation, resource_type)
+
+    def authorized_topics(self, operation: AclOperation, names: Iterable[str]) -> set[str]:
+        """The names among `names` the principal may do `operation` on (batch filtering)."""
+        z = self.broker.authorizer
+        if z is None:
+            return set(names)
+        principal, host = self.principal_text, self.host
+        return {n for n in names if z.authorize(principal, host, operation, ResourceType.TOPIC, n)}
+
+    def authorized_operations(self, resource_type: ResourceType, name: str = CLUSTER_NAME) -> int:
+        """KIP-430's bitfield of the operations allowed on the resource (all supported ones without an authorizer)."""
+        z = self.broker.authorizer
+        if z is None:
+            return authorized_operations_all(resource_type)
+        return z.authorized_operations(self.principal_text, self.host, resource_type, name)
+
+
+def authorized_operations_all(resource_type: ResourceType) -> int:
+    bits = 0
+    for op in SUPPORTED_OPERATIONS.get(resource_type, ()):
+        bits |= 1 << op
+    return bits
 
 
 class Dispatcher:

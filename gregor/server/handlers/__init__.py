@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
+from gregor.security.acl import AclOperation
 from gregor.server.dispatcher import Handler
+from gregor.server.handlers.acls import (
+    handle_create_acls,
+    handle_delete_acls,
+    handle_describe_acls,
+    refuse_alter_client_quotas,
+    refuse_alter_user_scram_credentials,
+    refuse_describe_client_quotas,
+    refuse_describe_user_scram_credentials,
+    requires_cluster,
+)
 from gregor.server.handlers.api_versions import handle_api_versions
 from gregor.server.handlers.client_quotas import handle_alter_client_quotas, handle_describe_client_quotas
 from gregor.server.handlers.cluster import handle_describe_cluster
@@ -86,6 +97,9 @@ HANDLERS: dict[int, Handler] = {
     26: handle_end_txn,
     27: handle_write_txn_markers,
     28: handle_txn_offset_commit,
+    29: handle_describe_acls,
+    30: handle_create_acls,
+    31: handle_delete_acls,
     32: handle_describe_configs,
     33: handle_alter_configs,
     36: handle_sasl_authenticate,
@@ -96,10 +110,11 @@ HANDLERS: dict[int, Handler] = {
     45: handle_alter_partition_reassignments,
     46: handle_list_partition_reassignments,
     47: handle_offset_delete,
-    48: handle_describe_client_quotas,
-    49: handle_alter_client_quotas,
-    50: handle_describe_user_scram_credentials,
-    51: handle_alter_user_scram_credentials,
+    48: requires_cluster(AclOperation.DESCRIBE_CONFIGS, handle_describe_client_quotas, refuse_describe_client_quotas),
+    49: requires_cluster(AclOperation.ALTER_CONFIGS, handle_alter_client_quotas, refuse_alter_client_quotas),
+    50: requires_cluster(AclOperation.DESCRIBE, handle_describe_user_scram_credentials,
+                         refuse_describe_user_scram_credentials),
+    51: requires_cluster(AclOperation.ALTER, handle_alter_user_scram_credentials, refuse_alter_user_scram_credentials),
     60: handle_describe_cluster,
     61: handle_describe_producers,
     65: handle_describe_transactions,

@@ -6,6 +6,7 @@ from typing import Any
 
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.schema import Struct
+from gregor.security.acl import AUTHORIZED_OPERATIONS_OMITTED, AclOperation, ResourceType
 from gregor.server.dispatcher import RequestContext
 
 BROKER_ENDPOINT = 1
@@ -23,8 +24,13 @@ def handle_describe_cluster(ctx: RequestContext, req: Struct) -> dict[str, Any]:
             "controller_id": -1,
             "brokers": [],
         }
+    ops = AUTHORIZED_OPERATIONS_OMITTED
+    if req.include_cluster_authorized_operations:  # KIP-430: 0 without DESCRIBE on the cluster, as Kafka
+        ops = ctx.authorized_operations(ResourceType.CLUSTER) \
+            if ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER) else 0
     return {
         "throttle_time_ms": 0,
+        "cluster_authorized_operations": ops,
         "error_code": ErrorCode.NONE,
         "error_message": None,
         "endpoint_type": BROKER_ENDPOINT,

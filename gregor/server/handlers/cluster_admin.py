@@ -11,6 +11,7 @@ from typing import Any
 
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.schema import Struct
+from gregor.security.acl import AclOperation, ResourceType
 from gregor.server.dispatcher import RequestContext
 
 _WAITING: set[asyncio.Task[dict[str, Any]]] = set()  # the loop holds tasks weakly
@@ -25,6 +26,9 @@ def _later(coro: Coroutine[Any, Any, dict[str, Any]]) -> asyncio.Future[dict[str
 
 
 def handle_controlled_shutdown(ctx: RequestContext, req: Struct) -> Any:
+    if not ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER):
+        return {"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "remaining_partitions": []}
+
     async def run() -> dict[str, Any]:
         code, remaining = await ctx.broker.controller.handle_controlled_shutdown(
             req.broker_id, req.get("broker_epoch", -1))
@@ -50,6 +54,8 @@ def handle_elect_leaders(ctx: RequestContext, req: Struct) -> Any:
 
     # What needs no election is answered at once: not the controller, no partition that exists.
     ctl, cache = ctx.broker.controller, ctx.broker.metadata_cache
+    if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER):
+        return refused(KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed."))
     if not ctl.active:
         return refused(KafkaError(ErrorCode.NOT_CONTROLLER, f"Broker {ctl.broker_id} is not the controller"))
     if partitions is not None and all(cache.partition_state(*tp) is None for tp in partitions):
@@ -69,6 +75,9 @@ def handle_elect_leaders(ctx: RequestContext, req: Struct) -> Any:
 def handle_alter_partition_reassignments(ctx: RequestContext, req: Struct) -> Any:
     wanted = {t.name: {p.partition_index: (None if p.replicas is None else list(p.replicas))
                        for p in t.partitions} for t in req.topics}
+    if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                "error_message": "Cluster authorization failed.", "responses": []}
 
     async def run() -> dict[str, Any]:
         try:
@@ -86,6 +95,9 @@ def handle_alter_partition_reassignments(ctx: RequestContext, req: Struct) -> An
 def handle_list_partition_reassignments(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     wanted = req.get("topics")
     topics = None if wanted is None else {t.name: list(t.partition_indexes) for t in wanted}
+    if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                "error_message": "Cluster authorization failed.", "topics": []}
     try:
         found = ctx.broker.controller.list_reassignments(topics)
     except KafkaError as e:

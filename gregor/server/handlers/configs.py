@@ -18,6 +18,7 @@ from gregor.config import BROKER_PROPS, READ_ONLY, TOPIC_CONFIGS, BrokerConfig, 
 from gregor.metadata.store import DEFAULT_ENTITY, Change, SetBrokerConfigs
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.schema import Struct
+from gregor.security.acl import AclOperation, ResourceType
 from gregor.server.dispatcher import RequestContext
 from gregor.server.dynamic_config import APPLIED, validate_alter
 from gregor.server.replica_manager import effective_topic_configs, valid_overrides
@@ -137,6 +138,14 @@ def _describe_broker(ctx: RequestContext, name: str, keys: list[str] | None, req
     return out
 
 
+def _check_configs_access(ctx: RequestContext, resource_type: int, name: str, op: AclOperation) -> None:
+    """A topic's configs need the operation on the topic, a broker's on the cluster (Kafka's KafkaApis)."""
+    if resource_type == TOPIC and not ctx.authorize(op, ResourceType.TOPIC, name):
+        raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
+    if resource_type != TOPIC and not ctx.authorize(op, ResourceType.CLUSTER):
+        raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
+
+
 def handle_describe_configs(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     results = []
     for r in req.resources:
@@ -144,6 +153,7 @@ def handle_describe_configs(ctx: RequestContext, req: Struct) -> dict[str, Any]:
         entry: dict[str, Any] = {"error_code": ErrorCode.NONE, "error_message": None, "resource_type": r.resource_type,
                                  "resource_name": r.resource_name, "configs": []}
         try:
+            _check_configs_access(ctx, r.resource_type, r.resource_name, AclOperation.DESCRIBE_CONFIGS)
             if r.resource_type == TOPIC:
                 entry["configs"] = _describe_topic(ctx, r.resource_name, keys, req)
             elif r.resource_type == BROKER:
@@ -166,6 +176,7 @@ def _alter(ctx: RequestContext, req: Struct, incremental: bool) -> dict[str, Any
         entry: dict[str, Any] = {"error_code": ErrorCode.NONE, "error_message": None,
                                  "resource_type": r.resource_type, "resource_name": r.resource_name}
         try:
+            _check_configs_access(ctx, r.resource_type, r.resource_name, AclOperation.ALTER_CONFIGS)
             if r.resource_type == BROKER:
                 broker_change = _alter_broker(ctx, r, incremental)
                 if not req.validate_only:

@@ -11,6 +11,7 @@ from typing import Any
 
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.schema import Struct
+from gregor.security.acl import AclOperation, ResourceType
 from gregor.server import fetch_session, throttling
 from gregor.server.dispatcher import RequestContext
 from gregor.server.partition import READ_COMMITTED, ReadResult
@@ -66,9 +67,16 @@ def handle_fetch(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.F
     if session.error:
         return {"throttle_time_ms": 0, "error_code": session.error, "session_id": 0, "responses": []}
     grouped = session.read if session.read is not None else unique_partitions(req)
+    denied: set[str] = set()
+    if ctx.broker.authorizer is not None:  # a follower needs CLUSTER_ACTION, a consumer READ on each topic
+        if req.replica_id >= 0:
+            if not ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER):
+                denied = {topic for topic, _ in grouped}
+        else:
+            denied = {topic for topic, _ in grouped if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, topic)}
     requests = [FetchPartition(topic, p.partition, p.fetch_offset, p.partition_max_bytes,
                                p.current_leader_epoch, p.last_fetched_epoch)
-                for topic, tparts in grouped for p in tparts]
+                for topic, tparts in grouped if topic not in denied for p in tparts]
     client_rack = req.rack_id if ctx.version >= 11 and req.replica_id < 0 else None
     params = FetchParams(req.replica_id, req.max_wait_ms, req.min_bytes, req.isolation_level, limits, client_rack)
     read_committed = req.isolation_level == READ_COMMITTED
@@ -80,6 +88,13 @@ def handle_fetch(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.F
         total = 0
         for topic, tparts in grouped:
             parts = []
+            if topic in denied:
+                topics.append({"topic": topic, "partitions": [
+                    {"partition_index": p.partition, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                     "high_watermark": -1, "last_stable_offset": -1, "log_start_offset": -1,
+                     "aborted_transactions": None, "preferred_read_replica": -1, "records": b""}
+                    for p in tparts]})
+                continue
             for p in tparts:
                 r = next(it)
                 total += len(r.records)

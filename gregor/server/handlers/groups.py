@@ -18,12 +18,19 @@ from gregor.coordinator.group.coordinator import OFFSETS_TOPIC, JoinResult, Sync
 from gregor.coordinator.group.state import STABLE
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.schema import Struct
+from gregor.security.acl import AclOperation, ResourceType
 from gregor.server.dispatcher import RequestContext
 from gregor.server.futures import after, then
 from gregor.server.handlers.transactions import find_txn_coordinator
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
+
+GROUP_DENIED = "Not authorized to access group: {}"
+
+
+def _group_allowed(ctx: RequestContext, op: AclOperation, group_id: str) -> bool:
+    return ctx.authorize(op, ResourceType.GROUP, group_id)
 
 
 def _after_offsets_topic(handler: Callable[[RequestContext, Struct], Any]) -> Callable[[RequestContext, Struct], Any]:
@@ -69,7 +76,14 @@ def _find_coordinator(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     for key in keys:
         entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1,
                                  "error_code": ErrorCode.NONE, "error_message": None}
-        if req.key_type == KEY_TYPE_TRANSACTION:
+        if req.key_type == KEY_TYPE_TRANSACTION and not ctx.authorize(
+                AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+            entry["error_code"] = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            entry["error_message"] = "Transactional Id authorization failed."
+        elif req.key_type == KEY_TYPE_GROUP and not _group_allowed(ctx, AclOperation.DESCRIBE, key):
+            entry["error_code"] = ErrorCode.GROUP_AUTHORIZATION_FAILED
+            entry["error_message"] = "Group authorization failed."
+        elif req.key_type == KEY_TYPE_TRANSACTION:
             try:
                 if me is None:
                     raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the broker is starting")
@@ -113,6 +127,8 @@ def _client_host(ctx: RequestContext) -> str:
 @_after_offsets_topic
 def handle_join_group(ctx: RequestContext, req: Struct) -> Any:
     try:
+        if not _group_allowed(ctx, AclOperation.READ, req.group_id):
+            raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
         gc = _coordinator(ctx, req.group_id)
     except KafkaError as e:
         return {"error_code": e.code, "generation_id": -1, "protocol_name": None, "leader": "",
@@ -141,6 +157,8 @@ def handle_join_group(ctx: RequestContext, req: Struct) -> Any:
 @_after_offsets_topic
 def handle_sync_group(ctx: RequestContext, req: Struct) -> Any:
     try:
+        if not _group_allowed(ctx, AclOperation.READ, req.group_id):
+            raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
         gc = _coordinator(ctx, req.group_id)
     except KafkaError as e:
         return {"error_code": e.code, "assignment": b""}
@@ -160,6 +178,8 @@ def handle_sync_group(ctx: RequestContext, req: Struct) -> Any:
 @_after_offsets_topic
 def handle_heartbeat(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     try:
+        if not _group_allowed(ctx, AclOperation.READ, req.group_id):
+            raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
         code = _coordinator(ctx, req.group_id).heartbeat(req.group_id, req.generation_id, req.member_id, req.group_instance_id)
     except KafkaError as e:
         code = e.code
@@ -173,6 +193,8 @@ def handle_leave_group(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     else:
         members = [(m.member_id, m.group_instance_id) for m in req.members]
     try:
+        if not _group_allowed(ctx, AclOperation.READ, req.group_id):
+            raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
         code, per_member = _coordinator(ctx, req.group_id).leave_group(req.group_id, members)
     except KafkaError as e:
         code, per_member = e.code, [e.code] * len(members)
@@ -187,15 +209,24 @@ def handle_leave_group(ctx: RequestContext, req: Struct) -> dict[str, Any]:
 def handle_offset_commit(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     topics_meta = ctx.broker.metadata_cache.topics()
     unknown: set[tuple[str, int]] = set()
+    denied: dict[tuple[str, int], ErrorCode] = {}
     offsets = []
+    group_ok = _group_allowed(ctx, AclOperation.READ, req.group_id)
     for t in req.topics:
         meta = topics_meta.get(t.name)
+        topic_ok = ctx.authorize(AclOperation.READ, ResourceType.TOPIC, t.name)
         for p in t.partitions:
-            if meta is None or p.partition_index not in meta.partitions:
+            if not group_ok:
+                denied[(t.name, p.partition_index)] = ErrorCode.GROUP_AUTHORIZATION_FAILED
+            elif not topic_ok:
+                denied[(t.name, p.partition_index)] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif meta is None or p.partition_index not in meta.partitions:
                 unknown.add((t.name, p.partition_index))  # Kafka refuses commits for partitions it lacks
             else:
                 offsets.append((t.name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
                                 p.committed_metadata))
+    if not group_ok:
+        return _offset_commit_response(req, unknown, ErrorCode.NONE, denied)
     try:
         result = _coordinator(ctx, req.group_id).commit_offsets(
             req.group_id, req.generation_id_or_member_epoch, req.member_id, req.group_instance_id, offsets,
@@ -204,18 +235,21 @@ def handle_offset_commit(ctx: RequestContext, req: Struct) -> dict[str, Any]:
         result = e.code
     if isinstance(result, asyncio.Future):  # waiting for offsets.commit.required.acks
         async def answer(pending: asyncio.Future[dict[tuple[str, int], ErrorCode]]) -> dict[str, Any]:
-            return _offset_commit_response(req, unknown, await pending)
+            return _offset_commit_response(req, unknown, await pending, denied)
         return asyncio.ensure_future(answer(result))
-    return _offset_commit_response(req, unknown, result)
+    return _offset_commit_response(req, unknown, result, denied)
 
 
 def _offset_commit_response(req: Struct, unknown: set[tuple[str, int]],
-                            result: ErrorCode | dict[tuple[str, int], ErrorCode]) -> dict[str, Any]:
+                            result: ErrorCode | dict[tuple[str, int], ErrorCode],
+                            denied: dict[tuple[str, int], ErrorCode]) -> dict[str, Any]:
     topics = []
     for t in req.topics:
         parts = []
         for p in t.partitions:
-            if (t.name, p.partition_index) in unknown:
+            if (t.name, p.partition_index) in denied:
+                code = denied[(t.name, p.partition_index)]
+            elif (t.name, p.partition_index) in unknown:
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif isinstance(result, ErrorCode):
                 code = result
@@ -228,6 +262,8 @@ def _offset_commit_response(req: Struct, unknown: set[tuple[str, int]],
 
 def _fetch_group(ctx: RequestContext, group_id: str, topics: list[Struct] | None, member_id: str | None = None,
                  member_epoch: int = -1, require_stable: bool = False) -> tuple[ErrorCode, list[dict[str, Any]]]:
+    if not _group_allowed(ctx, AclOperation.DESCRIBE, group_id):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED, []
     try:
         gc = _coordinator(ctx, group_id)
     except KafkaError as e:
@@ -236,10 +272,21 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: list[Struct] | None
     if code != ErrorCode.NONE:
         return code, []
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
-    found = gc.fetch_offsets(group_id, wanted)
+    if wanted is None:
+        found = gc.fetch_offsets(group_id, None)
+        allowed = ctx.authorized_topics(AclOperation.DESCRIBE, {t for t, _ in found})
+    else:
+        allowed = ctx.authorized_topics(AclOperation.DESCRIBE, {t for t, _ in wanted})
+        found = gc.fetch_offsets(group_id, [w for w in wanted if w[0] in allowed])
     by_topic: dict[str, list[dict[str, Any]]] = {}
-    order = wanted if wanted is not None else sorted(found)
+    # Asked for by name, a topic not describable answers TOPIC_AUTHORIZATION_FAILED; all offsets: it is left out.
+    order = wanted if wanted is not None else sorted(k for k in found if k[0] in allowed)
     for topic, partition in order:
+        if topic not in allowed:
+            by_topic.setdefault(topic, []).append({
+                "partition_index": partition, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
+                "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED})
+            continue
         om = found.get((topic, partition))
         # KIP-447: a read_committed consumer must not start from an offset a transaction may still change.
         unstable = require_stable and gc.metadata.has_pending_txn_offset(group_id, (topic, partition))
@@ -272,6 +319,8 @@ def handle_describe_groups(ctx: RequestContext, req: Struct) -> dict[str, Any]:
         entry: dict[str, Any] = {"error_code": ErrorCode.NONE, "error_message": None, "group_id": group_id,
                                  "group_state": "Dead", "protocol_type": "", "protocol_data": "", "members": []}
         try:
+            if not _group_allowed(ctx, AclOperation.DESCRIBE, group_id):
+                raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
             g = _coordinator(ctx, group_id).describe_group(group_id)
         except KafkaError as e:
             entry["error_code"] = e.code
@@ -297,6 +346,8 @@ def handle_describe_groups(ctx: RequestContext, req: Struct) -> dict[str, Any]:
                 "member_assignment": m.assignment if stable else b"",
             } for m in g.members.values()],
         })
+        if ctx.version >= 3 and req.include_authorized_operations:
+            entry["authorized_operations"] = ctx.authorized_operations(ResourceType.GROUP, group_id)
         out.append(entry)
     return {"throttle_time_ms": 0, "groups": out}
 
@@ -310,7 +361,10 @@ def handle_list_groups(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     except KafkaError as e:
         return {"throttle_time_ms": 0, "error_code": e.code, "groups": []}
     out = []
+    all_visible = ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER)
     for g in groups:
+        if not all_visible and not _group_allowed(ctx, AclOperation.DESCRIBE, g.group_id):
+            continue
         group_type = "consumer" if g.consumer is not None else "classic"
         if states and g.state.lower() not in states:
             continue
@@ -326,6 +380,8 @@ def handle_delete_groups(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     results = []
     for group_id in req.groups_names:
         try:
+            if not _group_allowed(ctx, AclOperation.DELETE, group_id):
+                raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
             code = _coordinator(ctx, group_id).delete_group(group_id)
         except KafkaError as e:
             code = e.code
@@ -335,15 +391,19 @@ def handle_delete_groups(ctx: RequestContext, req: Struct) -> dict[str, Any]:
 
 @_after_offsets_topic
 def handle_offset_delete(ctx: RequestContext, req: Struct) -> dict[str, Any]:
-    wanted = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
+    allowed = ctx.authorized_topics(AclOperation.READ, {t.name for t in req.topics})
+    wanted = [(t.name, p.partition_index) for t in req.topics if t.name in allowed for p in t.partitions]
     try:
+        if not _group_allowed(ctx, AclOperation.DELETE, req.group_id):
+            raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
         result = _coordinator(ctx, req.group_id).delete_offsets(req.group_id, wanted)
     except KafkaError as e:
         result = e.code
     if isinstance(result, ErrorCode):
         return {"error_code": result, "throttle_time_ms": 0, "topics": []}
     topics = [{"name": t.name, "partitions": [
-        {"partition_index": p.partition_index, "error_code": result[(t.name, p.partition_index)]}
+        {"partition_index": p.partition_index,
+         "error_code": result[(t.name, p.partition_index)] if t.name in allowed else ErrorCode.TOPIC_AUTHORIZATION_FAILED}
         for p in t.partitions]} for t in req.topics]
     return {"error_code": ErrorCode.NONE, "throttle_time_ms": 0, "topics": topics}
 
@@ -354,6 +414,11 @@ def handle_consumer_group_heartbeat(ctx: RequestContext, req: Struct) -> dict[st
     out: dict[str, Any] = {"throttle_time_ms": 0, "member_id": None, "member_epoch": 0, "heartbeat_interval_ms": 0,
                            "assignment": None}
     try:
+        if not _group_allowed(ctx, AclOperation.READ, req.group_id):
+            raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+        if req.subscribed_topic_names and len(ctx.authorized_topics(AclOperation.DESCRIBE, req.subscribed_topic_names)) \
+                < len(set(req.subscribed_topic_names)):
+            raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Not authorized to describe some subscribed topics")
         gc = _coordinator(ctx, req.group_id)
     except KafkaError as e:
         return {**out, "error_code": e.code, "error_message": e.message}
@@ -387,6 +452,8 @@ def handle_consumer_group_describe(ctx: RequestContext, req: Struct) -> dict[str
                                  "group_state": "Dead", "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "",
                                  "members": []}
         try:
+            if not _group_allowed(ctx, AclOperation.DESCRIBE, group_id):
+                raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
             g = _coordinator(ctx, group_id).consumer.describe(group_id)
         except KafkaError as e:
             entry["error_code"], entry["error_message"] = e.code, e.message
@@ -405,5 +472,7 @@ def handle_consumer_group_describe(ctx: RequestContext, req: Struct) -> dict[str
                 "member_type": 1,  # KIP-1099: 1 = a member of the consumer protocol
             } for m in cg.members.values()],
         })
+        if req.include_authorized_operations:
+            entry["authorized_operations"] = ctx.authorized_operations(ResourceType.GROUP, group_id)
         out.append(entry)
     return {"throttle_time_ms": 0, "groups": out}

@@ -14,6 +14,7 @@ from typing import Any
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.primitives import DecodeError
 from gregor.protocol.schema import Struct
+from gregor.security.acl import AclOperation, ResourceType
 from gregor.server.dispatcher import RequestContext
 from gregor.server.partition import FETCH_LOG_END, READ_UNCOMMITTED
 from gregor.storage.errors import StorageError
@@ -31,6 +32,11 @@ def handle_list_offsets(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     topics = []
     for t in req.topics:
         parts = []
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, t.name):
+            topics.append({"name": t.name, "partitions": [
+                {"partition_index": p.partition_index, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                  "timestamp": -1, "offset": -1, "leader_epoch": -1} for p in t.partitions]})
+            continue
         for p in t.partitions:
             entry: dict[str, Any] = {"partition_index": p.partition_index, "error_code": ErrorCode.NONE}
             try:

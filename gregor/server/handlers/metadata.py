@@ -8,6 +8,7 @@ from typing import Any
 from gregor.metadata.store import TopicMetadata
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.schema import Struct
+from gregor.security.acl import AclOperation, ResourceType
 from gregor.server.dispatcher import RequestContext
 
 _WAITING: set[asyncio.Task[dict[str, Any]]] = set()  # responses waiting for auto-created topics
@@ -56,6 +57,10 @@ def handle_metadata(ctx: RequestContext, req: Struct) -> dict[str, Any] | asynci
     cache = broker.metadata_cache
     if req.topics is not None and req.allow_auto_topic_creation and broker.config.get("auto.create.topics.enable"):
         missing = list(dict.fromkeys(rt.name for rt in req.topics if rt.name is not None and cache.topic(rt.name) is None))
+        if missing and broker.authorizer is not None:  # creating needs DESCRIBE and CREATE (cluster or topic)
+            may_create_all = ctx.authorize(AclOperation.CREATE, ResourceType.CLUSTER)
+            missing = [n for n in missing if ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, n)
+                       and (may_create_all or ctx.authorize(AclOperation.CREATE, ResourceType.TOPIC, n))]
         if missing:
             async def create() -> dict[str, Any]:
                 return _answer(ctx, req, await broker.auto_create_topics(missing))
@@ -74,20 +79,35 @@ def _answer(ctx: RequestContext, req: Struct, created: dict[str, TopicMetadata |
     brokers = cache.brokers()
     live = frozenset(b.broker_id for b in brokers)
 
+    z = broker.authorizer
+    with_ops = ctx.version >= 8 and req.include_topic_authorized_operations
+
     def entry(t: TopicMetadata) -> dict[str, Any]:
-        return topic_entry(t, live, ctx.version)
+        e = topic_entry(t, live, ctx.version)
+        if with_ops:
+            e["topic_authorized_operations"] = ctx.authorized_operations(ResourceType.TOPIC, t.name)
+        return e
+
+    def describable(name: str) -> bool:
+        return z is None or ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, name)
 
     # v0: an empty list means all topics; v1+: null means all, empty means none.
     if req.topics is None or (ctx.version == 0 and not req.topics):
-        out = [entry(t) for t in topics.values()]
+        out = [entry(t) for t in topics.values() if describable(t.name)]  # the others are not mentioned
     else:
         out = []
         for rt in req.topics:
             name = rt.name
+            if name is not None and not describable(name):  # whether or not it exists (Kafka hides existence)
+                out.append({"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": name, "partitions": []})
+                continue
             if name is None and ctx.version >= 12 and rt.topic_id.int:
                 # By topic id (v12+, as Kafka): KIP-848 consumers resolve the ids of their assignment this way.
                 found = cache.topic_by_id(rt.topic_id)
-                if found is None:
+                if found is not None and not describable(found.name):
+                    out.append({"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": None,
+                                "topic_id": rt.topic_id, "partitions": []})
+                elif found is None:
                     out.append({"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": None, "topic_id": rt.topic_id,
                                 "partitions": []})
                 else:
@@ -100,7 +120,10 @@ def _answer(ctx: RequestContext, req: Struct, created: dict[str, TopicMetadata |
                     out.append({"error_code": made.code, "name": name, "partitions": []})
                     continue
                 t = made
-            if t is None:
+            if t is None and z is not None and name is not None and req.allow_auto_topic_creation and \
+                    broker.config.get("auto.create.topics.enable") and name not in created:
+                out.append({"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": name, "partitions": []})
+            elif t is None:
                 out.append({"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "name": name, "partitions": []})
             else:
                 out.append(entry(t))
@@ -116,7 +139,7 @@ def _answer(ctx: RequestContext, req: Struct, created: dict[str, TopicMetadata |
                     me = broker.config.broker_id
                     if me not in part["offline_replicas"]:
                         part["offline_replicas"] = [*part["offline_replicas"], me]
-    return {
+    body: dict[str, Any] = {
         "throttle_time_ms": 0,
         # Each broker as the client's listener reaches it; brokers without that listener are left out.
         "brokers": [{"node_id": b.broker_id, "host": ep[0], "port": ep[1], "rack": b.rack} for b in brokers
@@ -125,3 +148,6 @@ def _answer(ctx: RequestContext, req: Struct, created: dict[str, TopicMetadata |
         "controller_id": cache.controller_id,
         "topics": out,
     }
+    if 8 <= ctx.version <= 10 and req.include_cluster_authorized_operations:
+        body["cluster_authorized_operations"] = ctx.authorized_operations(ResourceType.CLUSTER)
+    return body

@@ -13,6 +13,7 @@ from typing import Any
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.messages.offset_for_leader_epoch import DEBUGGING_REPLICA_ID
 from gregor.protocol.schema import Struct
+from gregor.security.acl import AclOperation, ResourceType
 from gregor.server.dispatcher import RequestContext
 from gregor.storage.errors import StorageError
 
@@ -23,8 +24,18 @@ def handle_offset_for_leader_epoch(ctx: RequestContext, req: Struct) -> dict[str
     rm = ctx.broker.replica_manager
     fetch_only_from_leader = req.replica_id != DEBUGGING_REPLICA_ID
     topics = []
+    # A follower needs CLUSTER_ACTION, a consumer DESCRIBE on each topic (Kafka's KafkaApis).
+    follower_denied = req.replica_id >= 0 and not ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER)
     for t in req.topics:
         parts = []
+        denied = (ErrorCode.CLUSTER_AUTHORIZATION_FAILED if follower_denied else
+                  ErrorCode.TOPIC_AUTHORIZATION_FAILED if req.replica_id < 0 and
+                  not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, t.topic) else None)
+        if denied is not None:
+            topics.append({"topic": t.topic, "partitions": [
+                {"partition": p.partition, "error_code": denied, "leader_epoch": -1, "end_offset": -1}
+                for p in t.partitions]})
+            continue
         for p in t.partitions:
             entry: dict[str, Any] = {"partition": p.partition, "error_code": ErrorCode.NONE,
                                      "leader_epoch": -1, "end_offset": -1}

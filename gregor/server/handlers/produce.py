@@ -47,6 +47,7 @@ from gregor.protocol.validator import (
     ValidationRules,
     validate_batches,
 )
+from gregor.security.acl import AclOperation, ResourceType
 from gregor.server.dispatcher import RequestContext
 from gregor.server.futures import then
 from gregor.server.partition import AppendResult
@@ -209,11 +210,22 @@ def handle_produce(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio
     now_ms = int(time.time() * 1000)
     plan: list[tuple[str, list[_Item]]] = []
     offloaded = False
+    z = broker.authorizer
+    denied_all: ErrorCode | None = None
+    if z is not None and req.transactional_id is not None and \
+            not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
+        denied_all = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     for td in req.topic_data:
         items: list[_Item] = []
+        denied = denied_all
+        if denied is None and z is not None and not ctx.authorize(AclOperation.WRITE, ResourceType.TOPIC, td.name):
+            denied = ErrorCode.TOPIC_AUTHORIZATION_FAILED  # whether or not it exists (Kafka hides existence)
         for pd in td.partition_data:
             item = _Item(td.name, pd.index)
             items.append(item)
+            if denied is not None:
+                item.answer = _error(pd.index, denied)
+                continue
             if acks not in (0, 1, -1):
                 item.answer = _error(pd.index, ErrorCode.INVALID_REQUIRED_ACKS)
                 continue

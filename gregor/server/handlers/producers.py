@@ -20,6 +20,7 @@ from gregor.coordinator.transaction.producer_ids import ProducerIdManager
 from gregor.metadata.store import MetadataError
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.schema import Struct
+from gregor.security.acl import AclOperation, ResourceType
 from gregor.server.dispatcher import RequestContext
 from gregor.server.handlers.transactions import with_coordinator
 
@@ -32,6 +33,13 @@ def _init_answer(code: ErrorCode, pid: int = -1, epoch: int = -1) -> dict[str, A
 def handle_init_producer_id(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.Future[Any]:
     if (req.get("producer_id", -1) == -1) != (req.get("producer_epoch", -1) == -1):
         return _init_answer(ErrorCode.INVALID_REQUEST)  # an id without an epoch or the reverse
+    if req.transactional_id is not None and \
+            not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
+        return _init_answer(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    # An idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic (Kafka 2.8+).
+    if req.transactional_id is None and not ctx.authorize(AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER) \
+            and not ctx.authorize_any(AclOperation.WRITE, ResourceType.TOPIC):
+        return _init_answer(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     if req.transactional_id is not None:
         def answer(result: tuple[ErrorCode, int, int]) -> dict[str, Any]:
             code, pid, epoch = result
@@ -61,10 +69,13 @@ def handle_describe_producers(ctx: RequestContext, req: Struct) -> dict[str, Any
     topics = []
     for t in req.topics:
         parts = []
+        allowed = ctx.authorize(AclOperation.READ, ResourceType.TOPIC, t.name)
         for index in t.partition_indexes:
             entry: dict[str, Any] = {"partition_index": index, "error_code": ErrorCode.NONE,
                                      "error_message": None, "active_producers": []}
             try:
+                if not allowed:
+                    raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 lg = rm.get_leader_partition(t.name, index).log
                 entry["active_producers"] = [
                     {"producer_id": e.producer_id, "producer_epoch": e.producer_epoch, "last_sequence": e.last_seq,

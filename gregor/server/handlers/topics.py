@@ -21,6 +21,7 @@ from gregor.config import TOPIC_CONFIGS, format_value
 from gregor.metadata.store import Change, CreateTopic, TopicMetadata
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.schema import Struct
+from gregor.security.acl import AclOperation, ResourceType
 from gregor.security.quotas import UNLIMITED_MUTATIONS, ControllerMutationQuota
 from gregor.server import throttling
 from gregor.server.dispatcher import RequestContext
@@ -42,11 +43,14 @@ def handle_create_topics(ctx: RequestContext, req: Struct) -> dict[str, Any] | a
     for t in req.topics:
         seen[t.name] = seen.get(t.name, 0) + 1
     writes: list[tuple[dict[str, Any], TopicMetadata]] = []
+    may_create_all = ctx.authorize(AclOperation.CREATE, ResourceType.CLUSTER)
     quota = _mutation_quota(ctx, "CreateTopics", req.validate_only)
     for t in req.topics:
         entry: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.NONE, "error_message": None,
                                  "num_partitions": -1, "replication_factor": -1, "configs": None}
         try:
+            if not may_create_all and not ctx.authorize(AclOperation.CREATE, ResourceType.TOPIC, t.name):
+                raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
             if seen[t.name] > 1:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"Create topics request from client contains duplicate topic {t.name}")
             _check_mutations(quota)
@@ -55,6 +59,10 @@ def handle_create_topics(ctx: RequestContext, req: Struct) -> dict[str, Any] | a
             meta = admin.prepare_topic(t.name, t.num_partitions, t.replication_factor, assignment, configs,
                                        reserve=not req.validate_only)
             _describe_created(ctx, entry, meta)
+            if not ctx.authorize(AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, t.name):
+                # Kafka: created, but its configs are not shown to a principal who may not describe them
+                entry["configs"] = []
+                entry["topic_config_error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             if not req.validate_only:
                 quota.record(len(meta.partitions))
                 writes.append((entry, meta))
@@ -105,6 +113,7 @@ def _fail(entry: dict[str, Any], e: KafkaError) -> None:
     if "num_partitions" in entry:  # CreateTopics: a failed topic reports no layout
         entry.update({"num_partitions": -1, "replication_factor": -1, "configs": None})
         entry.pop("topic_id", None)
+        entry.pop("topic_config_error_code", None)
 
 
 def handle_delete_topics(ctx: RequestContext, req: Struct) -> asyncio.Future[dict[str, Any]]:
@@ -118,6 +127,8 @@ def handle_delete_topics(ctx: RequestContext, req: Struct) -> asyncio.Future[dic
         try:
             if name is None:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID, "Deleting topics by id is not supported yet")
+            if not ctx.authorize(AclOperation.DELETE, ResourceType.TOPIC, name):
+                raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
             meta = ctx.broker.metadata_cache.topic(name)
             if meta is not None:
                 entry["topic_id"] = meta.topic_id
@@ -139,6 +150,8 @@ def handle_create_partitions(ctx: RequestContext, req: Struct) -> dict[str, Any]
     for t in req.topics:
         entry: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.NONE, "error_message": None}
         try:
+            if not ctx.authorize(AclOperation.ALTER, ResourceType.TOPIC, t.name):
+                raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
             _check_mutations(quota)
             assignment = None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]
             meta = ctx.broker.metadata_cache.topic(t.name)
@@ -200,10 +213,13 @@ def handle_delete_records(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     topics = []
     for t in req.topics:
         parts = []
+        allowed = ctx.authorize(AclOperation.DELETE, ResourceType.TOPIC, t.name)
         for p in t.partitions:
             entry: dict[str, Any] = {"partition_index": p.partition_index, "low_watermark": -1,
                                      "error_code": ErrorCode.NONE}
             try:
+                if not allowed:
+                    raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 part = rm.get_leader_partition(t.name, p.partition_index)
                 lg = part.log
                 target = lg.high_watermark if p.offset == -1 else p.offset

@@ -18,6 +18,7 @@ from gregor.coordinator.transaction.state import STATES_BY_NAME
 from gregor.coordinator.transaction.state_manager import TRANSACTION_STATE_TOPIC
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.schema import Struct
+from gregor.security.acl import AclOperation, ResourceType
 from gregor.server.dispatcher import RequestContext
 from gregor.server.futures import after, gather, then
 from gregor.server.txn_markers import append_markers
@@ -66,6 +67,10 @@ def _topic_results(result: dict[TopicPartition, ErrorCode]) -> list[dict[str, An
     return [{"name": t, "results_by_partition": ps} for t, ps in by_topic.items()]
 
 
+def _txn_id_denied(ctx: RequestContext, transactional_id: str) -> bool:
+    return not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+
+
 def handle_add_partitions_to_txn(ctx: RequestContext, req: Struct) -> Any:
     if ctx.version <= 3:
         tps = [(t.name, p) for t in req.v3_and_below_topics for p in t.partitions]
@@ -73,10 +78,20 @@ def handle_add_partitions_to_txn(ctx: RequestContext, req: Struct) -> Any:
         def v3_answer(result: dict[TopicPartition, ErrorCode]) -> dict[str, Any]:
             result = {tp: _for_version(c, ctx.version) for tp, c in result.items()}
             return {"throttle_time_ms": 0, "results_by_topic_v3_and_below": _topic_results(result)}
+        if _txn_id_denied(ctx, req.v3_and_below_transactional_id):
+            return v3_answer(dict.fromkeys(tps, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+        denied = {t for t, _ in tps if not ctx.authorize(AclOperation.WRITE, ResourceType.TOPIC, t)}
+        if denied:  # Kafka: the unauthorized topics fail, the others are not attempted
+            return v3_answer({tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED if tp[0] in denied
+                              else ErrorCode.OPERATION_NOT_ATTEMPTED for tp in tps})
         return with_coordinator(
             ctx, lambda tc: tc.add_partitions(req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
                                               req.v3_and_below_producer_epoch, tps),
             v3_answer, lambda code: v3_answer(dict.fromkeys(tps, code)))
+
+    if not ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER):  # v4+: brokers only (KIP-890)
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                "results_by_transaction": []}
 
     def all_of(tc: TransactionCoordinator) -> list[Any] | asyncio.Future[list[Any]]:
         """One result per transaction, in order (a Future if any waits for a write)."""
@@ -103,6 +118,11 @@ def _for_version(code: ErrorCode, version: int) -> ErrorCode:
 
 
 def handle_add_offsets_to_txn(ctx: RequestContext, req: Struct) -> Any:
+    if _txn_id_denied(ctx, req.transactional_id):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, req.group_id):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED}
+
     def call(tc: TransactionCoordinator) -> Any:
         tp = (OFFSETS_TOPIC, ctx.broker.group_coordinator_ready().partition_for(req.group_id))
         return tc.add_partitions(req.transactional_id, req.producer_id, req.producer_epoch, [tp])
@@ -116,6 +136,8 @@ def handle_add_offsets_to_txn(ctx: RequestContext, req: Struct) -> Any:
 def handle_end_txn(ctx: RequestContext, req: Struct) -> Any:
     def answer(code: ErrorCode) -> dict[str, Any]:
         return {"throttle_time_ms": 0, "error_code": _for_version(code, ctx.version)}
+    if _txn_id_denied(ctx, req.transactional_id):
+        return answer(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     return with_coordinator(
         ctx, lambda tc: tc.end_txn(req.transactional_id, req.producer_id, req.producer_epoch, req.committed),
         answer, answer)
@@ -124,6 +146,10 @@ def handle_end_txn(ctx: RequestContext, req: Struct) -> Any:
 def handle_write_txn_markers(ctx: RequestContext, req: Struct) -> Any:
     """A coordinator's markers for partitions this broker leads (errors per partition, retried by it)."""
     timeout_ms = ctx.broker.config.get("request.timeout.ms")
+    if not ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER):
+        return {"markers": [{"producer_id": m.producer_id, "topics": [
+            {"name": t.name, "partitions": [{"partition_index": p, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED}
+                                            for p in t.partition_indexes]} for t in m.topics]} for m in req.markers]}
     results = [append_markers(ctx.broker, m.producer_id, m.producer_epoch, m.transaction_result, m.coordinator_epoch,
                               [(t.name, p) for t in m.topics for p in t.partition_indexes], timeout_ms)
                for m in req.markers]
@@ -145,15 +171,25 @@ def handle_txn_offset_commit(ctx: RequestContext, req: Struct) -> Any:
     topics_meta = ctx.broker.metadata_cache.topics()
     unknown: set[TopicPartition] = set()
     offsets = []
+    whole: ErrorCode | None = None
+    if _txn_id_denied(ctx, req.transactional_id):
+        whole = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    elif not ctx.authorize(AclOperation.READ, ResourceType.GROUP, req.group_id):
+        whole = ErrorCode.GROUP_AUTHORIZATION_FAILED
+    denied = {t.name for t in req.topics if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, t.name)}
     for t in req.topics:
         meta = topics_meta.get(t.name)
         for p in t.partitions:
+            if t.name in denied:
+                continue
             if meta is None or p.partition_index not in meta.partitions:
                 unknown.add((t.name, p.partition_index))
             else:
                 offsets.append((t.name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
                                 p.committed_metadata))
     try:
+        if whole is not None:
+            raise KafkaError(whole)
         gc = ctx.broker.group_coordinator_ready()
         if not gc.is_local(req.group_id):
             raise KafkaError(ErrorCode.NOT_COORDINATOR, f"not the coordinator of group {req.group_id!r}")
@@ -169,7 +205,8 @@ def handle_txn_offset_commit(ctx: RequestContext, req: Struct) -> Any:
             parts = []
             for p in t.partitions:
                 tp = (t.name, p.partition_index)
-                code = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
+                code = (whole if whole is not None else ErrorCode.TOPIC_AUTHORIZATION_FAILED if t.name in denied
+                        else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
                         else res if isinstance(res, ErrorCode) else res.get(tp, ErrorCode.NONE))
                 if code == ErrorCode.INVALID_PRODUCER_EPOCH and ctx.version >= 2:
                     code = ErrorCode.PRODUCER_FENCED
@@ -189,6 +226,8 @@ def handle_describe_transactions(ctx: RequestContext, req: Struct) -> Any:
                                      "transaction_timeout_ms": 0, "transaction_start_time_ms": -1,
                                      "producer_id": -1, "producer_epoch": -1, "topics": []}
             try:
+                if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid):
+                    raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
                 if tc is None:
                     raise KafkaError(load_error or ErrorCode.COORDINATOR_NOT_AVAILABLE)
                 m = tc.describe(tid)
@@ -218,5 +257,6 @@ def handle_list_transactions(ctx: RequestContext, req: Struct) -> dict[str, Any]
     tc = broker.txn_coordinator
     answer["transaction_states"] = [
         {"transactional_id": m.transactional_id, "producer_id": m.producer_id, "transaction_state": m.state_name}
-        for m in tc.list(list(req.state_filters), list(req.producer_id_filters), req.get("duration_filter", -1))]
+        for m in tc.list(list(req.state_filters), list(req.producer_id_filters), req.get("duration_filter", -1))
+        if ctx.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, m.transactional_id)]
     return answer
