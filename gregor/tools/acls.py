@@ -26,14 +26,15 @@ from gregor.tools.common import (
     bootstrap,
     check_reachable,
     client_config,
+    client_security_config,
     kafka_message,
+    read_command_config,
     timeout_s,
 )
 
 CLUSTER_NAME = "kafka-cluster"
 OPERATIONS = ("All", "Read", "Write", "Create", "Delete", "Alter", "Describe", "ClusterAction", "DescribeConfigs",
               "AlterConfigs", "IdempotentWrite")
-_JAAS_FIELD = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
 
 
 def add_subcommands(sub: Any) -> None:
@@ -84,25 +85,6 @@ def _operation_arg(text: str) -> str:
         if op.lower() == key:
             return op
     raise argparse.ArgumentTypeError(f"unknown operation {text!r} (choose from {', '.join(OPERATIONS)})")
-
-
-def _command_config(path: str | None) -> dict[str, str]:
-    if not path:
-        return {}
-    from gregor.config import read_properties
-
-    try:
-        props = read_properties(path)
-    except OSError as e:
-        raise ToolError(f"cannot read --command-config {path}: {e.strerror or e}") from None
-    jaas = props.pop("sasl.jaas.config", None)
-    if jaas:
-        fields = dict(_JAAS_FIELD.findall(jaas))
-        if "username" in fields:
-            props.setdefault("sasl.username", fields["username"])
-        if "password" in fields:
-            props.setdefault("sasl.password", fields["password"])
-    return props
 
 
 def _resources(args: argparse.Namespace) -> list[tuple[Any, str]]:
@@ -218,7 +200,7 @@ def cmd_acls(args: argparse.Namespace) -> int:
     if not (args.add or args.remove or args.list):
         raise UsageError("give one of --add, --remove, --list")
     servers = bootstrap(args)
-    extra = _command_config(args.command_config)
+    extra = client_security_config(read_command_config(args.command_config))
     if extra.get("security.protocol", "PLAINTEXT").upper() == "PLAINTEXT":
         check_reachable(servers, timeout_s(args))
     admin = AdminClient(client_config(servers, **{"socket.timeout.ms": int(timeout_s(args) * 1000), **extra}))

@@ -235,3 +235,68 @@ def run(func: Any, args: argparse.Namespace) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141  # 128 + SIGPIPE, the status a shell reports for a tool killed by it
+
+
+# --- --command-config: a client properties file written for Kafka's tools -----------------------------
+
+def read_command_config(path: str | None) -> dict[str, str]:
+    """The properties of a --command-config file (Java .properties syntax); {} without one."""
+    if not path:
+        return {}
+    from gregor.config import ConfigError, read_properties
+
+    try:
+        return read_properties(path)
+    except OSError as e:
+        raise UsageError(f"cannot read --command-config {path}: {e.strerror or e}") from None
+    except ConfigError as e:
+        raise UsageError(f"--command-config: {e}") from None
+
+
+# Kafka (Java client) property -> librdkafka property, where the names differ.
+_RENAMED = {
+    "ssl.truststore.location": "ssl.ca.location",
+    "ssl.keystore.location": "ssl.certificate.location",
+    "ssl.truststore.certificates": "ssl.ca.pem",
+    "ssl.keystore.certificate.chain": "ssl.certificate.pem",
+    "ssl.keystore.key": "ssl.key.pem",
+}
+# Java-only properties with no librdkafka meaning here (PEM is the only store type librdkafka reads).
+_DROPPED = {"ssl.truststore.type", "ssl.keystore.type", "ssl.truststore.password", "ssl.keystore.password",
+            "sasl.login.callback.handler.class", "ssl.protocol"}
+
+
+def client_security_config(props: dict[str, str]) -> dict[str, Any]:
+    """librdkafka settings from Kafka client properties (a --command-config file).
+
+    sasl.jaas.config becomes sasl.username / sasl.password (PLAIN, SCRAM) or, for Kafka's unsecured
+    OAUTHBEARER login module, sasl.oauthbearer.config with its `unsecuredLoginStringClaim_sub`. A PEM
+    keystore file holding key and certificate serves as both ssl.certificate.location and ssl.key.location.
+    Raises UsageError for a JAAS text that does not parse."""
+    from gregor.security.sasl.jaas import JaasConfigError, parse_single_module
+
+    out: dict[str, Any] = {}
+    for key, value in props.items():
+        if key in _DROPPED:
+            continue
+        if key == "sasl.jaas.config":
+            try:
+                module = parse_single_module(value)
+            except JaasConfigError as e:
+                raise UsageError(f"--command-config: sasl.jaas.config: {e}") from None
+            opts = module.options
+            if module.class_name.endswith("OAuthBearerLoginModule"):
+                sub = opts.get("unsecuredLoginStringClaim_sub")
+                if sub:
+                    out["sasl.oauthbearer.config"] = f"principal={sub}"
+                    out["enable.sasl.oauthbearer.unsecure.jwt"] = True
+            else:
+                if "username" in opts:
+                    out["sasl.username"] = opts["username"]
+                if "password" in opts:
+                    out["sasl.password"] = opts["password"]
+            continue
+        out[_RENAMED.get(key, key)] = value
+    if "ssl.certificate.location" in out and "ssl.key.location" not in out and props.get("ssl.keystore.type", "").upper() == "PEM":
+        out["ssl.key.location"] = out["ssl.certificate.location"]
+    return out

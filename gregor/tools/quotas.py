@@ -33,6 +33,7 @@ from gregor.tools.common import (
     add_request_timeout,
     bootstrap,
     check_reachable,
+    read_command_config,
     timeout_s,
 )
 from gregor.tools.controller_client import Connection, error_name
@@ -105,22 +106,6 @@ def parse_add_config(text: str) -> list[tuple[str, float]]:
         except ValueError:
             raise UsageError(f"--add-config: {key}={value.strip()} is not a number") from None
     return out
-
-
-def read_command_config(path: str | None) -> dict[str, str]:
-    if not path:
-        return {}
-    props: dict[str, str] = {}
-    try:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                line = line.strip()
-                if line and not line.startswith(("#", "!")):
-                    key, _, value = line.partition("=")
-                    props[key.strip()] = value.strip()
-    except OSError as e:
-        raise UsageError(f"cannot read --command-config {path}: {e.strerror}") from None
-    return props
 
 
 def _connect(args: argparse.Namespace) -> Connection:

@@ -9,7 +9,8 @@ It speaks AlterUserScramCredentials / DescribeUserScramCredentials through confl
 AdminClient, which salts and hashes the password on the client side: the password itself never
 crosses the network. `--command-config FILE` takes the client's security settings in Kafka's
 property names (security.protocol, sasl.mechanism, sasl.jaas.config, ssl.truststore.location...),
-translated for librdkafka by `client_security_config`, so the file written for Kafka's tools works.
+translated for librdkafka by `gregor.tools.common.client_security_config`, so the file written for Kafka's
+tools works.
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from gregor.config import ConfigError, read_properties
-from gregor.security.sasl.jaas import JaasConfigError, parse_single_module
 from gregor.security.sasl.scram import DEFAULT_ITERATIONS, MAX_ITERATIONS, MIN_ITERATIONS
 from gregor.tools.common import (
     HelpFormatter,
@@ -29,61 +28,16 @@ from gregor.tools.common import (
     bootstrap,
     check_reachable,
     client_config,
+    client_security_config,
     error_code,
     is_no_answer,
     kafka_message,
     no_answer,
+    read_command_config,
     timeout_s,
 )
 
 SCRAM_NAMES = ("SCRAM-SHA-256", "SCRAM-SHA-512")
-
-# Kafka (Java client) property -> librdkafka property, where the names differ.
-_RENAMED = {
-    "ssl.truststore.location": "ssl.ca.location",
-    "ssl.keystore.location": "ssl.certificate.location",
-    "ssl.truststore.certificates": "ssl.ca.pem",
-    "ssl.keystore.certificate.chain": "ssl.certificate.pem",
-    "ssl.keystore.key": "ssl.key.pem",
-}
-# Java-only properties with no librdkafka meaning here (PEM is the only store type librdkafka reads).
-_DROPPED = {"ssl.truststore.type", "ssl.keystore.type", "ssl.truststore.password", "ssl.keystore.password",
-            "sasl.login.callback.handler.class", "ssl.protocol"}
-
-
-def client_security_config(props: dict[str, str]) -> dict[str, Any]:
-    """librdkafka settings from Kafka client properties (a --command-config file).
-
-    sasl.jaas.config becomes sasl.username / sasl.password (PLAIN, SCRAM) or, for Kafka's unsecured
-    OAUTHBEARER login module, sasl.oauthbearer.config with its `unsecuredLoginStringClaim_sub`. A PEM
-    keystore file holding key and certificate serves as both ssl.certificate.location and ssl.key.location.
-    Raises UsageError for a JAAS text that does not parse."""
-    out: dict[str, Any] = {}
-    for key, value in props.items():
-        if key in _DROPPED:
-            continue
-        if key == "sasl.jaas.config":
-            try:
-                module = parse_single_module(value)
-            except JaasConfigError as e:
-                raise UsageError(f"--command-config: sasl.jaas.config: {e}") from None
-            opts = module.options
-            if module.class_name.endswith("OAuthBearerLoginModule"):
-                sub = opts.get("unsecuredLoginStringClaim_sub")
-                if sub:
-                    out["sasl.oauthbearer.config"] = f"principal={sub}"
-                    out["enable.sasl.oauthbearer.unsecure.jwt"] = True
-            else:
-                if "username" in opts:
-                    out["sasl.username"] = opts["username"]
-                if "password" in opts:
-                    out["sasl.password"] = opts["password"]
-            continue
-        out[_RENAMED.get(key, key)] = value
-    if "ssl.certificate.location" in out and "ssl.key.location" not in out and props.get("ssl.keystore.type", "").upper() == "PEM":
-        out["ssl.key.location"] = out["ssl.certificate.location"]
-    return out
-
 
 def _split_top_level(text: str) -> list[str]:
     """'A=[x=1,y=2],B=[z=3]' -> ['A=[x=1,y=2]', 'B=[z=3]']: commas inside brackets stay."""
@@ -145,10 +99,7 @@ def _admin(args: argparse.Namespace) -> Any:
 
     extra: dict[str, Any] = {"socket.timeout.ms": int(timeout_s(args) * 1000)}
     if args.command_config:
-        try:
-            extra.update(client_security_config(read_properties(args.command_config)))
-        except (OSError, ConfigError) as e:
-            raise UsageError(f"--command-config: {e}") from None
+        extra.update(client_security_config(read_command_config(args.command_config)))
     servers = bootstrap(args)
     check_reachable(servers, timeout_s(args))
 

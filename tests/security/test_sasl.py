@@ -217,9 +217,8 @@ def test_produce_and_consume(sasl_broker: BrokerProcess, client: str, mech: str)
     roundtrip(sasl_broker, client, mech)
 
 
-@pytest.mark.parametrize("client,mech", [("confluent-kafka", "SCRAM-SHA-512"), ("kafka-python", "SCRAM-SHA-256"),
-                                         ("aiokafka", "PLAIN"),
-                                         ("kcat", "SCRAM-SHA-256")])
+@pytest.mark.parametrize("mech", MECHANISMS)
+@pytest.mark.parametrize("client", CLIENTS)
 def test_sasl_ssl_produce_and_consume(sasl_broker: BrokerProcess, pki: Pki, client: str, mech: str) -> None:
     roundtrip(sasl_broker, client, mech, ca=pki.ca)
 

@@ -352,7 +352,7 @@ def test_users_add_config_syntax() -> None:
 
 
 def test_command_config_translation() -> None:
-    from gregor.tools.users import client_security_config
+    from gregor.tools.common import client_security_config
 
     got = client_security_config({
         "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
