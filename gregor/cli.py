@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         consume,
         elect_leaders,
         groups,
+        log_dirs,
         produce,
         quotas,
         reassign,
@@ -117,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     acls.add_subcommands(sub)
     quotas.add_subcommands(sub)
     users.add_subcommands(sub)
+    log_dirs.add_subcommands(sub)
 
     from gregor.tools import cluster_cli
 
