@@ -84,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     from gregor.tools import (
         acls,
         consume,
+        dump_log,
         elect_leaders,
         groups,
         log_dirs,
@@ -119,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     quotas.add_subcommands(sub)
     users.add_subcommands(sub)
     log_dirs.add_subcommands(sub)
+    dump_log.add_subcommands(sub)
 
     from gregor.tools import cluster_cli
 
