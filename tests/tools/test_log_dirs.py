@@ -1,6 +1,7 @@
 """DescribeLogDirs and `gregor log-dirs` (kafka-log-dirs.sh) against one broker process with two log
 dirs: the sizes reported per partition are those of its segment files on disk (os.stat of the .log
-files), through the tool and through kafka-python's admin client."""
+files), through the tool, kafka-python's admin client and the wire (each version, a topic filter); a dir that
+cannot be read is a KAFKA_STORAGE_ERROR; without DESCRIBE on the cluster the answer is refused."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaAdminClient
 
+from gregor.protocol.errors import ErrorCode
 from gregor.tools.local_broker import BrokerProcess
 from tests.tools.cli import gregor
+from tests.wire import WireClient
 
 TOPICS = {"ld-a": 3, "ld-b": 1, "ld-c": 2}
 
@@ -113,3 +116,54 @@ def test_kafka_python_admin_client(cluster: tuple[BrokerProcess, list[str]]) -> 
                     if t["name"] in TOPICS:
                         sizes[f"{t['name']}-{p['partition_index']}"] = p["partition_size"]
     assert got == on_disk(dirs)
+
+
+def test_wire_versions_and_topic_filter(cluster: tuple[BrokerProcess, list[str]]) -> None:
+    b, dirs = cluster
+    want = on_disk(dirs)
+    c = WireClient(b.bootstrap)
+    try:
+        for version in (1, 2, 3, 4):
+            resp = c.request(35, version, {"topics": [{"topic": "ld-a", "partitions": [0, 2]},
+                                                      {"topic": "nope", "partitions": [0]}]})
+            assert resp.get("error_code", 0) == 0
+            got = {f"{t.name}-{p.partition_index}": (r.log_dir, p.partition_size)
+                   for r in resp.results for t in r.topics for p in t.partitions}
+            assert set(got) == {"ld-a-0", "ld-a-2"}
+            for name, (log_dir, size) in got.items():
+                assert want[log_dir][name] == size
+            if version >= 4:
+                assert all(r.total_bytes > 0 and 0 <= r.usable_bytes <= r.total_bytes for r in resp.results)
+    finally:
+        c.close()
+
+
+def test_unreadable_log_dir_is_a_storage_error(cluster: tuple[BrokerProcess, list[str]]) -> None:
+    b, dirs = cluster
+    moved = dirs[1] + ".away"
+    os.rename(dirs[1], moved)  # the dir is gone from its path: the broker cannot read it
+    try:
+        c = WireClient(b.bootstrap)
+        try:
+            resp = c.request(35, 4, {"topics": None})
+        finally:
+            c.close()
+    finally:
+        os.rename(moved, dirs[1])
+    by_dir = {r.log_dir: r for r in resp.results}
+    assert by_dir[os.path.abspath(dirs[1])].error_code == ErrorCode.KAFKA_STORAGE_ERROR
+    assert by_dir[os.path.abspath(dirs[1])].topics == []
+    assert by_dir[os.path.abspath(dirs[0])].error_code == 0 and by_dir[os.path.abspath(dirs[0])].topics
+
+
+def test_needs_describe_on_the_cluster(start_broker) -> None:
+    b = start_broker({"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer", "super.users": ""})
+    c = WireClient(b.bootstrap)
+    try:
+        assert c.request(35, 1, {"topics": None}).results == []  # v1-v2: no error field, no dirs
+        denied = c.request(35, 3, {"topics": None})
+        assert denied.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED and denied.results == []
+    finally:
+        c.close()
+    r = gregor("log-dirs", "--bootstrap-server", b.bootstrap, "--describe")
+    assert r.returncode == 1 and "CLUSTER_AUTHORIZATION_FAILED" in r.stderr and "Traceback" not in r.stderr
