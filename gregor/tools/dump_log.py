@@ -91,10 +91,11 @@ class Dump:
 
 # --- .log ---------------------------------------------------------------------------------------
 
-def read_batches(fh: BinaryIO, max_bytes: int, max_message_size: int, trouble: list[str]) -> \
-        Iterator[tuple[BatchHeader, bytes]]:
+def read_batches(fh: BinaryIO, max_bytes: int, max_message_size: int, trouble: list[str], *,
+                 with_data: bool = True) -> Iterator[tuple[BatchHeader, bytes]]:
     """The batches of a segment file, read one at a time (never the whole file): those wholly in its
-    first `max_bytes`. A batch that cannot be read appends why to `trouble` and ends the scan."""
+    first `max_bytes`, with their bytes (or only the header's, without `with_data`). A batch that cannot
+    be read appends why to `trouble` and ends the scan."""
     size = os.fstat(fh.fileno()).st_size
     limit = min(size, max(max_bytes, 0))
     pos = 0
@@ -120,7 +121,7 @@ def read_batches(fh: BinaryIO, max_bytes: int, max_message_size: int, trouble: l
         if header.magic != MAGIC:
             trouble.append(f"the batch at position {pos} has magic {header.magic}; only magic {MAGIC} is supported")
             return
-        data = head + fh.read(n - HEADER_SIZE)
+        data = head + fh.read(n - HEADER_SIZE) if with_data else head
         header.position = pos
         yield header, data
         pos += n
@@ -195,12 +196,13 @@ def _segment_log(path: str, suffix: str) -> str:
     return path[: -len(suffix)] + LOG_SUFFIX
 
 
-def _log_headers(dump: Dump, log_path: str) -> dict[int, BatchHeader]:
-    """The segment's batch headers by position, for checking an index against them."""
+def _log_headers(dump: Dump, log_path: str) -> Iterator[BatchHeader]:
+    """The segment's batch headers in file order, read one at a time: an index is checked against
+    them in one pass, so memory does not grow with the segment."""
     trouble: list[str] = []
     with open(log_path, "rb") as fh:
-        out = {h.position: h for h, _ in read_batches(fh, dump.args.max_bytes, dump.args.max_message_size, trouble)}
-    return out
+        for h, _ in read_batches(fh, DEFAULT_MAX_BYTES, dump.args.max_message_size, trouble, with_data=False):
+            yield h
 
 
 def dump_index_file(dump: Dump, path: str, time_index: bool) -> None:
@@ -225,21 +227,24 @@ def dump_index_file(dump: Dump, path: str, time_index: bool) -> None:
         dump.problem(path, f"no segment file {os.path.basename(log_path)} to check {os.path.basename(path)} against")
         return
     headers = _log_headers(dump, log_path)
-    by_last = {h.last_offset: h for h in headers.values()}
+    h: BatchHeader | None = next(headers, None)
     mismatches: list[str] = []
     prev_ts = -1
-    for i in range(index.entries):
+    for i in range(index.entries):  # entries increase in position and offset, as the batches do
         if isinstance(index, OffsetIndex):
             offset, position = index.entry(i)
-            h = headers.get(position)
-            if h is None or h.last_offset != offset:
-                mismatches.append(f"  Index offset: {offset}, log offset: {-1 if h is None else h.last_offset}")
+            while h is not None and h.position < position:
+                h = next(headers, None)
+            if h is None or h.position != position or h.last_offset != offset:
+                found = h.last_offset if h is not None and h.position == position else -1
+                mismatches.append(f"  Index offset: {offset}, log offset: {found}")
             if not dump.args.verify_index_only:
                 print(f"offset: {offset} position: {position}")
         else:
             timestamp, offset = index.entry(i)
-            h = by_last.get(offset)
-            if h is None:
+            while h is not None and h.last_offset < offset:
+                h = next(headers, None)
+            if h is None or h.last_offset != offset:
                 mismatches.append(f"  Index offset: {offset}, no batch of the log ends there")
             elif h.max_timestamp != timestamp:
                 mismatches.append(f"  Index timestamp: {timestamp}, log timestamp: {h.max_timestamp}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -165,3 +166,18 @@ def test_damaged_files_are_reported(partition_dir: Path, tmp_path: Path) -> None
 
     code, out, err = dump("--files", str(tmp_path / "notes.txt"))
     assert code == 0 and "Ignoring unknown file" in out
+
+
+def test_index_mismatches_are_reported(partition_dir: Path, tmp_path: Path) -> None:
+    first = sorted(partition_dir.glob("*.log"))[0]
+    shutil.copy(first, tmp_path / first.name)
+    stem = tmp_path / first.stem
+    Path(f"{stem}.index").write_bytes(struct.pack(">ii", 99999, 0))  # no batch at 0 ends at offset 99999
+    Path(f"{stem}.timeindex").write_bytes(struct.pack(">qi", 7, 99999))
+    code, out, err = dump("--files", f"{stem}.index,{stem}.timeindex")
+    assert code == 1
+    assert f"Mismatches in :{stem}.index" in err and "Index offset: 99999, log offset:" in err
+    assert f"Mismatches in :{stem}.timeindex" in err and "no batch of the log ends there" in err
+    assert "offset: 99999 position: 0" in out
+    code, out, err = dump("--files", f"{stem}.index", "--verify-index-only")
+    assert code == 1 and "position:" not in out and "Index offset: 99999" in err
