@@ -84,9 +84,9 @@ class AclAuthorizer:
             d = True
         else:
             d = self.index.authorize(principal, host, operation, resource_type, name, self.allow_if_no_acl)
-            if not d and log.isEnabledFor(logging.DEBUG):
-                log.debug("Principal = %s is Denied Operation = %s from host = %s on resource = %s:%s",
-                          principal, operation.name, host, resource_type.name, name)
+            if not d:  # as Kafka's authorizer logger, at INFO; once per decision kept in the cache below
+                log.info("Principal = %s is Denied Operation = %s from host = %s on resource = %s:%s",
+                         principal, operation.name, host, resource_type.name, name)
         if len(self._decisions) >= DECISION_CACHE_MAX_ENTRIES:
             self._decisions.clear()
         self._decisions[key] = d

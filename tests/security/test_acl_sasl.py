@@ -311,3 +311,74 @@ def test_client_quotas_need_cluster_describe_and_alter_configs(b: BrokerProcess)
         assert [e.error_code for e in r.entries] == [KafkaError.CLUSTER_AUTHORIZATION_FAILED]
     finally:
         c.close()
+
+
+def _wire_as(b: BrokerProcess, user: str) -> Any:
+    """A raw connection logged in with SASL/PLAIN as `user` (for APIs confluent-kafka does not call)."""
+    from tests.wire import WireClient
+
+    c = WireClient(f"127.0.0.1:{b.ports['SASL_PLAINTEXT']}")
+    assert c.request(17, 1, {"mechanism": "PLAIN"}).error_code == 0
+    resp = c.request(36, 1, {"auth_bytes": f"\x00{user}\x00{PASSWORDS[user]}".encode()})
+    assert resp.error_code == 0, resp.error_message
+    return c
+
+
+def test_describe_transactions_shows_only_describable_topics(b: BrokerProcess, admin: AdminClient) -> None:
+    """Kafka filters a described transaction's partitions by the caller's DESCRIBE on each topic."""
+    tx_acl = acl(ResourceType.TRANSACTIONAL_ID, "tx-open", AclOperation.DESCRIBE, "User:alice")
+    for f in admin.create_acls([tx_acl]).values():
+        f.result(10)
+    p = Producer({**conf(b, "admin"), "transactional.id": "tx-open"})
+    p.init_transactions(15)
+    p.begin_transaction()
+    p.produce("alice-1", b"open")
+    p.produce("bob-1", b"open")
+    p.flush(15)
+    try:
+        c = _wire_as(b, "alice")
+        try:
+            deadline = time.time() + 10
+            while True:
+                st = c.request(65, 0, {"transactional_ids": ["tx-open"]}).transaction_states[0]
+                if st.error_code == 0 and st.topics or time.time() > deadline:
+                    break
+                time.sleep(0.2)
+            assert st.error_code == 0 and st.transaction_state == "Ongoing"
+            assert [t.topic for t in st.topics] == ["alice-1"]  # bob-1 is in the transaction, hidden from alice
+            denied = c.request(65, 0, {"transactional_ids": ["someone-else"]}).transaction_states[0]
+            assert denied.error_code == 53  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        finally:
+            c.sock.close()
+    finally:
+        p.abort_transaction(15)
+        for f in admin.delete_acls([AclBindingFilter(ResourceType.TRANSACTIONAL_ID, "tx-open",
+                                                     ResourcePatternType.LITERAL, "User:alice", "*",
+                                                     AclOperation.ANY, AclPermissionType.ANY)]).values():
+            f.result(10)
+
+
+def test_consumer_group_describe_hides_a_group_assigned_undescribable_topics(b: BrokerProcess) -> None:
+    """KIP-848 groups: Kafka answers TOPIC_AUTHORIZATION_FAILED for a group whose assignment names a topic
+    the caller may not describe, instead of showing that assignment."""
+    c = Consumer({**conf(b, "admin"), "group.id": "alice-g", "group.protocol": "consumer"})
+    c.subscribe(["alice-1", "bob-1"])
+    try:
+        deadline = time.time() + 20
+        while not c.assignment() and time.time() < deadline:
+            c.poll(0.2)
+        assert {tp.topic for tp in c.assignment()} == {"alice-1", "bob-1"}
+        w = _wire_as(b, "alice")
+        try:
+            g = w.request(69, 0, {"group_ids": ["alice-g"], "include_authorized_operations": False}).groups[0]
+            assert g.error_code == 29 and not g.members  # TOPIC_AUTHORIZATION_FAILED: bob-1 is hidden from alice
+        finally:
+            w.sock.close()
+        w = _wire_as(b, "admin")
+        try:
+            g = w.request(69, 0, {"group_ids": ["alice-g"], "include_authorized_operations": False}).groups[0]
+            assert g.error_code == 0 and len(g.members) == 1
+        finally:
+            w.sock.close()
+    finally:
+        c.close()

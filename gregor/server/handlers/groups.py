@@ -472,6 +472,16 @@ def handle_consumer_group_describe(ctx: RequestContext, req: Struct) -> dict[str
                 "member_type": 1,  # KIP-1099: 1 = a member of the consumer protocol
             } for m in cg.members.values()],
         })
+        # As Kafka: a group whose assignments name a topic the principal may not describe is not shown.
+        hidden = sorted({names.get(tid, "") for m in cg.members.values()
+                         for a in (m.assigned, cg.target.get(m.member_id, {})) for tid in a
+                         if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, names.get(tid, ""))})
+        if hidden:
+            entry.update({"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "members": [],
+                          "error_message": "The group has described topic(s) that the client is not authorized "
+                                           "to describe."})
+            out.append(entry)
+            continue
         if req.include_authorized_operations:
             entry["authorized_operations"] = ctx.authorized_operations(ResourceType.GROUP, group_id)
         out.append(entry)

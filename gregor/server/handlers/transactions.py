@@ -237,7 +237,9 @@ def handle_describe_transactions(ctx: RequestContext, req: Struct) -> Any:
                 entry.update({"transaction_state": m.state_name, "transaction_timeout_ms": m.timeout_ms,
                               "transaction_start_time_ms": m.start_ms, "producer_id": m.producer_id,
                               "producer_epoch": m.producer_epoch,
-                              "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]})
+                              # As Kafka: only the topics the principal may describe.
+                              "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()
+                                         if ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, t)]})
             except KafkaError as e:
                 entry["error_code"] = e.code
             out.append(entry)
