@@ -10,6 +10,7 @@ the answer is CLUSTER_AUTHORIZATION_FAILED at the top level (v3+) and no dirs (e
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections import defaultdict
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.schema import Struct
 from gregor.server.dispatcher import RequestContext
+from gregor.storage.log_manager import LogManager
 
 
 def refuse_describe_log_dirs(req: Struct) -> dict[str, Any]:
@@ -40,10 +42,17 @@ def _volume_bytes(log_dir: str) -> tuple[int, int]:
     return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
 
 
-def handle_describe_log_dirs(ctx: RequestContext, req: Struct) -> dict[str, Any]:
-    wanted = _wanted(req)
+def handle_describe_log_dirs(ctx: RequestContext, req: Struct) -> asyncio.Future[dict[str, Any]]:
+    """Answered off the event loop: logs not opened yet are measured on disk, and each dir is checked
+    (access, statvfs), which a slow or failing disk could stall."""
+    return asyncio.ensure_future(asyncio.get_running_loop().run_in_executor(
+        None, describe_log_dirs, ctx.broker.log_manager, _wanted(req)))
+
+
+def describe_log_dirs(log_manager: LogManager, wanted: dict[str, set[int]] | None) -> dict[str, Any]:
+    """The response body: every log dir of `log_manager`, with the partitions of `wanted` (None: all)."""
     results = []
-    for log_dir, sizes in ctx.broker.log_manager.partition_sizes().items():
+    for log_dir, sizes in log_manager.partition_sizes().items():
         try:
             if not os.access(log_dir, os.R_OK | os.W_OK | os.X_OK):
                 raise OSError(f"log dir {log_dir} is not accessible")
