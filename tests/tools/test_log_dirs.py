@@ -156,14 +156,36 @@ def test_unreadable_log_dir_is_a_storage_error(cluster: tuple[BrokerProcess, lis
     assert by_dir[os.path.abspath(dirs[0])].error_code == 0 and by_dir[os.path.abspath(dirs[0])].topics
 
 
-def test_needs_describe_on_the_cluster(start_broker) -> None:
-    b = start_broker({"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer", "super.users": ""})
-    c = WireClient(b.bootstrap)
+PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+              'password="admin-secret" user_admin="admin-secret" user_carol="carol-secret";')
+
+
+def _props(tmp_path: Path, user: str, password: str) -> str:
+    p = tmp_path / f"{user}.properties"
+    p.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.jaas.config="
+                 f'org.apache.kafka.common.security.plain.PlainLoginModule required username="{user}" '
+                 f'password="{password}";\n')
+    return str(p)
+
+
+def test_needs_describe_on_the_cluster(start_broker, tmp_path: Path) -> None:
+    b = start_broker({"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer", "super.users": "User:admin",
+                      "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+                      "inter.broker.listener.name": "PLAINTEXT", "sasl.enabled.mechanisms": "PLAIN",
+                      "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS})
+    c = WireClient(b.bootstrap_of("PLAINTEXT"))  # User:ANONYMOUS, no ACLs
     try:
         assert c.request(35, 1, {"topics": None}).results == []  # v1-v2: no error field, no dirs
         denied = c.request(35, 3, {"topics": None})
         assert denied.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED and denied.results == []
     finally:
         c.close()
-    r = gregor("log-dirs", "--bootstrap-server", b.bootstrap, "--describe")
+    sasl = b.bootstrap_of("SASL_PLAINTEXT")
+    r = gregor("log-dirs", "--bootstrap-server", sasl, "--describe", "--command-config",
+               _props(tmp_path, "carol", "carol-secret"))
     assert r.returncode == 1 and "CLUSTER_AUTHORIZATION_FAILED" in r.stderr and "Traceback" not in r.stderr
+    r = gregor("log-dirs", "--bootstrap-server", sasl, "--describe", "--command-config",
+               _props(tmp_path, "admin", "admin-secret"))  # a super user, authenticated with SASL/PLAIN
+    assert r.returncode == 0, r.stderr
+    (broker,) = json.loads(r.stdout.splitlines()[-1])["brokers"]
+    assert [d["error"] for d in broker["logDirs"]] == [None]
