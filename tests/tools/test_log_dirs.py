@@ -17,6 +17,7 @@ from kafka import KafkaAdminClient
 
 from gregor.protocol.errors import ErrorCode
 from gregor.tools.local_broker import BrokerProcess
+from tests.admin.cluster import InProcessCluster
 from tests.tools.cli import gregor
 from tests.wire import WireClient
 
@@ -189,3 +190,33 @@ def test_needs_describe_on_the_cluster(start_broker, tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     (broker,) = json.loads(r.stdout.splitlines()[-1])["brokers"]
     assert [d["error"] for d in broker["logDirs"]] == [None]
+
+
+def test_every_broker_of_a_cluster(tmp_path: Path) -> None:
+    """Each broker answers for the replicas it hosts, leader or follower; --broker-list picks brokers."""
+    c = InProcessCluster(tmp_path, [1, 2])
+    try:
+        r = gregor("topics", "--bootstrap-server", c.bootstrap, "--create", "--topic", "rep",
+                   "--replica-assignment", "1:2,2:1")
+        assert r.returncode == 0, r.stderr
+        p = Producer({"bootstrap.servers": c.bootstrap, "acks": "all"})
+        for i in range(50):
+            p.produce("rep", value=b"x" * i, partition=i % 2)
+        assert p.flush(30) == 0  # acks=all: both replicas hold every record
+        r = gregor("log-dirs", "--bootstrap-server", c.bootstrap, "--describe", "--topic-list", "rep")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.splitlines()[1] == "Received log directory information from brokers 1,2"
+        brokers = json.loads(r.stdout.splitlines()[-1])["brokers"]
+        assert [b["broker"] for b in brokers] == [1, 2]
+        for b in brokers:
+            (d,) = b["logDirs"]
+            assert d["logDir"] == str(tmp_path / f"broker-{b['broker']}")
+            sizes = {p["partition"]: p["size"] for p in d["partitions"]}
+            assert sizes == {name: sum(os.stat(f).st_size for f in (Path(d["logDir"]) / name).glob("*.log"))
+                             for name in ("rep-0", "rep-1")}
+            assert all(size > 0 for size in sizes.values())
+        r = gregor("log-dirs", "--bootstrap-server", c.bootstrap, "--describe", "--broker-list", "2")
+        assert r.returncode == 0, r.stderr
+        assert [b["broker"] for b in json.loads(r.stdout.splitlines()[-1])["brokers"]] == [2]
+    finally:
+        c.stop()
