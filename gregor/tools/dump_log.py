@@ -26,6 +26,7 @@ after dumping every file, instead of a traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -37,7 +38,6 @@ from gregor.protocol.primitives import DecodeError
 from gregor.protocol.records import (
     DELETE_HORIZON_BIT,
     HEADER_SIZE,
-    LOG_OVERHEAD,
     MAGIC,
     BatchHeader,
     batch_size_at,
@@ -103,16 +103,12 @@ def read_batches(fh: BinaryIO, max_bytes: int, max_message_size: int, trouble: l
         fh.seek(pos)
         head = fh.read(HEADER_SIZE)
         n = batch_size_at(head, 0)
-        if n is None or len(head) < HEADER_SIZE or n < HEADER_SIZE:
-            if pos + LOG_OVERHEAD <= limit < size:
-                return  # --max-bytes cut here: not damage
+        if n is None or len(head) < HEADER_SIZE or n < HEADER_SIZE or pos + n > size:
+            # torn by a crash, or a length field that is garbage: Kafka's words for what is left
             trouble.append(f"Found {size - pos} invalid bytes at the end of {os.path.basename(fh.name)}")
             return
         if pos + n > limit:
-            if limit < size and pos + n <= size:
-                return
-            trouble.append(f"Found {size - pos} invalid bytes at the end of {os.path.basename(fh.name)}")
-            return
+            return  # --max-bytes ends the read before this batch
         if n > max_message_size:
             trouble.append(f"the batch at position {pos} is {n} bytes, more than --max-message-size "
                            f"{max_message_size}: stopped there")
@@ -146,11 +142,11 @@ def _text(b: bytes) -> str:
 
 def record_lines(dump: Dump, path: str, h: BatchHeader, data: bytes) -> Iterator[str]:
     """`| offset: ...` lines of one batch (decoded with the broker's decoder)."""
-    h0 = BatchHeader(**{**{k: getattr(h, k) for k in h.__dataclass_fields__}, "position": 0})
+    h0 = dataclasses.replace(h, position=0)  # `data` holds this batch alone
     try:
         records = decode_records(data, h0)
         control = read_control_record(data, h0) if h.is_control else None
-    except DecodeError as e:
+    except (DecodeError, ValueError) as e:
         dump.problem(path, f"the records of the batch at offset {h.base_offset} do not decode: {e}")
         return
     ts_type = "LogAppendTime" if h.log_append_time else "CreateTime"
@@ -295,8 +291,8 @@ def dump_txn_index_file(dump: Dump, path: str) -> None:
 def dump_leader_epochs(dump: Dump, path: str) -> None:
     try:
         entries = LeaderEpochCheckpointFile(path).read()
-    except CorruptCheckpointError as e:
-        dump.problem(path, str(e))
+    except (CorruptCheckpointError, UnicodeDecodeError) as e:
+        dump.problem(path, f"the checkpoint is damaged: {e}")
         return
     for epoch, start in entries:
         print(f"epoch: {epoch} startOffset: {start}")
@@ -329,6 +325,8 @@ def dump_file(dump: Dump, path: str) -> None:
         func(dump, path)
     except OSError as e:
         dump.problem(path, f"cannot read {path}: {e.strerror or e}")
+    except Exception as e:  # a damaged file a decoder did not foresee: reported, and the next file dumped
+        dump.problem(path, f"cannot decode {path}: {e!r}")
 
 
 def run_dump_log(args: argparse.Namespace) -> int:

@@ -181,3 +181,20 @@ def test_index_mismatches_are_reported(partition_dir: Path, tmp_path: Path) -> N
     assert "offset: 99999 position: 0" in out
     code, out, err = dump("--files", f"{stem}.index", "--verify-index-only")
     assert code == 1 and "position:" not in out and "Index offset: 99999" in err
+
+
+def test_damaged_checkpoint_and_transaction_index(tmp_path: Path) -> None:
+    epochs = tmp_path / "leader-epoch-checkpoint"
+    epochs.write_bytes(b"\xff\xfe\x00garbage")
+    code, out, err = dump("--files", str(epochs))
+    assert code == 1 and "the checkpoint is damaged" in out
+    epochs.write_text("0\n2\n0 0\n")  # says two entries, has one
+    code, out, err = dump("--files", str(epochs))
+    assert code == 1 and "expected 2 entries, found 1" in out
+    txn = tmp_path / "00000000000000000000.txnindex"
+    entry = struct.pack(">hqqqq", 0, 7, 10, 12, 10)
+    txn.write_bytes(entry + entry[:20])  # one entry, then a torn one
+    code, out, err = dump("--files", str(txn))
+    assert code == 1 and "producerId: 7 firstOffset: 10 lastOffset: 12 lastStableOffset: 10" in out
+    assert "Found 20 invalid bytes at the end" in out
+    assert txn.stat().st_size == len(entry) + 20  # read only: the file is left as it was
