@@ -84,8 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     from gregor.tools import (
         acls,
         consume,
+        dump_log,
         elect_leaders,
         groups,
+        log_dirs,
         produce,
         quotas,
         reassign,
@@ -117,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     acls.add_subcommands(sub)
     quotas.add_subcommands(sub)
     users.add_subcommands(sub)
+    log_dirs.add_subcommands(sub)
+    dump_log.add_subcommands(sub)
 
     from gregor.tools import cluster_cli
 

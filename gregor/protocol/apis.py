@@ -28,6 +28,7 @@ from gregor.protocol.messages.groups import (
 )
 from gregor.protocol.messages.init_producer_id import INIT_PRODUCER_ID
 from gregor.protocol.messages.list_offsets import LIST_OFFSETS
+from gregor.protocol.messages.log_dirs import DESCRIBE_LOG_DIRS
 from gregor.protocol.messages.metadata import METADATA
 from gregor.protocol.messages.offset_for_leader_epoch import OFFSET_FOR_LEADER_EPOCH
 from gregor.protocol.messages.offsets import OFFSET_COMMIT, OFFSET_DELETE, OFFSET_FETCH
@@ -76,6 +77,7 @@ ALL: list[Api] = [
     DELETE_ACLS,
     DESCRIBE_CONFIGS,
     ALTER_CONFIGS,
+    DESCRIBE_LOG_DIRS,
     CREATE_PARTITIONS,
     DELETE_GROUPS,
     INCREMENTAL_ALTER_CONFIGS,

@@ -26,6 +26,7 @@ from gregor.storage.checkpoint import (
 from gregor.storage.config import LogConfig
 from gregor.storage.errors import CorruptCheckpointError
 from gregor.storage.log import Log, parse_topic_partition
+from gregor.storage.segment_files import LOG_SUFFIX
 
 logger = logging.getLogger("gregor.storage.log_manager")
 
@@ -222,3 +223,17 @@ def read_offsets(d: str, name: str) -> dict[TopicPartition, int]:
     except CorruptCheckpointError as e:
         logger.error("%s; ignoring it (logs in %s are recovered from offset 0)", e, d)
         return {}
+
+
+def segment_files_size(path: str) -> int:
+    """The bytes of the segment files (`*.log`) in one partition's directory, as on disk; 0 if it
+    cannot be read (it vanished, or the disk failed: the log then goes offline on its first use)."""
+    total = 0
+    try:
+        with os.scandir(path) as entries:
+            for e in entries:
+                if e.name.endswith(LOG_SUFFIX) and e.is_file():
+                    total += e.stat().st_size
+    except OSError:
+        return 0
+    return total

@@ -72,6 +72,7 @@ from gregor.storage.log_dirs import (  # noqa: F401 - CLEAN_SHUTDOWN_FILE, SEGME
     open_found_log,
     remove_log_dir,
     scan_log_dirs,
+    segment_files_size,
     write_offsets,
 )
 from gregor.storage.segment import OPEN_FILES, default_open_files_capacity
@@ -402,6 +403,23 @@ class LogManager:
     def logs(self) -> dict[TopicPartition, Log]:
         with self._lock:
             return dict(self._logs)
+
+    def partition_sizes(self) -> dict[str, dict[TopicPartition, int]]:
+        """Per log dir, the size in bytes of each partition log it holds (DescribeLogDirs): an open
+        log's segment sizes, and for one on disk not opened yet (lazy, or still loading) the sizes of
+        its `.log` files. Offline logs are left out: they cannot be described (their files are the
+        operator's to repair)."""
+        with self._lock:
+            logs = dict(self._logs)
+            lazy = {tp: (plan[0], plan[2]) for tp, plan in self._lazy.items()}
+            lazy.update((tp, (os.path.dirname(path), path)) for tp, path in self._pending.items())
+        out: dict[str, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs}
+        for tp, log in logs.items():
+            out.setdefault(os.path.dirname(log.dir), {})[tp] = log.size_bytes
+        for tp, (d, path) in lazy.items():
+            if tp not in logs:
+                out.setdefault(d, {})[tp] = segment_files_size(path)
+        return out
 
     # --- periodic work (from a timer, off the event loop) -------------------------------------------
 

@@ -359,33 +359,7 @@ class ProducerStateManager:
 
     def read_snapshot(self, offset: int) -> dict[int, ProducerStateEntry]:
         """Parse one snapshot file. Raises ValueError if it is damaged."""
-        with open(os.path.join(self.dir, snapshot_name(offset)), "rb") as fh:
-            data = fh.read()
-        if len(data) < _FILE_HEADER.size + _COUNT.size:
-            raise ValueError(f"{len(data)} bytes is too short for a snapshot")
-        magic, version, crc = _FILE_HEADER.unpack_from(data, 0)
-        if magic != _MAGIC or version != _VERSION:
-            raise ValueError(f"unknown snapshot magic {magic!r} or version {version}")
-        body = memoryview(data)[_FILE_HEADER.size:]
-        if crc32c(body) != crc:
-            raise ValueError("CRC mismatch")
-        try:
-            (count,) = _COUNT.unpack_from(body, 0)
-            pos = _COUNT.size
-            out: dict[int, ProducerStateEntry] = {}
-            for _ in range(count):
-                pid, epoch, ts, coord, txn, n = _ENTRY.unpack_from(body, pos)
-                pos += _ENTRY.size
-                e = ProducerStateEntry(pid, epoch, ts, coord, txn)
-                for _ in range(n):
-                    e.batches.append(BatchMetadata(*_BATCH.unpack_from(body, pos)))
-                    pos += _BATCH.size
-                out[pid] = e
-        except struct.error as err:
-            raise ValueError(f"truncated snapshot: {err}") from None
-        if pos != len(body):
-            raise ValueError(f"{len(body) - pos} stray bytes after the entries")
-        return out
+        return read_snapshot_file(os.path.join(self.dir, snapshot_name(offset)))
 
     def delete_snapshots(self, keep: Callable[[int], bool]) -> None:
         for off in self.snapshot_offsets():
@@ -466,3 +440,35 @@ def _unlink(path: str) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
+
+
+def read_snapshot_file(path: str) -> dict[int, ProducerStateEntry]:
+    """The producer entries of the snapshot file at `path` (also for `gregor dump-log`). Raises
+    ValueError if it is damaged, OSError if it cannot be read."""
+    with open(path, "rb") as fh:
+        data = fh.read()
+    if len(data) < _FILE_HEADER.size + _COUNT.size:
+        raise ValueError(f"{len(data)} bytes is too short for a snapshot")
+    magic, version, crc = _FILE_HEADER.unpack_from(data, 0)
+    if magic != _MAGIC or version != _VERSION:
+        raise ValueError(f"unknown snapshot magic {magic!r} or version {version}")
+    body = memoryview(data)[_FILE_HEADER.size:]
+    if crc32c(body) != crc:
+        raise ValueError("CRC mismatch")
+    try:
+        (count,) = _COUNT.unpack_from(body, 0)
+        pos = _COUNT.size
+        out: dict[int, ProducerStateEntry] = {}
+        for _ in range(count):
+            pid, epoch, ts, coord, txn, n = _ENTRY.unpack_from(body, pos)
+            pos += _ENTRY.size
+            e = ProducerStateEntry(pid, epoch, ts, coord, txn)
+            for _ in range(n):
+                e.batches.append(BatchMetadata(*_BATCH.unpack_from(body, pos)))
+                pos += _BATCH.size
+            out[pid] = e
+    except struct.error as err:
+        raise ValueError(f"truncated snapshot: {err}") from None
+    if pos != len(body):
+        raise ValueError(f"{len(body) - pos} stray bytes after the entries")
+    return out

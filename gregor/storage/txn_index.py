@@ -52,21 +52,14 @@ class TransactionIndex:
         return self._entries
 
     def _load(self) -> None:
-        entries: list[AbortedTxn] = []
         try:
             with open(self.path, "rb") as fh:
                 data = fh.read()
         except FileNotFoundError:
             data = b""
-        whole = len(data) - len(data) % ENTRY_SIZE
-        for pos in range(0, whole, ENTRY_SIZE):
-            version, pid, first, last, lso = _ENTRY.unpack_from(data, pos)
-            if version != _VERSION or first > last or (entries and last <= entries[-1].last_offset):
-                logger.warning("%s: entry %d is invalid (version %d, offsets %d..%d); dropping it and the rest",
-                               self.path, pos // ENTRY_SIZE, version, first, last)
-                whole = pos
-                break
-            entries.append(AbortedTxn(pid, first, last, lso))
+        entries, whole, problem = parse_entries(data)
+        if problem is not None:
+            logger.warning("%s: %s; dropping it and the rest", self.path, problem)
         if whole != len(data):
             self._rewrite(entries)  # a torn last entry (a crash mid-write) or a bad one: keep the good prefix
         self._entries = entries
@@ -166,3 +159,17 @@ def _unlink(path: str) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
+
+
+def parse_entries(data: bytes) -> tuple[list[AbortedTxn], int, str | None]:
+    """The valid entries at the start of a .txnindex file's bytes, how many bytes they take, and what is
+    wrong with the first invalid entry (None if every whole entry is valid; a torn tail is not an
+    entry). Reads only: the index rewrites its file to the valid prefix, `gregor dump-log` reports."""
+    entries: list[AbortedTxn] = []
+    whole = len(data) - len(data) % ENTRY_SIZE
+    for pos in range(0, whole, ENTRY_SIZE):
+        version, pid, first, last, lso = _ENTRY.unpack_from(data, pos)
+        if version != _VERSION or first > last or (entries and last <= entries[-1].last_offset):
+            return entries, pos, f"entry {pos // ENTRY_SIZE} is invalid (version {version}, offsets {first}..{last})"
+        entries.append(AbortedTxn(pid, first, last, lso))
+    return entries, whole, None

@@ -112,32 +112,39 @@ def _connect(args: argparse.Namespace) -> Connection:
     """A connection to the first bootstrap server that accepts one, secured and authenticated as the
     --command-config says (security.protocol PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL)."""
     props = read_command_config(args.command_config)
-    protocol = props.get("security.protocol", "PLAINTEXT").upper()
-    if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
-        raise UsageError(f"--command-config: unknown security.protocol {protocol}")
-    sasl = _sasl_settings(props) if protocol.startswith("SASL_") else None
     servers = bootstrap(args)
     check_reachable(servers, timeout_s(args))
     last: ToolError | None = None
     for server in servers.split(","):
         if not server.strip():
             continue
-        host, port = _host_port(server)
         try:
-            conn = Connection(host, port, timeout_s(args))
+            return secured_connection(*_host_port(server), timeout_s(args), props)
         except ToolError as e:
+            if isinstance(e, UsageError):
+                raise
             last = e
-            continue
-        try:
-            if protocol in ("SSL", "SASL_SSL"):
-                _start_tls(conn, host, port, props)
-            if sasl is not None:
-                _authenticate(conn, *sasl)
-        except BaseException:
-            conn.close()
-            raise
-        return conn
     raise last or ToolError(f"cannot connect to any of {servers}")
+
+
+def secured_connection(host: str, port: int, timeout: float, props: dict[str, str]) -> Connection:
+    """A connection to one broker, with TLS and SASL as the --command-config properties `props` say
+    (security.protocol PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL). Also used by `gregor log-dirs`,
+    which asks every broker."""
+    protocol = props.get("security.protocol", "PLAINTEXT").upper()
+    if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+        raise UsageError(f"--command-config: unknown security.protocol {protocol}")
+    sasl = _sasl_settings(props) if protocol.startswith("SASL_") else None
+    conn = Connection(host, port, timeout)
+    try:
+        if protocol in ("SSL", "SASL_SSL"):
+            _start_tls(conn, host, port, props)
+        if sasl is not None:
+            _authenticate(conn, *sasl)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
 
 
 def _start_tls(conn: Connection, host: str, port: int, props: dict[str, str]) -> None:

@@ -160,3 +160,31 @@ def test_periodic_work(tmp_path) -> None:
     assert other.config.retention_ms == 1
     assert manager.cleanup_logs(now_ms=5000) > 0 and other.log_start_offset == 20
     manager.shutdown()
+
+
+def test_partition_sizes_are_the_segment_files_open_or_not(tmp_path) -> None:
+    """DescribeLogDirs' sizes: per dir, an open log's segments, and a log not opened yet (lazy, after a
+    clean shutdown) measured from its .log files; they agree with the files on disk."""
+    dirs = [str(tmp_path / "d1"), str(tmp_path / "d2")]
+    populate(dirs, partitions=3)
+
+    def on_disk() -> dict[str, dict[tuple[str, int], int]]:
+        out: dict[str, dict[tuple[str, int], int]] = {os.path.abspath(d): {} for d in dirs}
+        for d in dirs:
+            for name in os.listdir(d):
+                path = os.path.join(d, name)
+                if os.path.isdir(path):
+                    topic, _, p = name.rpartition("-")
+                    out[os.path.abspath(d)][(topic, int(p))] = sum(
+                        os.path.getsize(os.path.join(path, f)) for f in os.listdir(path) if f.endswith(".log"))
+        return out
+
+    manager = LogManager(dirs, LogConfig(segment_bytes=1500), load=False)
+    try:
+        assert manager.is_unopened("plain", 1)
+        assert manager.partition_sizes() == on_disk()  # nothing opened: measured on disk
+        manager.load_logs()
+        assert not manager.is_unopened("plain", 1)
+        assert manager.partition_sizes() == on_disk()  # every log open: their segments
+    finally:
+        manager.shutdown()
