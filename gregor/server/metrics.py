@@ -11,8 +11,9 @@ Two kinds of metric, kept apart for the hot path's sake:
   batch bytes a Produce appended, as Kafka's BytesInPerSec), bytes out per topic (the record bytes of
   consumer Fetch responses), and per API the request count, errors per error code and Kafka's
   RequestMetrics time split - queue (frame received -> handler start), local (handler), remote (parked
-  in the purgatory: a Future answer), send (response built -> handed to the socket) and total, each a
-  histogram of fixed buckets so Prometheus computes percentiles (histogram_quantile). Plain ints in
+  in the purgatory: a Future answer), send (response built -> handed to the socket) as sums (means by
+  rate(_sum)/rate(_count)) and the total as a histogram of fixed buckets so Prometheus computes
+  percentiles (histogram_quantile). Plain ints in
   dicts and lists: a few hundred nanoseconds a request, and nothing at all while the endpoint is off
   (the broker then has no BrokerMetrics and every hook is one `is None` test).
 - Computed at scrape time from the broker's state (`collect`): partition counts (under-replicated,
@@ -52,9 +53,8 @@ TIME_BUCKETS_MS: tuple[float, ...] = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100
 # Upper bounds (ms) of the log flush (fsync) time histogram.
 FLUSH_BUCKETS_MS: tuple[float, ...] = (0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 5000)
 
-# The request-time histograms of Kafka's RequestMetrics, in the order `RequestStats.times` keeps them.
+# Kafka's RequestMetrics times: the four parts (summaries: sum and count), then the total (a histogram).
 TIME_METRICS = ("requestqueuetimems", "localtimems", "remotetimems", "responsesendtimems", "totaltimems")
-QUEUE, LOCAL, REMOTE, SEND, TOTAL = range(5)
 
 _ERROR_NAMES: dict[int, str] = {int(e): e.name for e in ErrorCode}
 
@@ -75,15 +75,17 @@ class Histogram:
 
 
 class RequestStats:
-    """One API's RequestMetrics: requests, errors per code, and the five time histograms."""
+    """One API's RequestMetrics: requests, errors per code, the total time histogram and, for the parts of
+    that time (queue, local, remote, send), their sums (with `requests`, their means): one bisect a request."""
 
-    __slots__ = ("errors", "name", "requests", "times")
+    __slots__ = ("errors", "name", "part_sums_ms", "requests", "total")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.requests = 0
-        self.errors: dict[int, int] = {}  # error code -> responses (or partitions) that carried it
-        self.times = [Histogram(TIME_BUCKETS_MS) for _ in TIME_METRICS]
+        self.errors: dict[int, int] = {}  # error code -> responses (or topics, partitions) that carried it
+        self.part_sums_ms = [0.0, 0.0, 0.0, 0.0]  # queue, local, remote, send
+        self.total = Histogram(TIME_BUCKETS_MS)
 
 
 class BrokerMetrics:
@@ -122,13 +124,15 @@ class BrokerMetrics:
         """A response was handed to the socket: count it, its error codes and its times."""
         s = self.requests.get(api_key) or self.stats(api_key)
         s.requests += 1
-        t = s.times
-        q, lo, r, se = queue_ns / 1e6, local_ns / 1e6, remote_ns / 1e6, send_ns / 1e6
-        t[QUEUE].observe(q)
-        t[LOCAL].observe(lo)
-        t[REMOTE].observe(r)
-        t[SEND].observe(se)
-        t[TOTAL].observe(q + lo + r + se)
+        parts = s.part_sums_ms
+        parts[0] += queue_ns / 1e6
+        parts[1] += local_ns / 1e6
+        parts[2] += remote_ns / 1e6
+        parts[3] += send_ns / 1e6
+        total_ms = (queue_ns + local_ns + remote_ns + send_ns) / 1e6
+        h = s.total
+        h.counts[_bisect(TIME_BUCKETS_MS, total_ms)] += 1
+        h.sum += total_ms
         if body is not None:
             count_errors(body, s.errors)
 
@@ -136,35 +140,43 @@ class BrokerMetrics:
         self.failed_authentication[listener] = self.failed_authentication.get(listener, 0) + 1
 
 
-def _get(obj: Any, name: str) -> Any:
-    if isinstance(obj, dict):
-        return obj.get(name)
-    return getattr(obj, name, None)
+_bisect = bisect.bisect_left
 
 
-def _fields(obj: Any) -> Iterable[Any]:
-    if isinstance(obj, dict):
-        return obj.values()
-    slots = getattr(obj, "__slots__", None)
-    if slots is not None:
-        return [getattr(obj, n, None) for n in slots]
-    d = getattr(obj, "__dict__", None)
-    return d.values() if d is not None else ()
+def _dict(obj: Any) -> dict[str, Any] | None:
+    return obj if type(obj) is dict else getattr(obj, "__dict__", None)
 
 
-def count_errors(body: Any, out: dict[int, int], depth: int = 0) -> None:
+def count_errors(body: Any, out: dict[int, int]) -> None:
     """Kafka's errorCounts: the non-zero error codes of a response - its own and, two array levels down,
     its topics' and partitions' (Produce and Fetch answer per partition). Successes are not counted
     (Kafka's error="NONE" series is the request count minus these)."""
-    code = _get(body, "error_code")
+    d = _dict(body)
+    if d is None:
+        return
+    code = d.get("error_code")
     if code:
         out[code] = out.get(code, 0) + 1
-    if depth >= 2:
-        return
-    for v in _fields(body):
-        if isinstance(v, list) and v and not isinstance(v[0], (int, str, bytes)):
-            for item in v:
-                count_errors(item, out, depth + 1)
+    for v in d.values():
+        if type(v) is not list or not v:
+            continue
+        for item in v:
+            di = _dict(item)
+            if di is None:
+                break  # an array of numbers or strings
+            code = di.get("error_code")
+            if code:
+                out[code] = out.get(code, 0) + 1
+            for w in di.values():
+                if type(w) is not list or not w:
+                    continue
+                for leaf in w:
+                    dl = _dict(leaf)
+                    if dl is None:
+                        break
+                    code = dl.get("error_code")
+                    if code:
+                        out[code] = out.get(code, 0) + 1
 
 
 # --- exposition ---------------------------------------------------------------------------------------
@@ -234,14 +246,20 @@ def collect(broker: Broker) -> bytes:
              "Error codes in responses (top level, per topic and per partition), per API and error (ErrorsPerSec).",
              (({"request": s.name, "error": _ERROR_NAMES.get(code, str(code))}, n)
               for s in reqs for code, n in sorted(s.errors.items())))
-    docs = ("Time a request waited after it was received until its handler started (RequestQueueTimeMs).",
-            "Time in the request's handler (LocalTimeMs).",
-            "Time a request waited in the purgatory: acks=all, fetch.min.bytes, flushes (RemoteTimeMs).",
-            "Time from the response built until handed to the socket, behind earlier responses (ResponseSendTimeMs).",
-            "Total time from request received to response written (TotalTimeMs).")
-    for i, suffix in enumerate(TIME_METRICS):
-        e.histogram(f"kafka_network_requestmetrics_{suffix}", docs[i],
-                    (({"request": s.name}, s.times[i]) for s in reqs))
+    docs = ("Time requests waited after they were received until their handler started (RequestQueueTimeMs).",
+            "Time in the requests' handlers (LocalTimeMs).",
+            "Time requests waited in the purgatory: acks=all, fetch.min.bytes, flushes (RemoteTimeMs).",
+            "Time from responses built until handed to the socket, behind earlier responses (ResponseSendTimeMs).")
+    for i, suffix in enumerate(TIME_METRICS[:4]):  # summaries without quantiles: rate(_sum) / rate(_count)
+        name = f"kafka_network_requestmetrics_{suffix}"
+        e.lines.append(f"# HELP {name} {docs[i]}")
+        e.lines.append(f"# TYPE {name} summary")
+        for s in reqs:
+            e.lines.append(f'{name}_sum{{request="{s.name}"}} {_num(s.part_sums_ms[i])}')
+            e.lines.append(f'{name}_count{{request="{s.name}"}} {s.requests}')
+    e.histogram("kafka_network_requestmetrics_totaltimems",
+                "Total time from request received to response written, ms (TotalTimeMs; histogram_quantile).",
+                (({"request": s.name}, s.total) for s in reqs))
 
     rm = broker.replica_manager
     parts = list(rm.partitions.values())
