@@ -1,6 +1,7 @@
 """What the Prometheus metrics cost: produce and fetch throughput with metrics.port set vs unset.
 
 Usage: python benchmarks/bench_metrics.py [--records 1000000] [--rounds 4] [--value-bytes 100]
+       [--batch-records 10000]  (--records 20000 --batch-records 1: one record a Produce request)
 
 Two brokers run side by side, one with the endpoint on (metrics.port=0) and one without; each round
 produces --records records (confluent-kafka, acks=1, linger.ms 5) to a fresh topic on each and consumes
@@ -32,8 +33,9 @@ from benchmarks.bench_throughput import Measure  # noqa: E402
 from tests.broker_process import BrokerProcess  # noqa: E402
 
 
-def produce(b: BrokerProcess, topic: str, n: int, value: bytes) -> Measure:
+def produce(b: BrokerProcess, topic: str, n: int, value: bytes, batch_records: int) -> Measure:
     p = Producer({"bootstrap.servers": b.bootstrap, "acks": "1", "linger.ms": 5, "batch.size": 1_000_000,
+                  "batch.num.messages": batch_records,
                   "queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 65536})
     assert b.proc is not None
     with Measure(b.proc.pid) as m:
@@ -97,6 +99,8 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--value-bytes", type=int, default=100)
+    ap.add_argument("--batch-records", type=int, default=10000,
+                    help="the producer's batch.num.messages: 1 makes a Produce request a record (the per-request cost)")
     a = ap.parse_args()
     value = b"x" * a.value_bytes
     print(f"hot-path hooks with metrics on: {hook_cost_ns():.0f} ns per Produce request (in process)")
@@ -120,11 +124,11 @@ def main() -> None:
                     if variant == "on":  # scraped while it runs, as Prometheus would (every 0.5 s here)
                         threading.Thread(target=_scraper, args=(url, topic, stop, scrapes), daemon=True).start()
                     for op in ("produce", "consume"):
-                        m = produce(b, topic, a.records, value) if op == "produce" else consume(b, topic, a.records)
+                        m = produce(b, topic, a.records, value, a.batch_records) if op == "produce" else consume(b, topic, a.records)
                         rate, cost = a.records / m.wall, m.cpu / a.records * 1e6
                         results.setdefault((variant, op), []).append((rate, cost))
                         print(f"round {r} metrics {variant:<3} {op:<8} {rate:>10,.0f} rec/s "
-                              f"{a.records * a.value_bytes / m.wall / 1e6:>6.1f} MB/s  broker {cost:5.2f} us CPU/record"
+                              f"{a.records * a.value_bytes / m.wall / 1e6:>6.1f} MB/s  broker {cost:6.3f} us CPU/record"
                               f"  (waited for a CPU: broker {m.wait[0] / m.wall * 100:.0f}%)")
                     stop.set()
                     if variant == "on":
@@ -143,7 +147,7 @@ def main() -> None:
         rate_on, rate_off = statistics.median(x[0] for x in on), statistics.median(x[0] for x in off)
         cost_on, cost_off = statistics.median(x[1] for x in on), statistics.median(x[1] for x in off)
         print(f"{op:<8} median rec/s on {rate_on:>10,.0f}  off {rate_off:>10,.0f}  on/off {rate_on / rate_off:6.3f}"
-              f"   broker CPU us/record on {cost_on:.2f} off {cost_off:.2f}  on/off {cost_on / cost_off:6.3f}")
+              f"   broker CPU us/record on {cost_on:.3f} off {cost_off:.3f}  on/off {cost_on / max(cost_off, 1e-9):6.3f}")
 
 
 if __name__ == "__main__":
