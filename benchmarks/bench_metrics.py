@@ -2,6 +2,8 @@
 
 Usage: python benchmarks/bench_metrics.py [--records 1000000] [--rounds 4] [--value-bytes 100]
        [--batch-records 10000]  (--records 20000 --batch-records 1: one record a Produce request)
+       [--one on|off]  (one broker; for pairs: farm-bench --vs "python benchmarks/bench_metrics.py --one off ..."
+                        -- python benchmarks/bench_metrics.py --one on ...)
 
 Two brokers run side by side, one with the endpoint on (metrics.port=0) and one without; each round
 produces --records records (confluent-kafka, acks=1, linger.ms 5) to a fresh topic on each and consumes
@@ -94,15 +96,32 @@ def hook_cost_ns(n: int = 200_000) -> float:
     return (clock() - t0) / n
 
 
+def one(metrics_on: bool, n: int, value: bytes, batch_records: int) -> None:
+    with TemporaryDirectory() as tmp:
+        b = BrokerProcess(Path(tmp), {"metrics.port": "0"} if metrics_on else {}).start()
+        try:
+            m = produce(b, "one", n, value, batch_records)
+            print(f"metrics {'on' if metrics_on else 'off'}: {n / m.wall:,.0f} rec/s, broker "
+                  f"{m.cpu / n * 1e6:.3f} us CPU/record")
+        finally:
+            b.kill()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--value-bytes", type=int, default=100)
+    ap.add_argument("--one", choices=("on", "off"),
+                    help="one broker only, metrics on or off: produce --records and print its CPU per record, for "
+                         "farm-bench --vs pairs (two brokers side by side skew each other on a 2-core machine)")
     ap.add_argument("--batch-records", type=int, default=10000,
                     help="the producer's batch.num.messages: 1 makes a Produce request a record (the per-request cost)")
     a = ap.parse_args()
     value = b"x" * a.value_bytes
+    if a.one:
+        one(a.one == "on", a.records, value, a.batch_records)
+        return
     print(f"hot-path hooks with metrics on: {hook_cost_ns():.0f} ns per Produce request (in process)")
     results: dict[tuple[str, str], list[tuple[float, float]]] = {}  # (variant, op) -> [(rec/s, CPU us/rec)]
     with TemporaryDirectory() as tmp:
