@@ -218,3 +218,26 @@ def test_histogram_buckets() -> None:
         h.observe(v)
     assert h.counts == [2, 1, 1]
     assert h.sum == 56.5
+
+
+def test_failed_sasl_authentication_counted_per_listener(start_broker) -> None:  # type: ignore[no-untyped-def]
+    jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+            'password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";')
+    b = start_broker({"listeners": "SASL_PLAINTEXT://127.0.0.1:0,PLAINTEXT://127.0.0.1:0",
+                      "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,PLAINTEXT:PLAINTEXT",
+                      "inter.broker.listener.name": "PLAINTEXT", "sasl.enabled.mechanisms": "PLAIN",
+                      "sasl.jaas.config": jaas, "metrics.port": "0"})
+    url = metrics_url(b)
+    name = "kafka_server_socketserver_failedauthentication_total"
+    assert value(scrape(url), name, listener="SASL_PLAINTEXT") == 0
+    p = Producer({"bootstrap.servers": f"127.0.0.1:{b.ports['SASL_PLAINTEXT']}", "security.protocol": "SASL_PLAINTEXT",
+                  "sasl.mechanism": "PLAIN", "sasl.username": "alice", "sasl.password": "wrong", "log_level": 0})
+    deadline = time.monotonic() + 10
+    failed = 0.0
+    while time.monotonic() < deadline and not failed:
+        p.poll(0.2)
+        failed = value(scrape(url), name, listener="SASL_PLAINTEXT")
+    assert failed >= 1
+    s = scrape(url)
+    assert value(s, name, listener="PLAINTEXT") == 0
+    assert value(s, "kafka_server_socketserver_connections", listener="PLAINTEXT") == 0
