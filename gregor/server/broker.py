@@ -54,7 +54,7 @@ from gregor.security.sasl.listener import build_sasl_listeners
 from gregor.security.tls import ServerTls, TlsSettings
 from gregor.server import throttling
 from gregor.server.dispatcher import Dispatcher
-from gregor.server.dynamic_config import DynamicBrokerConfig
+from gregor.server.dynamic_config import CONNECTION_LIMITS, THROTTLES, TOPIC_DEFAULTS, DynamicBrokerConfig
 from gregor.server.handlers import HANDLERS
 from gregor.server.internal_topics import InternalTopic
 from gregor.server.network import SocketServer
@@ -270,10 +270,22 @@ class Broker:
         """This broker's dynamic configs over the cluster default's, applied at once (dynamic_config)."""
         changed = self.dynamic_config.update(self.metadata_cache.broker_configs(DEFAULT_ENTITY),
                                              self.metadata_cache.broker_configs(str(self.config.broker_id)))
-        if changed:
-            d = self.dynamic_config
+        d = self.dynamic_config
+        if changed & THROTTLES:
             self.replica_manager.set_replication_throttles(d.get("leader.replication.throttled.rate"),
                                                            d.get("follower.replication.throttled.rate"))
+        if changed & TOPIC_DEFAULTS:
+            defaults = d.topic_defaults()
+            if defaults is not None and defaults != self.config.log_config:
+                log.info("broker %d: topic config defaults changed: %s", self.config.broker_id,
+                         ", ".join(f"{n}={d.get(n)}" for n in sorted(changed & TOPIC_DEFAULTS)))
+                self.config.log_config = defaults  # what every topic without an override reads
+                self.replica_manager.refresh_log_configs()
+        if changed & CONNECTION_LIMITS:
+            log.info("broker %d: connection limits: %s", self.config.broker_id,
+                     ", ".join(f"{n}={d.get(n)}" for n in sorted(CONNECTION_LIMITS)))
+            self.socket_server.set_connection_limits(d.get("max.connections"), d.get("max.connections.per.ip"),
+                                                     d.get("max.connections.per.ip.overrides"))
 
     def _on_session_change(self, kind: str, what: str) -> None:  # issue 10: zk
         """The store registered this broker again on a new ZooKeeper session: a new broker epoch."""

@@ -18,22 +18,35 @@ from collections.abc import Mapping
 from typing import Any
 
 from gregor.config import BROKER_PROPS, READ_ONLY, BrokerConfig
-from gregor.configdef import ConfigError
+from gregor.configdef import CLUSTER_WIDE, ConfigError
 from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.server.network import parse_ip_overrides
+from gregor.storage.config import LogConfig, broker_synonym_props
+from gregor.storage.errors import InvalidConfigError
 
 log = logging.getLogger("gregor.config")
 
-# What this broker applies without a restart (the replication throttles of a reassignment).
-APPLIED = frozenset({"leader.replication.throttled.rate", "follower.replication.throttled.rate"})
+# What this broker applies without a restart: the replication throttles of a reassignment; the topic
+# configs' broker defaults Kafka's DynamicLogConfig takes (each topic config's finest synonym:
+# log.retention.ms, log.segment.bytes, message.max.bytes, ...; the coarser log.retention.hours and
+# log.retention.minutes stay read-only, as in Kafka), re-derived for every log without an override;
+# and the connection limits (Kafka's DynamicConnectionQuota).
+THROTTLES = frozenset({"leader.replication.throttled.rate", "follower.replication.throttled.rate"})
+TOPIC_DEFAULTS = frozenset(p.name for p in broker_synonym_props() if p.mode == CLUSTER_WIDE)
+CONNECTION_LIMITS = frozenset({"max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides"})
+APPLIED = THROTTLES | TOPIC_DEFAULTS | CONNECTION_LIMITS
 
 # Where a dynamic value comes from: Kafka's ConfigSource ids.
 DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 2, 3
 
 
-def validate_alter(configs: Mapping[str, str]) -> dict[str, Any]:
+def validate_alter(configs: Mapping[str, str], current: DynamicBrokerConfig | None = None,
+                   default: bool = False) -> dict[str, Any]:
     """Check the dynamic configs an alter would leave (name -> text); returns them parsed. Raises
     KafkaError INVALID_REQUEST for a property that cannot be updated dynamically, INVALID_CONFIG for
-    an unknown name or a bad value."""
+    an unknown name or a bad value. With `current` (this broker's view), the topic defaults they
+    would give are checked together (log.cleaner.min.compaction.lag.ms against its max, ...): `default`
+    says the configs are the cluster default's, else this broker's."""
     static = sorted(n for n in configs if n in BROKER_PROPS and BROKER_PROPS[n].mode == READ_ONLY)
     if static:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: {set(static)}")
@@ -50,6 +63,22 @@ def validate_alter(configs: Mapping[str, str]) -> dict[str, Any]:
             parsed[name] = BROKER_PROPS[name].parse(text)
         except ConfigError as e:
             raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
+    if "max.connections.per.ip.overrides" in parsed:
+        try:
+            parse_ip_overrides(parsed["max.connections.per.ip.overrides"])
+        except ConfigError as e:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
+    if current is not None and TOPIC_DEFAULTS & (set(parsed) | set(current.stored(default))):
+        mine, dflt = (current._mine, parsed) if default else (parsed, current._default)
+
+        def get(name: str) -> Any:
+            if name in mine:
+                return mine[name]
+            return dflt[name] if name in dflt else current.static.get(name)
+        try:
+            LogConfig.from_broker(get)
+        except InvalidConfigError as e:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Invalid topic config defaults: {e}") from None
     return parsed
 
 
@@ -60,6 +89,10 @@ class DynamicBrokerConfig:
         self.static = static
         self._mine: dict[str, Any] = {}
         self._default: dict[str, Any] = {}
+
+    def stored(self, default: bool) -> dict[str, Any]:
+        """The parsed dynamic configs of the cluster default (`default`) or of this broker."""
+        return dict(self._default if default else self._mine)
 
     def update(self, default: Mapping[str, str], mine: Mapping[str, str]) -> set[str]:
         """Take the stored dynamic configs (as text); returns the names whose value changed. A stored value
@@ -75,13 +108,23 @@ class DynamicBrokerConfig:
         for name, text in stored.items():
             prop = BROKER_PROPS.get(name)
             if prop is None or name not in APPLIED:
-                log.warning("dynamic config %s=%s of %s is not applied by this broker", name, text, whose)
+                shown = "[hidden]" if prop is not None and prop.sensitive else text  # passwords are never logged
+                log.warning("dynamic config %s=%s of %s is not applied by this broker", name, shown, whose)
                 continue
             try:
                 out[name] = prop.parse(text)
             except ConfigError as e:
                 log.warning("dynamic config %s of %s ignored: %s", name, whose, e)
         return out
+
+    def topic_defaults(self) -> LogConfig | None:
+        """Every topic config's broker default with the dynamic layers applied; None (logged) when they
+        do not validate together (stored by hand or another version: the previous defaults stay)."""
+        try:
+            return LogConfig.from_broker(self.get)
+        except InvalidConfigError as e:
+            log.warning("dynamic topic config defaults ignored: %s", e)
+            return None
 
     def get(self, name: str) -> Any:
         if name in self._mine:

@@ -53,9 +53,9 @@ def _documentation(prop: Prop, update_mode: str | None) -> str:
     if bounds:
         parts.append(f"Valid values: {bounds}.")
     if update_mode is not None:
-        parts.append(f"Update mode: {update_mode}" + (" (dynamic broker configs are not implemented yet: "
-                                                        "this broker reads it at start only)."
-                                                        if update_mode != READ_ONLY else "."))
+        parts.append(f"Update mode: {update_mode}" + (" (Gregor does not apply it at runtime yet: it is read at "
+                                                        "start only)." if update_mode != READ_ONLY
+                                                        and prop.name not in APPLIED else "."))
     return " ".join(p for p in parts if p)
 
 
@@ -106,6 +106,8 @@ def _describe_topic(ctx: RequestContext, name: str, keys: list[str] | None, req:
         syn = []
         if k in overrides:
             syn.append({"name": k, "value": _text(values[k]), "source": DYNAMIC_TOPIC_CONFIG})
+        syn += [{"name": s.name, "value": _text(v), "source": src}
+                for s in t.synonyms for src, v in broker.dynamic_config.layers(s.name)]
         syn += _broker_synonyms(broker.config, [s.name for s in t.synonyms])
         out.append(_entry(k, values[k], syn, t.prop, not t.dynamic, req))
     return out
@@ -231,7 +233,9 @@ def _alter_broker(ctx: RequestContext, r: Struct, incremental: bool) -> SetBroke
         new = _apply_incremental(ctx, current, r.configs, BROKER_PROPS)
     else:
         new = {c.name: c.value for c in r.configs}
-    validate_alter(new)
+    mine = entity == str(ctx.broker.config.broker_id)
+    validate_alter(new, ctx.broker.dynamic_config if mine or entity == DEFAULT_ENTITY else None,
+                   default=entity == DEFAULT_ENTITY)
     return SetBrokerConfigs(entity, new)
 
 

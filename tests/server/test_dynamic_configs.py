@@ -1,0 +1,196 @@
+"""Dynamic broker configs applied without a restart (issue 13): the topic configs' broker defaults
+(log.retention.ms, message.max.bytes, ...) reach every log without an override at once; the connection
+limits reach new connections; kafka-python's and confluent-kafka's admin clients see Kafka's sources;
+on ZooKeeper a cluster default set through one broker applies on the other."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, Producer
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, NewTopic
+
+from tests.broker_process import BrokerProcess
+from tests.wire import WireClient
+
+StartBroker = Callable[..., BrokerProcess]
+
+
+def _alter_default(bootstrap: str, configs: dict[str, str | None], validate: bool = False) -> tuple[int, str | None]:
+    """IncrementalAlterConfigs on the cluster default (empty BROKER name: confluent-kafka refuses an empty
+    name, so on the wire). A None value deletes."""
+    c = WireClient(bootstrap)
+    try:
+        r = c.request(44, 1, {"resources": [{"resource_type": 4, "resource_name": "", "configs": [
+            {"name": k, "config_operation": 1 if v is None else 0, "value": v} for k, v in configs.items()]}],
+            "validate_only": validate})
+    finally:
+        c.close()
+    return r.responses[0].error_code, r.responses[0].error_message
+
+
+def _low_watermark(bootstrap: str, topic: str) -> int:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "wm"})
+    try:
+        return c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[0]
+    finally:
+        c.close()
+
+
+def _produce(bootstrap: str, topic: str, n: int, size: int) -> list[Any]:
+    """n records of `size` bytes, one batch each; the delivery errors (None for a delivered record)."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "batch.num.messages": 1, "retries": 0})
+    errors: list[Any] = []
+    for i in range(n):
+        p.produce(topic, b"x" * size, key=str(i).encode(), on_delivery=lambda err, _m: errors.append(err))
+        p.flush(10)
+    assert len(errors) == n
+    return errors
+
+
+def test_retention_and_message_size_defaults_apply_without_restart(start_broker: StartBroker) -> None:
+    """A dynamic cluster-default log.retention.ms deletes the old segments of a topic without an override
+    (its low watermark moves) while a topic with its own retention.ms keeps its data; a per-broker
+    message.max.bytes lowered at runtime refuses a larger batch; validate_only changes nothing; the
+    admin clients see DYNAMIC_DEFAULT_BROKER_CONFIG / DYNAMIC_BROKER_CONFIG and the topic's synonyms."""
+    b = start_broker({"log.retention.check.interval.ms": "100", "log.segment.bytes": "2000"})
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    fs = admin.create_topics([NewTopic("plain", 1, 1), NewTopic("kept", 1, 1, config={"retention.ms": "3600000"})])
+    for f in fs.values():
+        f.result(30)
+    for t in ("plain", "kept"):
+        assert _produce(b.bootstrap, t, 6, 700) == [None] * 6
+    time.sleep(0.3)
+    assert _alter_default(b.bootstrap, {"log.retention.ms": "50"}, validate=True) == (0, None)
+    time.sleep(0.5)
+    assert _low_watermark(b.bootstrap, "plain") == 0  # validate_only stored nothing
+    assert _alter_default(b.bootstrap, {"log.retention.ms": "50"}) == (0, None)
+    deadline = time.monotonic() + 10
+    while _low_watermark(b.bootstrap, "plain") == 0:
+        assert time.monotonic() < deadline, "the dynamic retention default did not delete old segments"
+        time.sleep(0.1)
+    assert _low_watermark(b.bootstrap, "kept") == 0
+
+    res = ConfigResource(ConfigResource.Type.TOPIC, "plain")
+    e = admin.describe_configs([res])[res].result(30)["retention.ms"]
+    assert (e.value, e.source) == ("50", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)  # as Kafka shows it
+    bres = ConfigResource(ConfigResource.Type.BROKER, "0")
+    e = admin.describe_configs([bres])[bres].result(30)["log.retention.ms"]
+    assert (e.value, e.source, e.is_read_only) == ("50", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value, False)
+
+    # message.max.bytes for this broker only: a larger batch is refused at once, a smaller one taken.
+    admin.incremental_alter_configs([ConfigResource(ConfigResource.Type.BROKER, "0", incremental_configs=[
+        ConfigEntry("message.max.bytes", "1000", incremental_operation=AlterConfigOpType.SET)])])[bres].result(30)
+    e = admin.describe_configs([bres])[bres].result(30)["message.max.bytes"]
+    assert (e.value, e.source) == ("1000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+    err, = _produce(b.bootstrap, "plain", 1, 1500)
+    assert err is not None and err.code() == KafkaError.MSG_SIZE_TOO_LARGE
+    assert _produce(b.bootstrap, "plain", 1, 100) == [None]
+
+    # kafka-python's admin client sees the same sources.
+    from kafka.admin import ConfigResource as KpResource
+    from kafka.admin import ConfigResourceType, KafkaAdminClient
+
+    kp = KafkaAdminClient(bootstrap_servers=b.bootstrap)
+    try:
+        got = kp.describe_configs([KpResource(ConfigResourceType.BROKER, "0")], include_synonyms=True, config_filter="all")
+        entries = got["broker"]["0"]
+        assert entries["message.max.bytes"]["value"] == "1000"
+        assert entries["log.retention.ms"]["value"] == "50"
+        assert {k: str(entries[k]["config_source"]) for k in ("message.max.bytes", "log.retention.ms")} == {
+            "message.max.bytes": "DYNAMIC_BROKER_CONFIG", "log.retention.ms": "DYNAMIC_DEFAULT_BROKER_CONFIG"}
+        assert [s["source"] for s in entries["log.retention.ms"]["synonyms"]][0] == "DYNAMIC_DEFAULT_BROKER_CONFIG"
+    finally:
+        kp.close()
+
+    # Restored: a record larger than 1000 bytes is taken again.
+    admin.incremental_alter_configs([ConfigResource(ConfigResource.Type.BROKER, "0", incremental_configs=[
+        ConfigEntry("message.max.bytes", None, incremental_operation=AlterConfigOpType.DELETE)])])[bres].result(30)
+    assert _produce(b.bootstrap, "plain", 1, 1500) == [None]
+
+
+def test_alter_refusals(start_broker: StartBroker) -> None:
+    """Read-only properties, ones Gregor does not apply at runtime and defaults that do not validate
+    together are refused; nothing is stored."""
+    b = start_broker()
+    for configs, code, text in [
+            ({"log.retention.hours": "1"}, KafkaError.INVALID_REQUEST, "Cannot update these configs dynamically"),
+            ({"num.replica.fetchers": "2"}, KafkaError.INVALID_REQUEST, "does not apply them at runtime"),
+            ({"log.cleaner.min.compaction.lag.ms": "10", "log.cleaner.max.compaction.lag.ms": "5"},
+             KafkaError.INVALID_CONFIG, "Invalid topic config defaults"),
+            ({"max.connections.per.ip.overrides": "nocount"}, KafkaError.INVALID_CONFIG, "host:count")]:
+        code_got, msg = _alter_default(b.bootstrap, configs)
+        assert code_got == code and text in (msg or ""), (configs, code_got, msg)
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    bres = ConfigResource(ConfigResource.Type.BROKER, "0")
+    got = admin.describe_configs([bres])[bres].result(30)
+    assert got["log.cleaner.max.compaction.lag.ms"].source == ConfigSource.DEFAULT_CONFIG.value
+
+
+def test_max_connections_lowered_refuses_new_connections(start_broker: StartBroker) -> None:
+    """max.connections lowered as the cluster default: open connections stay, a new one is closed; raised
+    again, new connections are served."""
+    b = start_broker()
+    c1 = WireClient(b.bootstrap)
+    try:
+        r = c1.request(44, 1, {"resources": [{"resource_type": 4, "resource_name": "", "configs": [
+            {"name": "max.connections", "config_operation": 0, "value": "1"}]}], "validate_only": False})
+        assert r.responses[0].error_code == 0
+        time.sleep(0.3)  # applied through the metadata store's event
+        c2 = WireClient(b.bootstrap)
+        try:
+            c2.send(18, 0, {})
+            assert c2.closed_by_peer()
+        finally:
+            c2.close()
+        r = c1.request(44, 1, {"resources": [{"resource_type": 4, "resource_name": "", "configs": [
+            {"name": "max.connections", "config_operation": 1, "value": None}]}], "validate_only": False})
+        assert r.responses[0].error_code == 0
+        time.sleep(0.3)
+        c3 = WireClient(b.bootstrap)
+        try:
+            assert c3.request(18, 0, {}).error_code == 0
+        finally:
+            c3.close()
+    finally:
+        c1.close()
+
+
+def test_cluster_default_reaches_the_other_broker_on_zookeeper(start_broker: StartBroker, zk_connect: str) -> None:
+    """Set through broker 0, the cluster default is described by broker 1 as its own value and applied
+    to broker 1's topic defaults."""
+    b0, b1 = (start_broker({"zookeeper.connect": zk_connect, "broker.id": str(i)}) for i in range(2))
+    assert _alter_default(b0.bootstrap, {"log.retention.ms": "123456"}) == (0, None)
+    admin = AdminClient({"bootstrap.servers": b1.bootstrap})
+    res = ConfigResource(ConfigResource.Type.BROKER, "1")
+    deadline = time.monotonic() + 10
+    while True:
+        e = admin.describe_configs([res])[res].result(30)["log.retention.ms"]
+        if e.value == "123456":
+            break
+        assert time.monotonic() < deadline, "the cluster default did not reach broker 1"
+        time.sleep(0.1)
+    assert e.source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value
+    admin.create_topics([NewTopic("zk-plain", 1, 1)])["zk-plain"].result(30)
+    tres = ConfigResource(ConfigResource.Type.TOPIC, "zk-plain")
+    got = admin.describe_configs([tres])[tres].result(30)["retention.ms"]
+    assert got.value == "123456"
+    syn = [(s.name, s.source) for s in got.synonyms.values()]
+    assert syn[0] == ("log.retention.ms", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value), syn
+
+
+@pytest.mark.parametrize("name", ["log.retention.ms", "log.segment.bytes", "message.max.bytes", "log.cleanup.policy",
+                                  "max.connections", "max.connections.per.ip"])
+def test_applied_modes(name: str) -> None:
+    """What is applied at runtime is what Kafka could update (never a read-only property)."""
+    from gregor.config import BROKER_PROPS
+    from gregor.configdef import READ_ONLY
+    from gregor.server.dynamic_config import APPLIED
+
+    assert name in APPLIED and BROKER_PROPS[name].mode != READ_ONLY
+    assert not any(BROKER_PROPS[n].mode == READ_ONLY for n in APPLIED)
