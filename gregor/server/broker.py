@@ -54,7 +54,7 @@ from gregor.security.sasl.listener import build_sasl_listeners
 from gregor.security.tls import ServerTls, TlsSettings
 from gregor.server import throttling
 from gregor.server.dispatcher import Dispatcher
-from gregor.server.dynamic_config import CONNECTION_LIMITS, THROTTLES, TOPIC_DEFAULTS, DynamicBrokerConfig
+from gregor.server.dynamic_config import CONNECTION_LIMITS, THROTTLES, TOPIC_DEFAULTS, DynamicBrokerConfig, listener_key
 from gregor.server.handlers import HANDLERS
 from gregor.server.internal_topics import InternalTopic
 from gregor.server.network import SocketServer
@@ -281,6 +281,10 @@ class Broker:
                          ", ".join(f"{n}={d.get(n)}" for n in sorted(changed & TOPIC_DEFAULTS)))
                 self.config.log_config = defaults  # what every topic without an override reads
                 self.replica_manager.refresh_log_configs()
+        tls_changed = {lk[0] for n in changed if (lk := listener_key(n)) is not None}
+        for name, tls in self.listener_tls.items():
+            if name.lower() in tls_changed:  # new connections get the new stores; no value is logged
+                tls.reload(TlsSettings.from_config(d, name))
         if changed & CONNECTION_LIMITS:
             log.info("broker %d: connection limits: %s", self.config.broker_id,
                      ", ".join(f"{n}={d.get(n)}" for n in sorted(CONNECTION_LIMITS)))

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, NewTopic
 
 from tests.broker_process import BrokerProcess
@@ -194,3 +194,62 @@ def test_applied_modes(name: str) -> None:
 
     assert name in APPLIED and BROKER_PROPS[name].mode != READ_ONLY
     assert not any(BROKER_PROPS[n].mode == READ_ONLY for n in APPLIED)
+
+
+def _served_issuer(bootstrap: str, cafile: str) -> str | None:
+    """The issuer CN of the certificate a new TLS connection is served, verified against `cafile`;
+    None when it does not verify."""
+    import socket
+    import ssl
+
+    ctx = ssl.create_default_context(cafile=cafile)
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as raw:
+        try:
+            with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+                cert = s.getpeercert()
+        except ssl.SSLError:
+            return None
+    return dict(x[0] for x in cert["issuer"])["commonName"]
+
+
+def test_listener_keystore_rotated_by_alter_configs(start_broker: StartBroker, tmp_path: Any) -> None:
+    """listener.name.ssl.ssl.keystore.location altered for this broker: new connections get the new
+    certificate (of another CA, same subject and SANs); a key store of another subject is refused as
+    Kafka refuses it; the cluster default cannot take it (per-broker); described as DYNAMIC_BROKER_CONFIG."""
+    from tests.security.certs import _signed, make_pki
+
+    pki = make_pki(tmp_path / "pki")
+    _signed(pki.dir, "broker-rotated", "/CN=broker/O=gregor", "evil-ca", san="IP:127.0.0.1,DNS:localhost")
+    b = start_broker({"listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+                      "ssl.keystore.location": pki.keystore("broker")})
+    ssl_bootstrap = b.bootstrap_of("SSL")
+    assert _served_issuer(ssl_bootstrap, pki.ca) == "gregor-test-ca"
+    key = "listener.name.ssl.ssl.keystore.location"
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    bres = ConfigResource(ConfigResource.Type.BROKER, "0")
+
+    def alter(value: str) -> None:
+        res = ConfigResource(ConfigResource.Type.BROKER, "0", incremental_configs=[
+            ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([res])[res].result(30)
+
+    with pytest.raises(KafkaException) as err:
+        alter(pki.keystore("broker-evil"))  # O=evil: another subject
+    assert err.value.args[0].code() == KafkaError.INVALID_CONFIG and "DistinguishedName" in err.value.args[0].str()
+    with pytest.raises(KafkaException) as err:
+        alter(str(tmp_path / "missing.pem"))
+    assert err.value.args[0].code() == KafkaError.INVALID_CONFIG
+    code, msg = _alter_default(b.bootstrap, {key: pki.keystore("broker-rotated")})
+    assert code == KafkaError.INVALID_REQUEST and "broker id must be specified" in (msg or "")
+    assert _served_issuer(ssl_bootstrap, pki.ca) == "gregor-test-ca"
+
+    alter(pki.keystore("broker-rotated"))
+    deadline = time.monotonic() + 10
+    while _served_issuer(ssl_bootstrap, pki.path("evil-ca.crt")) != "evil-ca":
+        assert time.monotonic() < deadline, "new connections did not get the new key store"
+        time.sleep(0.1)
+    assert _served_issuer(ssl_bootstrap, pki.ca) is None
+    e = admin.describe_configs([bres])[bres].result(30)[key]
+    assert (e.value, e.source, e.is_read_only) == (pki.keystore("broker-rotated"),
+                                                   ConfigSource.DYNAMIC_BROKER_CONFIG.value, False)

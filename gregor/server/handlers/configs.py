@@ -20,7 +20,7 @@ from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.schema import Struct
 from gregor.security.acl import AclOperation, ResourceType
 from gregor.server.dispatcher import RequestContext
-from gregor.server.dynamic_config import APPLIED, validate_alter
+from gregor.server.dynamic_config import APPLIED, listener_key, prop_of, validate_alter
 from gregor.server.replica_manager import effective_topic_configs, valid_overrides
 from gregor.storage.config import TopicConfigDef
 
@@ -137,6 +137,13 @@ def _describe_broker(ctx: RequestContext, name: str, keys: list[str] | None, req
             syn.pop(0)
         syn = [{"name": k, "value": _text(v), "source": src} for src, v in dynamic.layers(k)] + syn
         out.append(_entry(k, dynamic.get(k), syn, prop, k not in APPLIED, req, prop.mode))
+    for k in sorted(n for n in dynamic.dynamic_names() if listener_key(n) is not None):  # listener.name.<l>.<key>
+        if keys is not None and k not in keys:
+            continue
+        lprop = prop_of(k)
+        assert lprop is not None
+        syn = [{"name": k, "value": _text(v), "source": src} for src, v in dynamic.layers(k)]
+        out.append(_entry(k, dynamic.get(k), syn, lprop, False, req, lprop.mode))
     return out
 
 
@@ -247,7 +254,7 @@ def _apply_incremental(ctx: RequestContext, current: dict[str, str], ops: list[S
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
     kind = "topic" if table is TOPIC_CONFIGS else "broker"
     for c in ops:
-        t = table.get(c.name)
+        t = table.get(c.name) if table is TOPIC_CONFIGS else prop_of(c.name)
         op = c.config_operation
         if t is None and not (op == DELETE and c.name in new):  # a stored unknown key may be deleted
             raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown {kind} config name: {c.name}")
