@@ -54,7 +54,14 @@ from gregor.security.sasl.listener import build_sasl_listeners
 from gregor.security.tls import ServerTls, TlsSettings
 from gregor.server import throttling
 from gregor.server.dispatcher import Dispatcher
-from gregor.server.dynamic_config import CONNECTION_LIMITS, THROTTLES, TOPIC_DEFAULTS, DynamicBrokerConfig, listener_key
+from gregor.server.dynamic_config import (
+    CLEANER,
+    CONNECTION_LIMITS,
+    THROTTLES,
+    TOPIC_DEFAULTS,
+    DynamicBrokerConfig,
+    listener_key,
+)
 from gregor.server.handlers import HANDLERS
 from gregor.server.internal_topics import InternalTopic
 from gregor.server.network import SocketServer
@@ -140,6 +147,7 @@ class Broker:
         # What each SASL listener serves (gregor.security.sasl), checked now: a listener that cannot authenticate is a startup error.
         self.sasl_listeners = build_sasl_listeners(config, self.metadata_cache.entity_configs)
         self._load_task: asyncio.Future[None] | None = None
+        self._cleaner_reconfig: asyncio.Future[None] | None = None  # a log cleaner restart with new settings
         self._shutting_down = False
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
@@ -281,6 +289,12 @@ class Broker:
                          ", ".join(f"{n}={d.get(n)}" for n in sorted(changed & TOPIC_DEFAULTS)))
                 self.config.log_config = defaults  # what every topic without an override reads
                 self.replica_manager.refresh_log_configs()
+        if changed & CLEANER and (cleaner := d.cleaner()) is not None:
+            log.info("broker %d: log cleaner settings: %s", self.config.broker_id,
+                     ", ".join(f"{n}={d.get(n)}" for n in sorted(CLEANER)))
+            # The cleaner threads stop (a clean is aborted) and start again: off the loop, in order.
+            self._cleaner_reconfig = asyncio.ensure_future(asyncio.get_running_loop().run_in_executor(
+                None, functools.partial(self.log_manager.reconfigure_cleaner, cleaner)))
         tls_changed = {lk[0] for n in changed if (lk := listener_key(n)) is not None}
         for name, tls in self.listener_tls.items():
             if name.lower() in tls_changed:  # new connections get the new stores; no value is logged

@@ -23,7 +23,7 @@ from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.security.config import listener_overridable
 from gregor.security.tls import TlsSettings, build_server_context, certificate_identity
 from gregor.server.network import parse_ip_overrides
-from gregor.storage.config import LogConfig, broker_synonym_props
+from gregor.storage.config import CleanerConfig, LogConfig, broker_synonym_props
 from gregor.storage.errors import InvalidConfigError
 
 log = logging.getLogger("gregor.config")
@@ -36,7 +36,10 @@ log = logging.getLogger("gregor.config")
 THROTTLES = frozenset({"leader.replication.throttled.rate", "follower.replication.throttled.rate"})
 TOPIC_DEFAULTS = frozenset(p.name for p in broker_synonym_props() if p.mode == CLUSTER_WIDE)
 CONNECTION_LIMITS = frozenset({"max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides"})
-APPLIED = THROTTLES | TOPIC_DEFAULTS | CONNECTION_LIMITS
+# The log cleaner's settings (Kafka's LogCleaner reconfigurable configs): the cleaner threads restart with them.
+CLEANER = frozenset({"log.cleaner.threads", "log.cleaner.backoff.ms", "log.cleaner.dedupe.buffer.size",
+                     "log.cleaner.io.buffer.size", "log.cleaner.io.max.bytes.per.second"})
+APPLIED = THROTTLES | TOPIC_DEFAULTS | CONNECTION_LIMITS | CLEANER
 # A TLS listener's key store and trust store, per broker and only listener-prefixed
 # (listener.name.<listener>.ssl.keystore.location, ...): Kafka's reconfigurable SSL configs that apply to
 # PEM stores. New connections get the new context (ServerTls.reload); open ones keep theirs.
@@ -114,6 +117,13 @@ def validate_alter(configs: Mapping[str, str], current: DynamicBrokerConfig | No
             LogConfig.from_broker(get)
         except InvalidConfigError as e:
             raise KafkaError(ErrorCode.INVALID_CONFIG, f"Invalid topic config defaults: {e}") from None
+    threads = parsed.get("log.cleaner.threads")
+    if current is not None and threads is not None:  # Kafka's LogCleaner.validateReconfiguration
+        now = current.get("log.cleaner.threads")
+        if threads < now / 2 or threads > now * 2:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Log cleaner threads cannot be reduced to less than half "
+                                                       f"or increased to more than double the current value "
+                                                       f"{now}: {threads}")
     if current is not None and not default:
         _validate_listener_tls(current, parsed)
     return parsed
@@ -192,6 +202,14 @@ class DynamicBrokerConfig:
             except ConfigError as e:
                 log.warning("dynamic config %s of %s ignored: %s", name, whose, e)
         return out
+
+    def cleaner(self) -> CleanerConfig | None:
+        """The log cleaner's settings with the dynamic layers applied; None (logged) when invalid."""
+        try:
+            return CleanerConfig.from_broker(self.get)
+        except InvalidConfigError as e:
+            log.warning("dynamic log cleaner configs ignored: %s", e)
+            return None
 
     def topic_defaults(self) -> LogConfig | None:
         """Every topic config's broker default with the dynamic layers applied; None (logged) when they

@@ -123,13 +123,30 @@ def test_alter_refusals(start_broker: StartBroker) -> None:
             ({"num.replica.fetchers": "2"}, KafkaError.INVALID_REQUEST, "does not apply them at runtime"),
             ({"log.cleaner.min.compaction.lag.ms": "10", "log.cleaner.max.compaction.lag.ms": "5"},
              KafkaError.INVALID_CONFIG, "Invalid topic config defaults"),
-            ({"max.connections.per.ip.overrides": "nocount"}, KafkaError.INVALID_CONFIG, "host:count")]:
+            ({"max.connections.per.ip.overrides": "nocount"}, KafkaError.INVALID_CONFIG, "host:count"),
+            ({"log.cleaner.threads": "3"}, KafkaError.INVALID_CONFIG, "more than double")]:
         code_got, msg = _alter_default(b.bootstrap, configs)
         assert code_got == code and text in (msg or ""), (configs, code_got, msg)
     admin = AdminClient({"bootstrap.servers": b.bootstrap})
     bres = ConfigResource(ConfigResource.Type.BROKER, "0")
     got = admin.describe_configs([bres])[bres].result(30)
     assert got["log.cleaner.max.compaction.lag.ms"].source == ConfigSource.DEFAULT_CONFIG.value
+    assert got["log.cleaner.threads"].value == "1"
+
+
+def test_log_cleaner_threads_restart_with_new_settings(start_broker: StartBroker) -> None:
+    """log.cleaner.threads and log.cleaner.io.buffer.size as the cluster default: the cleaner threads
+    restart with them (Kafka's LogCleaner.reconfigure)."""
+    b = start_broker()
+    assert _alter_default(b.bootstrap, {"log.cleaner.threads": "2", "log.cleaner.io.buffer.size": "65536"}) == (0, None)
+    deadline = time.monotonic() + 10
+    while "log cleaner started (2 threads" not in b.log_text():
+        assert time.monotonic() < deadline, "the cleaner did not restart with 2 threads"
+        time.sleep(0.1)
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    bres = ConfigResource(ConfigResource.Type.BROKER, "0")
+    e = admin.describe_configs([bres])[bres].result(30)["log.cleaner.threads"]
+    assert (e.value, e.source) == ("2", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
 
 
 def test_max_connections_lowered_refuses_new_connections(start_broker: StartBroker) -> None:
