@@ -31,6 +31,7 @@ from gregor.admin.topic_admin import TopicAdmin
 from gregor.config import BrokerConfig, ConfigError
 from gregor.controller.controller import Controller
 from gregor.coordinator.group.coordinator import OFFSETS_TOPIC, GroupCoordinator, append_via
+from gregor.coordinator.group.group_configs import store_name
 from gregor.coordinator.transaction.coordinator import TransactionCoordinator
 from gregor.coordinator.transaction.producer_ids import ProducerIdManager
 from gregor.coordinator.transaction.state_manager import TRANSACTION_STATE_TOPIC
@@ -172,6 +173,9 @@ class Broker:
         self.metadata_cache.add_listener(self._follow_coordinator_leadership)  # after the replica manager's
         self.metadata_cache.add_listener(self._on_session_change)  # issue 10: zk
         self.metadata_cache.add_listener(self._on_broker_configs)
+        # KIP-848 group configs (GROUP resources), read at each heartbeat and session timer.
+        self.group_coordinator.consumer.group_configs = (
+            lambda group_id: self.metadata_cache.entity_configs("groups", store_name(group_id)))
         if self.authorizer is not None:
             self.metadata_cache.add_listener(self.authorizer.on_metadata_change)
         self.metadata_cache.add_listener(throttling.follow_quota_configs(self.quotas, self.metadata_cache))

@@ -200,6 +200,20 @@ def test_cluster_default_reaches_the_other_broker_on_zookeeper(start_broker: Sta
     syn = [(s.name, s.source) for s in got.synonyms.values()]
     assert syn[0] == ("log.retention.ms", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value), syn
 
+    # A group config (/config/groups/<group>) set through broker 0 is read by broker 1.
+    r = _group_request(b0.bootstrap, 44, 1, {"resources": [{"resource_type": 32, "resource_name": "zk/group", "configs": [
+        {"name": "consumer.heartbeat.interval.ms", "config_operation": 0, "value": "6000"}]}], "validate_only": False})
+    assert r.responses[0].error_code == 0, r.responses[0].error_message
+    deadline = time.monotonic() + 10
+    while True:
+        d = _group_request(b1.bootstrap, 32, 4, {"resources": [{"resource_type": 32, "resource_name": "zk/group",
+                                                                "configuration_keys": ["consumer.heartbeat.interval.ms"]}],
+                                                 "include_synonyms": False, "include_documentation": False})
+        if d.results[0].configs[0].value == "6000":
+            break
+        assert time.monotonic() < deadline, "the group config did not reach broker 1"
+        time.sleep(0.1)
+
 
 @pytest.mark.parametrize("name", ["log.retention.ms", "log.segment.bytes", "message.max.bytes", "log.cleanup.policy",
                                   "max.connections", "max.connections.per.ip"])
@@ -270,3 +284,100 @@ def test_listener_keystore_rotated_by_alter_configs(start_broker: StartBroker, t
     e = admin.describe_configs([bres])[bres].result(30)[key]
     assert (e.value, e.source, e.is_read_only) == (pki.keystore("broker-rotated"),
                                                    ConfigSource.DYNAMIC_BROKER_CONFIG.value, False)
+
+
+def _group_request(bootstrap: str, api: int, version: int, body: dict[str, Any]) -> Any:
+    c = WireClient(bootstrap)
+    try:
+        return c.request(api, version, body)
+    finally:
+        c.close()
+
+
+def _join(bootstrap: str, group: str, topic: str) -> Any:
+    """A KIP-848 member joins (ConsumerGroupHeartbeat v1, epoch 0), retried while the coordinator loads."""
+    import uuid
+
+    body = {"group_id": group, "member_id": str(uuid.uuid4()), "member_epoch": 0, "instance_id": None,
+            "rebalance_timeout_ms": 30000, "server_assignor": None, "subscribed_topic_names": [topic],
+            "topic_partitions": []}
+    deadline = time.monotonic() + 15
+    while True:
+        r = _group_request(bootstrap, 68, 1, body)
+        if r.error_code == 0:
+            return body, r
+        assert time.monotonic() < deadline, r
+        time.sleep(0.1)
+
+
+def test_group_configs(start_broker: StartBroker) -> None:
+    """GROUP resources (KIP-848): consumer.session.timeout.ms and consumer.heartbeat.interval.ms described
+    with their sources, altered within the broker's group.consumer.min/max bounds (validate_only honoured),
+    and applied by the coordinator: the heartbeat interval a member is given, the session that fences it;
+    a confluent-kafka consumer (group.protocol=consumer) consumes under them."""
+    b = start_broker({"group.consumer.min.heartbeat.interval.ms": "100", "group.consumer.min.session.timeout.ms": "1000"})
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("gt", 1, 1)])["gt"].result(30)
+
+    def describe(group: str) -> dict[str, Any]:
+        r = _group_request(b.bootstrap, 32, 4, {"resources": [{"resource_type": 32, "resource_name": group,
+                                                               "configuration_keys": None}],
+                                                "include_synonyms": True, "include_documentation": True})
+        assert r.results[0].error_code == 0, r.results[0].error_message
+        return {e.name: e for e in r.results[0].configs}
+
+    def alter(group: str, configs: dict[str, str | None], validate: bool = False) -> tuple[int, str | None]:
+        r = _group_request(b.bootstrap, 44, 1, {"resources": [{"resource_type": 32, "resource_name": group, "configs": [
+            {"name": k, "config_operation": 1 if v is None else 0, "value": v} for k, v in configs.items()]}],
+            "validate_only": validate})
+        return r.responses[0].error_code, r.responses[0].error_message
+
+    got = describe("g1")
+    assert set(got) == {"consumer.session.timeout.ms", "consumer.heartbeat.interval.ms"}
+    e = got["consumer.heartbeat.interval.ms"]
+    assert (e.value, e.config_source, e.read_only) == ("5000", 5, False) and e.documentation
+    assert [(s.name, s.source) for s in e.synonyms] == [("group.consumer.heartbeat.interval.ms", 5)]
+
+    for configs, text in [({"consumer.heartbeat.interval.ms": "50"}, "group.consumer.min.heartbeat.interval.ms"),
+                          ({"consumer.session.timeout.ms": "70000"}, "group.consumer.max.session.timeout.ms"),
+                          ({"consumer.heartbeat.interval.ms": "1500", "consumer.session.timeout.ms": "1000"},
+                           "must be less than"),
+                          ({"consumer.nope": "1"}, "Unknown group config")]:
+        code, msg = alter("g1", configs)
+        assert code == KafkaError.INVALID_CONFIG and text in (msg or ""), (configs, code, msg)
+    assert alter("g1", {"consumer.heartbeat.interval.ms": "200"}, validate=True) == (0, None)
+    assert describe("g1")["consumer.heartbeat.interval.ms"].config_source == 5
+    assert alter("g1", {"consumer.heartbeat.interval.ms": "200", "consumer.session.timeout.ms": "1000"}) == (0, None)
+    e = describe("g1")["consumer.heartbeat.interval.ms"]
+    assert (e.value, e.config_source) == ("200", 8)  # GROUP_CONFIG
+    assert [(s.name, s.source) for s in e.synonyms][0] == ("consumer.heartbeat.interval.ms", 8)
+
+    # The coordinator gives the group's interval and fences on the group's session timeout.
+    _, r = _join(b.bootstrap, "g1", "gt")
+    assert r.heartbeat_interval_ms == 200
+    _, other = _join(b.bootstrap, "g-other", "gt")
+    assert other.heartbeat_interval_ms == 5000
+    body, r = _join(b.bootstrap, "g1", "gt")
+    time.sleep(1.6)  # past the group's 1000 ms session without a heartbeat
+    again = _group_request(b.bootstrap, 68, 1, {**body, "member_epoch": r.member_epoch, "rebalance_timeout_ms": -1,
+                                                "subscribed_topic_names": None, "topic_partitions": None})
+    assert again.error_code == 25, again  # UNKNOWN_MEMBER_ID: fenced by the group's session timeout
+
+    # A real KIP-848 consumer under the group's configs.
+    from confluent_kafka import Consumer
+
+    assert _produce(b.bootstrap, "gt", 1, 10) == [None]
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "g1", "group.protocol": "consumer",
+                  "auto.offset.reset": "earliest"})
+    try:
+        c.subscribe(["gt"])
+        deadline = time.monotonic() + 20
+        msg = None
+        while msg is None or msg.error():
+            assert time.monotonic() < deadline, "the consumer got nothing"
+            msg = c.poll(0.5)
+        assert msg.value() == b"x" * 10
+    finally:
+        c.close()
+    assert alter("g1", {"consumer.heartbeat.interval.ms": None, "consumer.session.timeout.ms": None}) == (0, None)
+    assert describe("g1")["consumer.heartbeat.interval.ms"].config_source == 5
