@@ -285,6 +285,19 @@ def test_listener_keystore_rotated_by_alter_configs(start_broker: StartBroker, t
     assert (e.value, e.source, e.is_read_only) == (pki.keystore("broker-rotated"),
                                                    ConfigSource.DYNAMIC_BROKER_CONFIG.value, False)
 
+    # An encrypted key with its password: the password is never described nor logged.
+    res = ConfigResource(ConfigResource.Type.BROKER, "0", incremental_configs=[
+        ConfigEntry(key, pki.keystore("broker-enc"), incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("listener.name.ssl.ssl.key.password", "keypass", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res])[res].result(30)
+    deadline = time.monotonic() + 10
+    while _served_issuer(ssl_bootstrap, pki.ca) != "gregor-test-ca":
+        assert time.monotonic() < deadline, "the encrypted key store was not taken"
+        time.sleep(0.1)
+    e = admin.describe_configs([bres])[bres].result(30)["listener.name.ssl.ssl.key.password"]
+    assert (e.value, e.is_sensitive, e.source) == (None, True, ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+    assert "keypass" not in b.log_text()
+
 
 def _group_request(bootstrap: str, api: int, version: int, body: dict[str, Any]) -> Any:
     c = WireClient(bootstrap)
