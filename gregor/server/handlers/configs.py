@@ -110,8 +110,9 @@ def _describe_topic(ctx: RequestContext, name: str, keys: list[str] | None, req:
         syn = []
         if k in overrides:
             syn.append({"name": k, "value": _text(values[k]), "source": DYNAMIC_TOPIC_CONFIG})
-        syn += [{"name": s.name, "value": _text(v), "source": src}
-                for s in t.synonyms for src, v in broker.dynamic_config.layers(s.name)]
+        # Kafka's order: every synonym's per-broker value, then every synonym's cluster default, then static.
+        layers = [(src, s.name, v) for s in t.synonyms for src, v in broker.dynamic_config.layers(s.name)]
+        syn += [{"name": n, "value": _text(v), "source": src} for src, n, v in sorted(layers, key=lambda x: x[0])]
         syn += _broker_synonyms(broker.config, [s.name for s in t.synonyms])
         out.append(_entry(k, values[k], syn, t.prop, not t.dynamic, req))
     return out
