@@ -151,7 +151,7 @@ def test_log_cleaner_threads_restart_with_new_settings(start_broker: StartBroker
 
 def test_max_connections_lowered_refuses_new_connections(start_broker: StartBroker) -> None:
     """max.connections lowered as the cluster default: open connections stay, a new one is closed; raised
-    again, new connections are served."""
+    again, new connections are served; a per-IP override set for the broker limits its address."""
     b = start_broker()
     c1 = WireClient(b.bootstrap)
     try:
@@ -174,6 +174,18 @@ def test_max_connections_lowered_refuses_new_connections(start_broker: StartBrok
             assert c3.request(18, 0, {}).error_code == 0
         finally:
             c3.close()
+        # max.connections.per.ip.overrides for this broker: 127.0.0.1 may hold one connection (c1's).
+        r = c1.request(44, 1, {"resources": [{"resource_type": 4, "resource_name": "0", "configs": [
+            {"name": "max.connections.per.ip.overrides", "config_operation": 0, "value": "127.0.0.1:1"}]}],
+            "validate_only": False})
+        assert r.responses[0].error_code == 0, r.responses[0].error_message
+        time.sleep(0.3)
+        c4 = WireClient(b.bootstrap)
+        try:
+            c4.send(18, 0, {})
+            assert c4.closed_by_peer()
+        finally:
+            c4.close()
     finally:
         c1.close()
 
