@@ -83,6 +83,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     from gregor.tools import (
         acls,
+        configs,
         consume,
         dump_log,
         elect_leaders,
@@ -119,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     acls.add_subcommands(sub)
     quotas.add_subcommands(sub)
     users.add_subcommands(sub)
+    configs.add_subcommands(sub)
     log_dirs.add_subcommands(sub)
     dump_log.add_subcommands(sub)
 

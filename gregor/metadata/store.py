@@ -168,14 +168,15 @@ class AlterAcls:
 
 # Kafka's name for the cluster-wide default entity (the znode /config/brokers/<default>).
 DEFAULT_ENTITY = "<default>"
-ENTITY_TYPES = ("users", "clients")
+ENTITY_TYPES = ("users", "clients", "groups")
 
 
 @dataclass(frozen=True)
 class SetEntityConfigs:
-    """Replace the configs of a user or client entity wholesale (SCRAM credentials, quotas); empty removes
-    them. Kafka's /config/users/<user>, /config/clients/<client-id>, /config/users/<user>/clients/<client-id>:
-    `entity_type` "users" or "clients", `entity` "alice", DEFAULT_ENTITY, or "alice/clients/app"."""
+    """Replace the configs of a user, client or group entity wholesale (SCRAM credentials, quotas, KIP-848
+    group configs); empty removes them. Kafka's /config/users/<user>, /config/clients/<client-id>,
+    /config/users/<user>/clients/<client-id>, /config/groups/<group>: `entity_type` "users", "clients" or
+    "groups", `entity` "alice", DEFAULT_ENTITY, "alice/clients/app" or a (sanitized) group id."""
 
     entity_type: str
     entity: str
@@ -192,7 +193,7 @@ def entity_path(entity_type: str, entity: str) -> str:
         raise ValueError(f"unknown entity type {entity_type!r}")
     parts = entity.split("/")
     if not entity or any(not x for x in parts) or (len(parts) not in (1, 3)) or (len(parts) == 3 and (
-            entity_type != "users" or parts[1] != "clients")):
+            entity_type != "users" or parts[1] != "clients")) or (entity_type == "groups" and len(parts) != 1):
         raise ValueError(f"invalid {entity_type} entity {entity!r}")
     return f"{entity_type}/{entity}"
 

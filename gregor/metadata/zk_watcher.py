@@ -58,6 +58,7 @@ from gregor.metadata.zk_znodes import (
     CONFIG_CHANGE_PREFIX,
     CONFIG_CHANGES,
     CONFIG_CLIENTS,
+    CONFIG_GROUPS,
     CONFIG_ROOT,
     CONFIG_TOPICS,
     CONFIG_USERS,
@@ -230,7 +231,7 @@ class ZooKeeperWatcher:
         if CONFIG_CHANGES in paths:
             self._read_config_changes()
         entity_paths = {p[len(CONFIG_ROOT) + 1:] for p in paths
-                        if p.startswith((CONFIG_USERS + "/", CONFIG_CLIENTS + "/"))}
+                        if p.startswith((CONFIG_USERS + "/", CONFIG_CLIENTS + "/", CONFIG_GROUPS + "/"))}
         if entity_paths:
             self._read_entity_configs(entity_paths)
         if CONFIG_BROKERS in paths:
@@ -405,14 +406,14 @@ class ZooKeeperWatcher:
             except (NoNodeError, ValueError):  # purged meanwhile, or not ours to read
                 continue
             path = str(doc.get("entity_path", ""))
-            if path.startswith(("users/", "clients/")):
+            if path.startswith(("users/", "clients/", "groups/")):
                 paths.add(path)
         if paths:
             self._read_entity_configs(paths)
 
     def _all_entity_paths(self) -> set[str]:
         out: set[str] = set()
-        for kind, root in (("users", CONFIG_USERS), ("clients", CONFIG_CLIENTS)):
+        for kind, root in (("users", CONFIG_USERS), ("clients", CONFIG_CLIENTS), ("groups", CONFIG_GROUPS)):
             try:
                 names = self._zk.get_children(root)
             except NoNodeError:

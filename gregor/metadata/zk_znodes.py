@@ -26,6 +26,7 @@ CONFIG_BROKERS = "/config/brokers"
 # /config/changes/config_change_NNNNNNNNNN = {"version":2,"entity_path":"users/alice"}, which every broker watches.
 CONFIG_ROOT, CONFIG_CHANGES, CONFIG_CHANGE_PREFIX = "/config", "/config/changes", "config_change_"
 CONFIG_USERS, CONFIG_CLIENTS = "/config/users", "/config/clients"
+CONFIG_GROUPS = "/config/groups"  # KIP-848 group configs
 CONFIG_CHANGES_KEPT = 100  # notifications kept (Kafka deletes them after 15 minutes); older ones are deleted
 # Kafka's ACL layout (AclAuthorizer / ZkAclStore): literal patterns under /kafka-acl/<ResourceType>/<name>,
 # prefixed ones under /kafka-acl-extended/prefixed/<ResourceType>/<name>; every change also creates a

@@ -21,12 +21,18 @@ import re
 import ssl
 import tempfile
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gregor.configdef import ConfigError
 
 if TYPE_CHECKING:
     from gregor.config import BrokerConfig
+
+
+class ListenerProps(Protocol):
+    """What listener properties are read from: BrokerConfig, or the dynamic configs over it."""
+
+    def listener_get(self, listener: str, key: str, mechanism: str | None = None) -> Any: ...
 
 log = logging.getLogger("gregor.tls")
 
@@ -52,7 +58,7 @@ class TlsSettings:
     endpoint_identification: str
 
     @classmethod
-    def from_config(cls, config: BrokerConfig, listener: str) -> TlsSettings:
+    def from_config(cls, config: ListenerProps, listener: str) -> TlsSettings:
         def g(key: str) -> Any:
             v = config.listener_get(listener, key)
             return None if v == "" else v  # an empty listener override unsets the broker-wide value
@@ -157,6 +163,27 @@ def check_listener_tls(config: BrokerConfig) -> None:
     for spec in config.listener_specs:
         if spec.uses_tls:
             build_server_context(TlsSettings.from_config(config, spec.name), f"listener {spec.name}")
+
+
+def certificate_identity(s: TlsSettings) -> tuple[str, tuple[tuple[str, str], ...]] | None:
+    """The subject and subject alternative names of the key store's (first) certificate, what a key
+    store rotation must keep (Kafka's check, without ssl.allow.dn.changes); None without one."""
+    path, tmp = s.keystore_location, None
+    if not path and s.keystore_chain:
+        fd, tmp = tempfile.mkstemp(suffix=".pem")
+        with os.fdopen(fd, "w") as fh:
+            fh.write(s.keystore_chain)
+        path = tmp
+    if not path:
+        return None
+    try:
+        decoded = ssl._ssl._test_decode_cert(path)  # type: ignore[attr-defined]  # the stdlib's PEM decoder
+    except (OSError, ssl.SSLError) as e:
+        raise ConfigError(f"{path}: no certificate: {e}") from None
+    finally:
+        if tmp is not None:
+            os.unlink(tmp)
+    return distinguished_name(decoded), tuple(sorted(decoded.get("subjectAltName", ())))
 
 
 class ServerTls:

@@ -31,6 +31,7 @@ from gregor.admin.topic_admin import TopicAdmin
 from gregor.config import BrokerConfig, ConfigError
 from gregor.controller.controller import Controller
 from gregor.coordinator.group.coordinator import OFFSETS_TOPIC, GroupCoordinator, append_via
+from gregor.coordinator.group.group_configs import store_name
 from gregor.coordinator.transaction.coordinator import TransactionCoordinator
 from gregor.coordinator.transaction.producer_ids import ProducerIdManager
 from gregor.coordinator.transaction.state_manager import TRANSACTION_STATE_TOPIC
@@ -54,7 +55,14 @@ from gregor.security.sasl.listener import build_sasl_listeners
 from gregor.security.tls import ServerTls, TlsSettings
 from gregor.server import throttling
 from gregor.server.dispatcher import Dispatcher
-from gregor.server.dynamic_config import DynamicBrokerConfig
+from gregor.server.dynamic_config import (
+    CLEANER,
+    CONNECTION_LIMITS,
+    THROTTLES,
+    TOPIC_DEFAULTS,
+    DynamicBrokerConfig,
+    listener_key,
+)
 from gregor.server.handlers import HANDLERS
 from gregor.server.internal_topics import InternalTopic
 from gregor.server.metrics import BrokerMetrics, MetricsServer
@@ -150,6 +158,7 @@ class Broker:
         # What each SASL listener serves (gregor.security.sasl), checked now: a listener that cannot authenticate is a startup error.
         self.sasl_listeners = build_sasl_listeners(config, self.metadata_cache.entity_configs)
         self._load_task: asyncio.Future[None] | None = None
+        self._cleaner_reconfig: asyncio.Future[None] | None = None  # a log cleaner restart with new settings
         self._shutting_down = False
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
@@ -174,6 +183,9 @@ class Broker:
         self.metadata_cache.add_listener(self._follow_coordinator_leadership)  # after the replica manager's
         self.metadata_cache.add_listener(self._on_session_change)  # issue 10: zk
         self.metadata_cache.add_listener(self._on_broker_configs)
+        # KIP-848 group configs (GROUP resources), read at each heartbeat and session timer.
+        self.group_coordinator.consumer.group_configs = (
+            lambda group_id: self.metadata_cache.entity_configs("groups", store_name(group_id)))
         if self.authorizer is not None:
             self.metadata_cache.add_listener(self.authorizer.on_metadata_change)
         self.metadata_cache.add_listener(throttling.follow_quota_configs(self.quotas, self.metadata_cache))
@@ -285,10 +297,32 @@ class Broker:
         """This broker's dynamic configs over the cluster default's, applied at once (dynamic_config)."""
         changed = self.dynamic_config.update(self.metadata_cache.broker_configs(DEFAULT_ENTITY),
                                              self.metadata_cache.broker_configs(str(self.config.broker_id)))
-        if changed:
-            d = self.dynamic_config
+        d = self.dynamic_config
+        if changed & THROTTLES:
             self.replica_manager.set_replication_throttles(d.get("leader.replication.throttled.rate"),
                                                            d.get("follower.replication.throttled.rate"))
+        if changed & TOPIC_DEFAULTS:
+            defaults = d.topic_defaults()
+            if defaults is not None and defaults != self.config.log_config:
+                log.info("broker %d: topic config defaults changed: %s", self.config.broker_id,
+                         ", ".join(f"{n}={d.get(n)}" for n in sorted(changed & TOPIC_DEFAULTS)))
+                self.config.log_config = defaults  # what every topic without an override reads
+                self.replica_manager.refresh_log_configs()
+        if changed & CLEANER and (cleaner := d.cleaner()) is not None:
+            log.info("broker %d: log cleaner settings: %s", self.config.broker_id,
+                     ", ".join(f"{n}={d.get(n)}" for n in sorted(CLEANER)))
+            # The cleaner threads stop (a clean is aborted) and start again: off the loop, in order.
+            self._cleaner_reconfig = asyncio.ensure_future(asyncio.get_running_loop().run_in_executor(
+                None, functools.partial(self.log_manager.reconfigure_cleaner, cleaner)))
+        tls_changed = {lk[0] for n in changed if (lk := listener_key(n)) is not None}
+        for name, tls in self.listener_tls.items():
+            if name.lower() in tls_changed:  # new connections get the new stores; no value is logged
+                tls.reload(TlsSettings.from_config(d, name))
+        if changed & CONNECTION_LIMITS:
+            log.info("broker %d: connection limits: %s", self.config.broker_id,
+                     ", ".join(f"{n}={d.get(n)}" for n in sorted(CONNECTION_LIMITS)))
+            self.socket_server.set_connection_limits(d.get("max.connections"), d.get("max.connections.per.ip"),
+                                                     d.get("max.connections.per.ip.overrides"))
 
     def _on_session_change(self, kind: str, what: str) -> None:  # issue 10: zk
         """The store registered this broker again on a new ZooKeeper session: a new broker epoch."""

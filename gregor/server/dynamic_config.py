@@ -17,40 +17,153 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from gregor.config import BROKER_PROPS, READ_ONLY, BrokerConfig
-from gregor.configdef import ConfigError
+from gregor.config import BROKER_PROPS, LISTENER_PREFIX, READ_ONLY, BrokerConfig
+from gregor.configdef import CLUSTER_WIDE, ConfigError, Prop
 from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.security.config import listener_overridable
+from gregor.security.tls import TlsSettings, build_server_context, certificate_identity
+from gregor.server.network import parse_ip_overrides
+from gregor.storage.config import CleanerConfig, LogConfig, broker_synonym_props
+from gregor.storage.errors import InvalidConfigError
 
 log = logging.getLogger("gregor.config")
 
-# What this broker applies without a restart (the replication throttles of a reassignment).
-APPLIED = frozenset({"leader.replication.throttled.rate", "follower.replication.throttled.rate"})
+# What this broker applies without a restart: the replication throttles of a reassignment; the topic
+# configs' broker defaults Kafka's DynamicLogConfig takes (each topic config's finest synonym:
+# log.retention.ms, log.segment.bytes, message.max.bytes, ...; the coarser log.retention.hours and
+# log.retention.minutes stay read-only, as in Kafka), re-derived for every log without an override;
+# and the connection limits (Kafka's DynamicConnectionQuota).
+THROTTLES = frozenset({"leader.replication.throttled.rate", "follower.replication.throttled.rate"})
+TOPIC_DEFAULTS = frozenset(p.name for p in broker_synonym_props() if p.mode == CLUSTER_WIDE)
+CONNECTION_LIMITS = frozenset({"max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides"})
+# The log cleaner's settings (Kafka's LogCleaner reconfigurable configs): the cleaner threads restart with them.
+CLEANER = frozenset({"log.cleaner.threads", "log.cleaner.backoff.ms", "log.cleaner.dedupe.buffer.size",
+                     "log.cleaner.io.buffer.size", "log.cleaner.io.max.bytes.per.second"})
+APPLIED = THROTTLES | TOPIC_DEFAULTS | CONNECTION_LIMITS | CLEANER
+# A TLS listener's key store and trust store, per broker and only listener-prefixed
+# (listener.name.<listener>.ssl.keystore.location, ...): Kafka's reconfigurable SSL configs that apply to
+# PEM stores. New connections get the new context (ServerTls.reload); open ones keep theirs.
+LISTENER_TLS = frozenset({"ssl.keystore.location", "ssl.key.password", "ssl.keystore.key",
+                          "ssl.keystore.certificate.chain", "ssl.truststore.location", "ssl.truststore.certificates"})
+
+
+def listener_key(name: str) -> tuple[str, str] | None:
+    """(listener, property) of a listener-prefixed name (`listener.name.<l>.<property>`), else None."""
+    if not name.startswith(LISTENER_PREFIX):
+        return None
+    listener, _, key = name[len(LISTENER_PREFIX):].partition(".")
+    if not listener or key not in BROKER_PROPS or not listener_overridable(key):
+        return None
+    return listener.lower(), key
+
+
+def prop_of(name: str) -> Prop | None:
+    """The property behind a broker config name, listener-prefixed or not; None for an unknown name."""
+    lk = listener_key(name)
+    return BROKER_PROPS[lk[1]] if lk is not None else BROKER_PROPS.get(name)
+
+
+def applied(name: str) -> bool:
+    """Whether this broker applies `name` at runtime."""
+    lk = listener_key(name)
+    return lk[1] in LISTENER_TLS if lk is not None else name in APPLIED
 
 # Where a dynamic value comes from: Kafka's ConfigSource ids.
 DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 2, 3
 
 
-def validate_alter(configs: Mapping[str, str]) -> dict[str, Any]:
+def validate_alter(configs: Mapping[str, str], current: DynamicBrokerConfig | None = None,
+                   default: bool = False) -> dict[str, Any]:
     """Check the dynamic configs an alter would leave (name -> text); returns them parsed. Raises
     KafkaError INVALID_REQUEST for a property that cannot be updated dynamically, INVALID_CONFIG for
-    an unknown name or a bad value."""
-    static = sorted(n for n in configs if n in BROKER_PROPS and BROKER_PROPS[n].mode == READ_ONLY)
+    an unknown name or a bad value. With `current` (this broker's view), the topic defaults they
+    would give are checked together (log.cleaner.min.compaction.lag.ms against its max, ...): `default`
+    says the configs are the cluster default's, else this broker's."""
+    static = sorted(n for n in configs if (p := prop_of(n)) is not None and p.mode == READ_ONLY)
     if static:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: {set(static)}")
-    unknown = sorted(n for n in configs if n not in BROKER_PROPS)
+    unknown = sorted(n for n in configs if prop_of(n) is None)
     if unknown:
         raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown broker configs: {', '.join(unknown)}")
-    later = sorted(n for n in configs if n not in APPLIED)
+    later = sorted(n for n in configs if not applied(n))
     if later:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically (this broker does "
                                                     f"not apply them at runtime yet): {set(later)}")
+    per_broker = sorted(n for n in configs if listener_key(n) is not None)
+    if default and per_broker:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs at default cluster level, "
+                                                    f"broker id must be specified: {set(per_broker)}")
     parsed: dict[str, Any] = {}
     for name, text in configs.items():
         try:
-            parsed[name] = BROKER_PROPS[name].parse(text)
+            prop = prop_of(name)
+            assert prop is not None
+            parsed[name] = prop.parse(text)
         except ConfigError as e:
             raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
+    if "max.connections.per.ip.overrides" in parsed:
+        try:
+            parse_ip_overrides(parsed["max.connections.per.ip.overrides"])
+        except ConfigError as e:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
+    if current is not None and TOPIC_DEFAULTS & (set(parsed) | set(current.stored(default))):
+        mine, dflt = (current._mine, parsed) if default else (parsed, current._default)
+
+        def get(name: str) -> Any:
+            if name in mine:
+                return mine[name]
+            return dflt[name] if name in dflt else current.static.get(name)
+        try:
+            LogConfig.from_broker(get)
+        except InvalidConfigError as e:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Invalid topic config defaults: {e}") from None
+    threads = parsed.get("log.cleaner.threads")
+    if current is not None and threads is not None:  # Kafka's LogCleaner.validateReconfiguration
+        now = current.get("log.cleaner.threads")
+        if threads < now / 2 or threads > now * 2:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Log cleaner threads cannot be reduced to less than half "
+                                                       f"or increased to more than double the current value "
+                                                       f"{now}: {threads}")
+    if current is not None and not default:
+        _validate_listener_tls(current, parsed)
     return parsed
+
+
+def _validate_listener_tls(current: DynamicBrokerConfig, parsed: Mapping[str, Any]) -> None:
+    """The TLS listeners an alter touches must exist and load their new stores; as in Kafka (without
+    ssl.allow.dn.changes / ssl.allow.san.changes) a new key store must keep the certificate's subject
+    and subject alternative names, so clients checking them are not broken by a rotation."""
+    touched = {lk[0] for n in parsed if (lk := listener_key(n)) is not None}
+    tls_listeners = {s.name.lower(): s.name for s in current.static.listener_specs if s.uses_tls}
+    for listener in sorted(touched):
+        if listener not in tls_listeners:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"There is no TLS listener {listener.upper()} on this broker")
+        name = tls_listeners[listener]
+        view = _Overlay(current, {k: v for k, v in parsed.items() if k.startswith(f"{LISTENER_PREFIX}{listener}.")})
+        try:
+            old, new = TlsSettings.from_config(current, name), TlsSettings.from_config(view, name)
+            build_server_context(new, f"listener {name}")
+            before, after = certificate_identity(old), certificate_identity(new)
+        except ConfigError as e:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Validation of dynamic config update of SSL keystore/"
+                                                       f"truststore failed: {e}") from None
+        if before is not None and after is not None and before[0] != after[0]:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Keystore DistinguishedName does not match: existing "
+                                                       f"{{{before[0]}}}, new {{{after[0]}}}")
+        if before is not None and after is not None and before[1] != after[1]:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Keystore SubjectAltNames do not match: existing "
+                                                       f"{before[1]}, new {after[1]}")
+
+
+class _Overlay:
+    """A broker's listener properties with an alter's new values over them (validation only)."""
+
+    def __init__(self, base: DynamicBrokerConfig, new: Mapping[str, Any]) -> None:
+        self.base, self.new = base, new
+
+    def listener_get(self, listener: str, key: str, mechanism: str | None = None) -> Any:
+        name = f"{LISTENER_PREFIX}{listener.lower()}.{key}"
+        return self.new[name] if name in self.new else self.base.listener_get(listener, key, mechanism)
 
 
 class DynamicBrokerConfig:
@@ -61,21 +174,28 @@ class DynamicBrokerConfig:
         self._mine: dict[str, Any] = {}
         self._default: dict[str, Any] = {}
 
+    def stored(self, default: bool) -> dict[str, Any]:
+        """The parsed dynamic configs of the cluster default (`default`) or of this broker."""
+        return dict(self._default if default else self._mine)
+
     def update(self, default: Mapping[str, str], mine: Mapping[str, str]) -> set[str]:
         """Take the stored dynamic configs (as text); returns the names whose value changed. A stored value
         that does not parse (written by another version) is logged and left out, never fatal."""
-        before = {n: self.get(n) for n in APPLIED}
+        names = set(APPLIED) | set(self._mine) | set(self._default)
+        before = {n: self.get(n) for n in names}
         self._default = self._parse(default, "the cluster default")
         self._mine = self._parse(mine, f"broker {self.static.broker_id}")
-        return {n for n in APPLIED if self.get(n) != before[n]}
+        names |= set(self._mine) | set(self._default)
+        return {n for n in names if self.get(n) != before.get(n)}
 
     @staticmethod
     def _parse(stored: Mapping[str, str], whose: str) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for name, text in stored.items():
-            prop = BROKER_PROPS.get(name)
-            if prop is None or name not in APPLIED:
-                log.warning("dynamic config %s=%s of %s is not applied by this broker", name, text, whose)
+            prop = prop_of(name)
+            if prop is None or not applied(name) or (whose == "the cluster default" and listener_key(name)):
+                shown = "[hidden]" if prop is not None and prop.sensitive else text  # passwords are never logged
+                log.warning("dynamic config %s=%s of %s is not applied by this broker", name, shown, whose)
                 continue
             try:
                 out[name] = prop.parse(text)
@@ -83,12 +203,41 @@ class DynamicBrokerConfig:
                 log.warning("dynamic config %s of %s ignored: %s", name, whose, e)
         return out
 
+    def cleaner(self) -> CleanerConfig | None:
+        """The log cleaner's settings with the dynamic layers applied; None (logged) when invalid."""
+        try:
+            return CleanerConfig.from_broker(self.get)
+        except InvalidConfigError as e:
+            log.warning("dynamic log cleaner configs ignored: %s", e)
+            return None
+
+    def topic_defaults(self) -> LogConfig | None:
+        """Every topic config's broker default with the dynamic layers applied; None (logged) when they
+        do not validate together (stored by hand or another version: the previous defaults stay)."""
+        try:
+            return LogConfig.from_broker(self.get)
+        except InvalidConfigError as e:
+            log.warning("dynamic topic config defaults ignored: %s", e)
+            return None
+
     def get(self, name: str) -> Any:
         if name in self._mine:
             return self._mine[name]
         if name in self._default:
             return self._default[name]
-        return self.static.get(name)
+        lk = listener_key(name)
+        return self.static.listener_get(*lk) if lk is not None else self.static.get(name)
+
+    def listener_get(self, listener: str, key: str, mechanism: str | None = None) -> Any:
+        """A listener's property with the dynamic listener-prefixed values first (TlsSettings.from_config)."""
+        name = f"{LISTENER_PREFIX}{listener.lower()}.{key}"
+        if name in self._mine:
+            return self._mine[name]
+        return self.static.listener_get(listener, key, mechanism)
+
+    def dynamic_names(self) -> set[str]:
+        """Every name set in a dynamic layer (the listener-prefixed ones are not in BROKER_PROPS)."""
+        return set(self._mine) | set(self._default)
 
     def layers(self, name: str) -> list[tuple[int, Any]]:
         """(ConfigSource, value) of each dynamic layer that sets `name`, finest first (DescribeConfigs'

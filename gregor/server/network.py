@@ -648,6 +648,7 @@ class SocketServer:
         # What one connection may hold while it has requests in flight (its first is always
         # admitted): a fair part of the pool, so parked requests starve only their sender.
         self.connection_share_bytes = max(max_queued_request_bytes // max(max_connections, 1), MEDIUM_FRAME_BYTES)
+        self._max_queued_request_bytes = max_queued_request_bytes
         self.send_buffer_bytes = send_buffer_bytes
         self.receive_buffer_bytes = receive_buffer_bytes
         self.tls_handshake_timeout_s = 10.0
@@ -662,6 +663,15 @@ class SocketServer:
         self._refusals_unlogged = 0
         self._loop: asyncio.AbstractEventLoop | None = None
 
+
+    def set_connection_limits(self, max_connections: int, per_ip: int, per_ip_overrides: list[str]) -> None:
+        """max.connections, max.connections.per.ip and its overrides as the dynamic broker configs have
+        them now (Kafka's DynamicConnectionQuota): new connections are checked against them; open ones
+        over a lowered limit stay open, as in Kafka."""
+        self.ip_overrides = parse_ip_overrides(per_ip_overrides)
+        self.max_connections = max_connections
+        self.max_connections_per_ip = per_ip
+        self.connection_share_bytes = max(self._max_queued_request_bytes // max(max_connections, 1), MEDIUM_FRAME_BYTES)
     def loop_time(self) -> float:
         assert self._loop is not None
         return self._loop.time()

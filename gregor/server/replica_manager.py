@@ -234,6 +234,24 @@ class ReplicaManager:
         if missing:
             self.log_work.queue_creation(t.name, missing, cfg)
 
+    def refresh_log_configs(self) -> None:
+        """The broker's topic defaults changed (a dynamic config, self.config.log_config replaced):
+        re-derive every topic's LogConfig and apply it to its logs now; a topic's own overrides win."""
+        self.log_manager.default_config = self.config.log_config
+        for name, t in self.metadata_cache.topics().items():
+            cfg = log_config_for(self.config, t.configs, name)
+            if self.log_manager.topic_config(name) != cfg:
+                self.log_manager.update_topic_config(name, cfg)
+            for p in t.partitions:
+                part = self.partitions.get((name, p))
+                if part is None:
+                    continue
+                part.min_insync_replicas = cfg.min_insync_replicas
+                part.compression_type = cfg.compression_type
+                part.log_config = cfg
+                if part.has_log and part.log.config != cfg:
+                    part.log.update_config(cfg)
+
     def on_logs_loaded(self) -> None:
         """Every log on disk is loaded: bring their partitions online, and delete the logs of
         topics deleted while they were loading."""

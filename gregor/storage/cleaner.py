@@ -123,6 +123,17 @@ class LogCleaner:
         self._stop.clear()
         logger.info("log cleaner shut down")
 
+    def reconfigure(self, config: CleanerConfig) -> None:
+        """Take new settings (dynamic log.cleaner.* configs), as Kafka's LogCleaner does: the threads are
+        stopped (a clean in progress is aborted, to be redone), then started again with them. Blocks
+        until the old threads stopped: call it off the event loop."""
+        was_running = bool(self._threads)
+        self.shutdown()
+        self.config = config
+        self.map_capacity = max(1, config.dedupe_buffer_size // config.threads // MAP_ENTRY_BYTES)
+        if was_running:
+            self.start()
+
     @property
     def running(self) -> bool:
         return any(t.is_alive() for t in self._threads)

@@ -68,6 +68,7 @@ from gregor.coordinator.group.consumer_target import (  # noqa: F401 - the versi
     resolve_regexes,
     validate_heartbeat,
 )
+from gregor.coordinator.group.group_configs import HEARTBEAT, SESSION, effective
 from gregor.coordinator.group.state import EMPTY, Group
 from gregor.metadata.store import TopicMetadata
 from gregor.protocol.errors import ErrorCode, KafkaError
@@ -145,6 +146,9 @@ class ConsumerGroupProtocol:
     def __init__(self, config: BrokerConfig, groups: dict[str, Group],
                  later: Callable[..., Any], write: Callable[[str, list[tuple[bytes, bytes | None]]], None]) -> None:
         self.groups = groups
+        self._config = config
+        # A group's own configs (KIP-848 GROUP resource: group_configs.py) by group id; set by the broker.
+        self.group_configs: Callable[[str], Mapping[str, str]] = lambda _group_id: {}
         self._later = later
         self._write = write
         self.session_timeout_ms: int = config.get("group.consumer.session.timeout.ms")
@@ -164,6 +168,14 @@ class ConsumerGroupProtocol:
             raise ConfigError("group.consumer.heartbeat.interval.ms must be less than group.consumer.session.timeout.ms")
         if not self.assignors:
             raise ConfigError("group.consumer.assignors must name at least one assignor")
+
+    def session_ms(self, group_id: str) -> int:
+        """The group's consumer.session.timeout.ms, else group.consumer.session.timeout.ms."""
+        return effective(self.group_configs(group_id), self._config.get)[SESSION]
+
+    def heartbeat_ms(self, group_id: str) -> int:
+        """The group's consumer.heartbeat.interval.ms, else group.consumer.heartbeat.interval.ms."""
+        return effective(self.group_configs(group_id), self._config.get)[HEARTBEAT]
 
     # --- persistence -------------------------------------------------------------------
     def replay(self, key: bytes, value: bytes | None) -> bool:
@@ -375,7 +387,8 @@ class ConsumerGroupProtocol:
             req.rebalance_timeout_ms != -1 and req.topic_partitions is not None
             and (req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None))
         assignment = m.assigned if full or m.assigned != assigned_before else None
-        return HeartbeatResult(ErrorCode.NONE, None, m.member_id, m.member_epoch, self.heartbeat_interval_ms, assignment)
+        return HeartbeatResult(ErrorCode.NONE, None, m.member_id, m.member_epoch, self.heartbeat_ms(g.group_id),
+                               assignment)
 
     def _reconcile(self, g: Group, m: ConsumerMember, owned: Owned | None) -> None:
         cg = g.consumer
@@ -450,12 +463,12 @@ class ConsumerGroupProtocol:
     def _schedule_session(self, g: Group, m: ConsumerMember) -> None:
         if m.session_timer is not None:
             m.session_timer.cancel()
-        m.session_timer = self._later(self.session_timeout_ms, self._on_session_timeout, g, m)
+        m.session_timer = self._later(self.session_ms(g.group_id), self._on_session_timeout, g, m)
 
     def _on_session_timeout(self, g: Group, m: ConsumerMember) -> None:
         m.session_timer = None
         if self._is_current(g, m):
-            self._fence(g, m, f"expired after {self.session_timeout_ms} ms without a heartbeat")
+            self._fence(g, m, f"expired after {self.session_ms(g.group_id)} ms without a heartbeat")
 
     def _on_rebalance_timeout(self, g: Group, m: ConsumerMember, epoch: int) -> None:
         m.rebalance_timer = None

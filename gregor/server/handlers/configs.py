@@ -15,22 +15,26 @@ import asyncio
 from typing import Any
 
 from gregor.config import BROKER_PROPS, READ_ONLY, TOPIC_CONFIGS, BrokerConfig, Prop, format_value
-from gregor.metadata.store import DEFAULT_ENTITY, Change, SetBrokerConfigs
+from gregor.configdef import ConfigError
+from gregor.coordinator.group.group_configs import GROUP_CONFIGS, effective, store_name, validate_group_configs
+from gregor.metadata.store import DEFAULT_ENTITY, Change, SetBrokerConfigs, SetEntityConfigs
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.schema import Struct
 from gregor.security.acl import AclOperation, ResourceType
 from gregor.server.dispatcher import RequestContext
-from gregor.server.dynamic_config import APPLIED, validate_alter
+from gregor.server.dynamic_config import APPLIED, listener_key, prop_of, validate_alter
 from gregor.server.replica_manager import effective_topic_configs, valid_overrides
 from gregor.storage.config import TopicConfigDef
 
 TOPIC = 2
 BROKER = 4
+GROUP = 32  # KIP-848 group configs (group_configs.py)
 
 # ConfigSource
 DYNAMIC_TOPIC_CONFIG = 1
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
+GROUP_CONFIG = 8
 
 _TYPES = {"bool": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
 
@@ -53,9 +57,9 @@ def _documentation(prop: Prop, update_mode: str | None) -> str:
     if bounds:
         parts.append(f"Valid values: {bounds}.")
     if update_mode is not None:
-        parts.append(f"Update mode: {update_mode}" + (" (dynamic broker configs are not implemented yet: "
-                                                        "this broker reads it at start only)."
-                                                        if update_mode != READ_ONLY else "."))
+        parts.append(f"Update mode: {update_mode}" + (" (Gregor does not apply it at runtime yet: it is read at "
+                                                        "start only)." if update_mode != READ_ONLY
+                                                        and prop.name not in APPLIED else "."))
     return " ".join(p for p in parts if p)
 
 
@@ -106,6 +110,9 @@ def _describe_topic(ctx: RequestContext, name: str, keys: list[str] | None, req:
         syn = []
         if k in overrides:
             syn.append({"name": k, "value": _text(values[k]), "source": DYNAMIC_TOPIC_CONFIG})
+        # Kafka's order: every synonym's per-broker value, then every synonym's cluster default, then static.
+        layers = [(src, s.name, v) for s in t.synonyms for src, v in broker.dynamic_config.layers(s.name)]
+        syn += [{"name": n, "value": _text(v), "source": src} for src, n, v in sorted(layers, key=lambda x: x[0])]
         syn += _broker_synonyms(broker.config, [s.name for s in t.synonyms])
         out.append(_entry(k, values[k], syn, t.prop, not t.dynamic, req))
     return out
@@ -135,13 +142,59 @@ def _describe_broker(ctx: RequestContext, name: str, keys: list[str] | None, req
             syn.pop(0)
         syn = [{"name": k, "value": _text(v), "source": src} for src, v in dynamic.layers(k)] + syn
         out.append(_entry(k, dynamic.get(k), syn, prop, k not in APPLIED, req, prop.mode))
+    for k in sorted(n for n in dynamic.dynamic_names() if listener_key(n) is not None):  # listener.name.<l>.<key>
+        if keys is not None and k not in keys:
+            continue
+        lprop = prop_of(k)
+        assert lprop is not None
+        syn = [{"name": k, "value": _text(v), "source": src} for src, v in dynamic.layers(k)]
+        out.append(_entry(k, dynamic.get(k), syn, lprop, False, req, lprop.mode))
     return out
+
+
+def _describe_group(ctx: RequestContext, name: str, keys: list[str] | None, req: Struct) -> list[dict[str, Any]]:
+    """A group's KIP-848 configs: its own (GROUP_CONFIG), else the broker's default (DEFAULT_CONFIG, with
+    the broker property as a synonym). Described whether or not the group exists, as in Kafka."""
+    if not name:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Group name must not be empty")
+    stored = ctx.broker.metadata_cache.entity_configs("groups", store_name(name))
+    values = effective(stored, ctx.broker.dynamic_config.get)
+    out = []
+    for k, d in sorted(GROUP_CONFIGS.items()):
+        if keys is not None and k not in keys:
+            continue
+        syn = [{"name": k, "value": stored[k], "source": GROUP_CONFIG}] if k in stored else []
+        syn.append({"name": d.broker_default, "value": _text(ctx.broker.dynamic_config.get(d.broker_default)),
+                    "source": STATIC_BROKER_CONFIG if d.broker_default in ctx.broker.config.explicit else DEFAULT_CONFIG})
+        out.append(_entry(k, values[k], syn, d.prop, False, req))
+    return out
+
+
+def _alter_group(ctx: RequestContext, r: Struct, incremental: bool) -> SetEntityConfigs:
+    """A GROUP resource's alter: the group's configs after it, checked against the broker's bounds."""
+    if not r.resource_name:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Group name must not be empty")
+    entity = store_name(r.resource_name)
+    current = ctx.broker.metadata_cache.entity_configs("groups", entity)
+    if incremental:
+        new = _apply_incremental(ctx, current, r.configs, GROUP_CONFIGS)
+    else:
+        new = {c.name: c.value for c in r.configs}
+    try:
+        validate_group_configs(new, ctx.broker.dynamic_config.get)
+    except ConfigError as e:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
+    return SetEntityConfigs("groups", entity, new)
 
 
 def _check_configs_access(ctx: RequestContext, resource_type: int, name: str, op: AclOperation) -> None:
     """A topic's configs need the operation on the topic, a broker's on the cluster (Kafka's KafkaApis)."""
     if resource_type == TOPIC and not ctx.authorize(op, ResourceType.TOPIC, name):
         raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
+    if resource_type == GROUP:
+        if not ctx.authorize(op, ResourceType.GROUP, name):
+            raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed.")
+        return
     if resource_type != TOPIC and not ctx.authorize(op, ResourceType.CLUSTER):
         raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
 
@@ -158,6 +211,8 @@ def handle_describe_configs(ctx: RequestContext, req: Struct) -> dict[str, Any]:
                 entry["configs"] = _describe_topic(ctx, r.resource_name, keys, req)
             elif r.resource_type == BROKER:
                 entry["configs"] = _describe_broker(ctx, r.resource_name, keys, req)
+            elif r.resource_type == GROUP:
+                entry["configs"] = _describe_group(ctx, r.resource_name, keys, req)
             else:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {r.resource_type}")
         except KafkaError as e:
@@ -177,8 +232,8 @@ def _alter(ctx: RequestContext, req: Struct, incremental: bool) -> dict[str, Any
                                  "resource_type": r.resource_type, "resource_name": r.resource_name}
         try:
             _check_configs_access(ctx, r.resource_type, r.resource_name, AclOperation.ALTER_CONFIGS)
-            if r.resource_type == BROKER:
-                broker_change = _alter_broker(ctx, r, incremental)
+            if r.resource_type in (BROKER, GROUP):
+                broker_change = (_alter_broker if r.resource_type == BROKER else _alter_group)(ctx, r, incremental)
                 if not req.validate_only:
                     writes.append((entry, broker_change))
                 responses.append(entry)
@@ -231,7 +286,9 @@ def _alter_broker(ctx: RequestContext, r: Struct, incremental: bool) -> SetBroke
         new = _apply_incremental(ctx, current, r.configs, BROKER_PROPS)
     else:
         new = {c.name: c.value for c in r.configs}
-    validate_alter(new)
+    mine = entity == str(ctx.broker.config.broker_id)
+    validate_alter(new, ctx.broker.dynamic_config if mine or entity == DEFAULT_ENTITY else None,
+                   default=entity == DEFAULT_ENTITY)
     return SetBrokerConfigs(entity, new)
 
 
@@ -241,9 +298,9 @@ def _apply_incremental(ctx: RequestContext, current: dict[str, str], ops: list[S
     names = [c.name for c in ops]
     if len(set(names)) != len(names):
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
-    kind = "topic" if table is TOPIC_CONFIGS else "broker"
+    kind = "topic" if table is TOPIC_CONFIGS else "broker" if table is BROKER_PROPS else "group"
     for c in ops:
-        t = table.get(c.name)
+        t = prop_of(c.name) if table is BROKER_PROPS else table.get(c.name)
         op = c.config_operation
         if t is None and not (op == DELETE and c.name in new):  # a stored unknown key may be deleted
             raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown {kind} config name: {c.name}")
@@ -255,7 +312,7 @@ def _apply_incremental(ctx: RequestContext, current: dict[str, str], ops: list[S
             new.pop(c.name, None)
         elif op in (APPEND, SUBTRACT):
             assert t is not None
-            if (t.prop if kind == "topic" else t).type != "list":
+            if (t if kind == "broker" else t.prop).type != "list":
                 raise KafkaError(ErrorCode.INVALID_CONFIG, f"Config value append is not allowed for config key: {c.name}")
             base = new.get(c.name)
             items = [x.strip() for x in base.split(",") if x.strip()] if base is not None else list(
