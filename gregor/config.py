@@ -177,6 +177,10 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
     _p("max.connections.per.ip", "int", 2**31 - 1, lo=0, mode=CLUSTER_WIDE, doc="connections from one IP address; more are closed"),
     _p("max.connections.per.ip.overrides", "list", [], mode=CLUSTER_WIDE,
        doc="per-host exceptions to max.connections.per.ip, as host:count,host:count"),
+    _p("metrics.port", "int", -1, lo=-1, hi=65535,
+       doc="port of the Prometheus endpoint (http://metrics.host:PORT/metrics); -1: no endpoint, 0: any free "
+           "port (logged). Off by default, and then nothing is counted"),
+    _p("metrics.host", "string", "127.0.0.1", doc="address the Prometheus endpoint binds (metrics.port)"),
     _p("connections.max.idle.ms", "long", 600000, lo=-1,
        doc="close connections that neither sent nor were sent anything for this long (-1: never)"),
     _p("queued.max.request.bytes", "long", 134217728, lo=1048576,

@@ -65,6 +65,7 @@ from gregor.server.dynamic_config import (
 )
 from gregor.server.handlers import HANDLERS
 from gregor.server.internal_topics import InternalTopic
+from gregor.server.metrics import BrokerMetrics, MetricsServer
 from gregor.server.network import SocketServer
 from gregor.server.replica_manager import ReplicaManager, log_config_for
 from gregor.server.txn_markers import build_txn_coordinator
@@ -141,6 +142,15 @@ class Broker:
             receive_buffer_bytes=config.get("socket.receive.buffer.bytes"),
         )
         self.bound_ports: list[int] = []
+        # The Prometheus endpoint's counters (gregor.server.metrics): None when metrics.port is unset, and
+        # then every hot-path hook is one `is None` test.
+        self.metrics: BrokerMetrics | None = BrokerMetrics() if config.get("metrics.port") >= 0 else None
+        self.metrics_server: MetricsServer | None = None
+        self.socket_server.metrics = self.metrics
+        self.replica_manager.metrics = self.metrics
+        self.replica_manager.isr.metrics = self.metrics
+        if self.metrics is not None:
+            self.log_manager.on_flush = self.metrics.log_flush.observe
         # A TLS context per TLS listener, built now so a bad key store is a startup error naming it.
         self.listener_tls: dict[str, ServerTls] = {
             spec.name: ServerTls(TlsSettings.from_config(config, spec.name), f"listener {spec.name}")
@@ -184,6 +194,9 @@ class Broker:
         self.replica_manager.sync_all()  # new partitions only: the ones on disk are still loading
         self.replica_manager.start_replication()  # issue 10: repl
         self._load_task = asyncio.ensure_future(self._load_logs())
+        if self.metrics is not None:
+            self.metrics_server = MetricsServer(self)
+            await self.metrics_server.start(self.config.get("metrics.host"), self.config.get("metrics.port"))
         log.info(
             "Gregor broker %d started: listening on %s (cluster id %s)",
             self.config.broker_id,
@@ -248,6 +261,8 @@ class Broker:
         await self.controller.controlled_shutdown()  # issue 10: ctl
         self._shutting_down = True
         self.socket_server.stop_accepting()
+        if self.metrics_server is not None:
+            await self.metrics_server.stop()
         await self.replica_manager.stop_replication()  # issue 10: repl
         self.metadata_cache.detach(self.store)  # its logs close below: no listener may act on them after
         self.replica_manager.shutdown()

@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from gregor.metadata.cache import MetadataCache
 from gregor.metadata.store import BadVersionError, MetadataError, MetadataStore, PartitionState, StateUpdate
+from gregor.server.metrics import BrokerMetrics
 from gregor.server.partition import Partition
 from gregor.server.purgatory import TopicPartition
 
@@ -42,6 +43,7 @@ class IsrManager:
         self._fenced = fenced
         self._after_progress = after_progress
         self._check_parked = check_parked
+        self.metrics: BrokerMetrics | None = None  # the broker's, when metrics.port is set: shrinks, expands
         self._isr_writer: concurrent.futures.ThreadPoolExecutor | None = None  # one writer thread, on first use
         self._isr_task: asyncio.Task[None] | None = None
         self._replication_stopped = False
@@ -146,6 +148,11 @@ class IsrManager:
                             old_isr, new_isr, why, result)
                 else:
                     log.warning("%s-%d: ISR %s -> %s (%s)", part.topic, part.index, old_isr, new_isr, why)
+                    if self.metrics is not None:
+                        if len(new_isr) < len(old_isr):
+                            self.metrics.isr_shrinks += 1
+                        elif len(new_isr) > len(old_isr):
+                            self.metrics.isr_expands += 1
                 if part.maybe_increment_high_watermark():
                     self._after_progress(key)
                 self._check_parked(key)

@@ -53,6 +53,7 @@ import collections
 import logging
 import socket
 import struct
+import time
 from typing import TYPE_CHECKING, Any
 
 from gregor.config import ConfigError
@@ -65,6 +66,7 @@ from gregor.server.tls_channel import TlsChannel
 
 if TYPE_CHECKING:
     from gregor.server.dispatcher import Dispatcher
+    from gregor.server.metrics import BrokerMetrics
 
 log = logging.getLogger("gregor.network")
 
@@ -174,13 +176,15 @@ class RequestMemoryPool:
 class _Slot:
     """A response position in a connection's ordered output queue."""
 
-    __slots__ = ("chunks", "done", "nbytes", "request")
+    __slots__ = ("chunks", "done", "nbytes", "request", "timing")
 
     def __init__(self) -> None:
         self.chunks: list[Any] | None = None
         self.done = False
         self.nbytes = 0  # of the response, once built
         self.request: memoryview | None = None  # the request frame, until its response is built
+        # With metrics on: [api key, response body, queue ns, local ns, remote ns, built at ns] (_Timing)
+        self.timing: list[Any] | None = None
 
 
 _PLAIN_LISTENER = ListenerSpec("PLAINTEXT", "PLAINTEXT", "", 0)
@@ -210,6 +214,9 @@ class Connection(asyncio.BufferedProtocol):
         self.charges: dict[int, int] = {}  # correlation id -> response bytes read, not yet built
         self.last_active = 0.0
         self.backlog: collections.deque[memoryview] = collections.deque()  # received, not yet processed
+        # With metrics on (gregor.server.metrics), when each backlog frame was received (perf_counter ns).
+        self.metrics: BrokerMetrics | None = getattr(server, "metrics", None)
+        self.received_ns: collections.deque[int] = collections.deque()
         self._retry: asyncio.TimerHandle | None = None
         self._reading_paused = False
         self._writing_paused = False
@@ -262,6 +269,7 @@ class Connection(asyncio.BufferedProtocol):
         if self._unmute is not None:
             self._unmute.cancel()
         self.backlog.clear()
+        self.received_ns.clear()
         self._release_all()
         self.closed = True
         self.server.forget(self)
@@ -369,6 +377,8 @@ class Connection(asyncio.BufferedProtocol):
     def _handle_frames(self, frames: list[memoryview]) -> None:
         if frames:
             self.backlog.extend(frames)
+            if self.metrics is not None:
+                self.received_ns.extend([time.perf_counter_ns()] * len(frames))
         self._dispatch_backlog()
 
     def _may_dispatch(self) -> bool:
@@ -406,34 +416,57 @@ class Connection(asyncio.BufferedProtocol):
             self._release(frame)
             self.close(f"malformed request header: {e}")
             return
+        m = self.metrics
+        if m is not None:  # Kafka's RequestMetrics: queue time, then the handler's (local) time
+            started_ns = time.perf_counter_ns()
+            queue_ns = started_ns - self.received_ns.popleft() if self.received_ns else 0
         try:
             result = self.dispatcher.dispatch(self, frame, api_key, version, correlation_id)
         except CloseConnection as e:
             self._release(frame)
             self.close(str(e))
             return
+        if m is not None:
+            local_end_ns = time.perf_counter_ns()
+            timing: list[Any] | None = [api_key, None, queue_ns, local_end_ns - started_ns, 0, local_end_ns]
+        else:
+            timing = None
         if result is None:
             self._release(frame)  # no response expected (acks=0)
+            if timing is not None:
+                self._record(timing)
             return
         api, body = result
         if isinstance(body, asyncio.Future):
             slot = _Slot()
             slot.request = frame
+            slot.timing = timing
             self.pending.append(slot)
             body.add_done_callback(lambda fut: self._complete(slot, api, version, correlation_id, fut))
             return
         chunks = encode_response(api, version, correlation_id, body)
         self.uncharge(correlation_id)
         self._release(frame)
+        if timing is not None:
+            timing[1] = body
         if not self.pending:
             self._write(chunks)
+            if timing is not None:
+                self._record(timing)
         else:
             slot = _Slot()
             slot.chunks = chunks
             slot.done = True
             slot.nbytes = _nbytes(chunks)
+            slot.timing = timing
             self.queued_slot_bytes += slot.nbytes
             self.pending.append(slot)
+
+    def _record(self, timing: list[Any]) -> None:
+        """A response was handed to the socket: its RequestMetrics (send time: since it was built)."""
+        assert self.metrics is not None
+        self.metrics.record_request(timing[0], timing[1], timing[2], timing[3], timing[4],
+                                    time.perf_counter_ns() - timing[5])
 
     def _complete(self, slot: _Slot, api: Any, version: int, correlation_id: int, fut: asyncio.Future[Any]) -> None:
         if self.closed:
@@ -450,6 +483,12 @@ class Connection(asyncio.BufferedProtocol):
             log.error("request from %s failed: %r", self.peer, exc, exc_info=exc)
             self.close(f"internal error: {exc!r}")
             return
+        timing = slot.timing
+        if timing is not None:  # the remote time: parked in the purgatory (or an executor) until now
+            now_ns = time.perf_counter_ns()
+            timing[1] = fut.result()
+            timing[4] = now_ns - timing[5]
+            timing[5] = now_ns
         slot.chunks = encode_response(api, version, correlation_id, fut.result())
         slot.done = True
         slot.nbytes = _nbytes(slot.chunks)
@@ -459,6 +498,8 @@ class Connection(asyncio.BufferedProtocol):
             assert head.chunks is not None
             self.queued_slot_bytes -= head.nbytes
             self._write(head.chunks)
+            if head.timing is not None:
+                self._record(head.timing)
         self._dispatch_backlog()
 
     def _write(self, chunks: list[Any]) -> None:
@@ -558,6 +599,7 @@ class Connection(asyncio.BufferedProtocol):
         if self._unmute is not None:
             self._unmute.cancel()
         self.backlog.clear()
+        self.received_ns.clear()
         self._release_all()
         self.closed = True
         self.server.forget(self)
@@ -615,6 +657,7 @@ class SocketServer:
         self.backlogged: set[Connection] = set()  # may have bytes in their transport's buffer
         self.charged_bytes = 0  # read for responses not yet built, all connections
         self.servers: list[asyncio.AbstractServer] = []
+        self.metrics: BrokerMetrics | None = None  # set by the broker when metrics.port is set
         self._idle_timer: asyncio.TimerHandle | None = None
         self._refusal_logged_at = -1e9
         self._refusals_unlogged = 0

@@ -33,6 +33,7 @@ from gregor.protocol.records import BatchHeader
 from gregor.server.delayed import DelayedFetch, DelayedProduce, FetchPartitionStatus, ProducePartitionStatus
 from gregor.server.isr_manager import IsrManager
 from gregor.server.log_work import LogWorkQueue
+from gregor.server.metrics import BrokerMetrics
 from gregor.server.partition import FETCH_LOG_END, AppendResult, Partition, ReadResult
 from gregor.server.purgatory import Clock, Purgatory, PurgatoryFullError, TopicPartition
 from gregor.server.replica_fetcher import ReplicaFetcherManager
@@ -134,6 +135,7 @@ class ReplicaManager:
         self.metadata_cache = metadata_cache  # what metadata is read from, on the loop
         self.log_manager = log_manager
         self.partitions: dict[tuple[str, int], Partition] = {}
+        self.metrics: BrokerMetrics | None = None  # the broker's, when metrics.port is set
         # Hosted partitions without a Partition yet: logs still loading at startup, and logs that
         # failed to load or be created (offline, with the reason).
         self.loading: set[tuple[str, int]] = set()
@@ -395,6 +397,8 @@ class ReplicaManager:
                 results.append(append_error(topic, p, e))
                 continue
             results.append(res)
+            if client and self.metrics is not None:  # Kafka's BytesInPerSec / MessagesInPerSec
+                self.metrics.record_append(topic, len(records), res.last_offset - res.base_offset + 1)
             if res.flush_due:
                 flushes.append((res, part.flush_after_append(res.last_offset + 1, self._after_progress)))
             self._after_progress(key)

@@ -106,6 +106,9 @@ class TlsChannel(asyncio.Protocol):
 
     def _fail(self, why: str) -> None:
         log.warning("%s", why)
+        metrics = self.app.metrics
+        if metrics is not None:  # a failed or unfinished handshake: Kafka's failed-authentication-total
+            metrics.record_failed_authentication(self.app.listener.name)
         self.closing = True
         self.app.close_quietly()
         if self.raw is not None:

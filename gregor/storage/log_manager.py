@@ -124,6 +124,8 @@ class LogManager:
         self._lock_fds: list[int] = []
         self._closed = False
         self.cleaner: LogCleaner | None = None
+        # Told each periodic flush's time in ms (the broker's LogFlushRateAndTimeMs when metrics are on).
+        self.on_flush: Callable[[float], None] | None = None
         self._cleaner_config = cleaner_config or CleanerConfig()
         self._now_ms = now_ms
         self.offline: dict[TopicPartition, str] = {}  # logs that could not be loaded, with why
@@ -452,7 +454,14 @@ class LogManager:
             if log.log_end_offset <= log.recovery_point:
                 continue
             try:
-                flushed += log.maybe_flush(now_ms)
+                on_flush = self.on_flush
+                if on_flush is None:
+                    flushed += log.maybe_flush(now_ms)
+                else:
+                    t0 = time.perf_counter()
+                    if log.maybe_flush(now_ms):
+                        flushed += 1
+                        on_flush((time.perf_counter() - t0) * 1000.0)
             except StorageError as e:
                 logger.error("flush of %s failed: %s", log.dir, e)
         return flushed

@@ -81,6 +81,7 @@ def handle_fetch(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.F
     params = FetchParams(req.replica_id, req.max_wait_ms, req.min_bytes, req.isolation_level, limits, client_rack)
     read_committed = req.isolation_level == READ_COMMITTED
     correlation_id = ctx.header.correlation_id
+    metrics = getattr(ctx.broker, "metrics", None) if req.replica_id < 0 else None  # BytesOutPerSec: consumers' reads
 
     def respond(results: list[ReadResult]) -> dict[str, Any]:
         topics = []
@@ -95,6 +96,7 @@ def handle_fetch(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.F
                      "aborted_transactions": None, "preferred_read_replica": -1, "records": b""}
                     for p in tparts]})
                 continue
+            before = total
             for p in tparts:
                 r = next(it)
                 total += len(r.records)
@@ -108,6 +110,8 @@ def handle_fetch(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.F
                     entry["diverging_epoch"] = {"epoch": r.diverging_epoch[0], "end_offset": r.diverging_epoch[1]}
                 parts.append(entry)
             topics.append({"topic": topic, "partitions": parts})
+            if metrics is not None and total > before:
+                metrics.record_fetch(topic, total - before)
         if quota:
             throttle_ms = throttling.record_fetch(ctx, total)
             if throttle_ms:  # over the quota: an empty answer, as Kafka's (the client fetches the same again);

@@ -98,6 +98,9 @@ def _finish(ctx: RequestContext, auth: SaslServerAuthenticator | None, reply: Sa
     if reply.failed:
         log.warning("Failed authentication with %s (listener %s, SASL mechanism %s): %s", conn.peer,
                     conn.listener.name, mechanism, reply.log_detail or reply.error_message)
+        metrics = getattr(ctx.broker, "metrics", None)
+        if metrics is not None:
+            metrics.record_failed_authentication(conn.listener.name)
         if auth is not None:
             delay_s = auth.listener.failed_authentication_delay_ms / 1000.0
     reason = f"SASL {'authentication failed' if reply.failed else 'state error'}: {reply.log_detail or reply.error_message}"
