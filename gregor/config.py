@@ -352,7 +352,12 @@ class BrokerConfig:
             if v is not None:
                 return v
         v = self.listener_overrides.get((lo, "", key))
-        return v if v is not None else self._values[key]
+        if v is not None:
+            return v
+        if key == "ssl.client.auth" and any(s.name.lower() == lo and s.protocol == "SASL_SSL"
+                                            for s in getattr(self, "listener_specs", ())):
+            return "none"  # KIP-684: SASL_SSL listeners take only their own listener-prefixed ssl.client.auth
+        return self._values[key]
 
     def listener_explicit(self, listener: str, key: str) -> bool:
         """Whether a listener's `key` was set at all (prefixed or broker-wide)."""

@@ -276,3 +276,16 @@ def test_encrypted_and_inline_keys_and_reload_without_restart(
     keystore.write_text("not a pem file\n")
     _wait_log(b, "TLS reload of listener SSL failed, keeping the previous certificates", since)
     assert AdminClient(evil).list_topics(timeout=10).brokers
+
+
+def test_sasl_ssl_listeners_ignore_the_broker_wide_client_auth(tmp_path: Path, pki: Pki) -> None:
+    """KIP-684: the broker-wide ssl.client.auth=required binds SSL listeners; a SASL_SSL listener takes only
+    its own listener.name.<l>.ssl.client.auth (its clients authenticate with SASL)."""
+    from gregor.config import BrokerConfig
+
+    c = BrokerConfig({"listeners": "SSL://:0,SASL_SSL://:0,STRICT://:0",
+                      "listener.security.protocol.map": "SSL:SSL,SASL_SSL:SASL_SSL,STRICT:SASL_SSL",
+                      "ssl.client.auth": "required", "listener.name.strict.ssl.client.auth": "required"})
+    assert c.listener_get("SSL", "ssl.client.auth") == "required"
+    assert c.listener_get("SASL_SSL", "ssl.client.auth") == "none"
+    assert c.listener_get("STRICT", "ssl.client.auth") == "required"
