@@ -35,6 +35,18 @@ class UsageError(ToolError):
         super().__init__(message, 2)
 
 
+class EntityNameAction(argparse.Action):
+    """--entity-name N and --entity-default, kept in one ordered list (None: the default) so they
+    pair with the --entity-type options in the order given, as kafka-configs.sh pairs them
+    (`gregor configs` and `gregor quotas`)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        names = list(getattr(namespace, "entity_names", None) or [])
+        names.append(None if option_string == "--entity-default" else values)
+        namespace.entity_names = names
+
+
 class ToolParser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line naming the command and pointing to --help,
     instead of the usage block followed by the error, and whose --help shows defaults. Subcommand

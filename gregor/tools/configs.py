@@ -23,6 +23,7 @@ from typing import Any
 
 from gregor.protocol import apis
 from gregor.tools.common import (
+    EntityNameAction,
     HelpFormatter,
     ToolError,
     UsageError,
@@ -52,17 +53,6 @@ _NOUN = {"topics": "topic", "brokers": "broker", "groups": "group"}
 SET, DELETE = 0, 1
 
 
-class _EntityName(argparse.Action):
-    """--entity-name N and --entity-default in one ordered list (None: the default), pairing with the
-    --entity-type options in order, as kafka-configs.sh pairs them (and `gregor quotas` reads them)."""
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:
-        names = list(getattr(namespace, "entity_names", None) or [])
-        names.append(None if option_string == "--entity-default" else values)
-        namespace.entity_names = names
-
-
 def add_subcommands(sub: Any) -> None:
     p = sub.add_parser("configs", help="describe and alter topic, broker, group, user and client configs "
                                        "(like kafka-configs.sh)", description=__doc__, formatter_class=HelpFormatter)
@@ -75,9 +65,9 @@ def add_subcommands(sub: Any) -> None:
     p.add_argument("--all", action="store_true", help="with --describe: every config, not only the dynamic ones")
     p.add_argument("--entity-type", action="append", default=[], choices=ENTITY_TYPES,
                    help="what to configure (users and clients may be given together for a user's client quota)")
-    p.add_argument("--entity-name", action=_EntityName, dest="entity_names", metavar="NAME",
+    p.add_argument("--entity-name", action=EntityNameAction, dest="entity_names", metavar="NAME",
                    help="the topic, broker id, group, user or client-id")
-    p.add_argument("--entity-default", action=_EntityName, dest="entity_names", nargs=0,
+    p.add_argument("--entity-default", action=EntityNameAction, dest="entity_names", nargs=0,
                    help="the default entity: the cluster-wide broker default, the default user or client-id")
     p.add_argument("--add-config", metavar="K=V,K=[V1,V2]", help="configs to set (a list value in brackets)")
     p.add_argument("--delete-config", metavar="K,K", help="configs to remove")

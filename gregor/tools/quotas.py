@@ -25,6 +25,7 @@ from gregor.protocol.errors import ErrorCode
 from gregor.protocol.messages.client_quotas import MATCH_DEFAULT, MATCH_EXACT, MATCH_SPECIFIED
 from gregor.security.quotas import CLIENT_ID, QUOTA_TYPES, USER
 from gregor.tools.common import (
+    EntityNameAction,
     HelpFormatter,
     ToolError,
     UsageError,
@@ -44,17 +45,6 @@ DESCRIBE_VERSION = 1
 ALTER_VERSION = 1
 
 
-class _EntityName(argparse.Action):
-    """--entity-name N and --entity-default, kept in one ordered list (None: the default) so they
-    pair with the --entity-type options in the order given, as kafka-configs.sh pairs them."""
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:
-        names = list(getattr(namespace, "entity_names", None) or [])
-        names.append(None if option_string == "--entity-default" else values)
-        namespace.entity_names = names
-
-
 def add_subcommands(sub: Any) -> None:
     p = sub.add_parser("quotas", help="describe and alter client quotas (like kafka-configs.sh for quotas)",
                        description=__doc__, formatter_class=HelpFormatter)
@@ -66,9 +56,9 @@ def add_subcommands(sub: Any) -> None:
     mode.add_argument("--alter", action="store_true", help="add or delete quota configs")
     p.add_argument("--entity-type", action="append", default=[], choices=sorted(ENTITY_TYPES),
                    help="users or clients; give both for a user's quota for one client-id")
-    p.add_argument("--entity-name", action=_EntityName, dest="entity_names", metavar="NAME",
+    p.add_argument("--entity-name", action=EntityNameAction, dest="entity_names", metavar="NAME",
                    help="the user or client-id (pairs with the --entity-type before it)")
-    p.add_argument("--entity-default", action=_EntityName, dest="entity_names", nargs=0,
+    p.add_argument("--entity-default", action=EntityNameAction, dest="entity_names", nargs=0,
                    help="the default user or client-id instead of a name")
     p.add_argument("--add-config", metavar="K=V,K=V",
                    help=f"quotas to set: {', '.join(QUOTA_TYPES)}")
