@@ -47,9 +47,6 @@ class ClientSecurity:
         return cls(name, spec.protocol, ctx, auth)
 
 
-PLAINTEXT = ClientSecurity("PLAINTEXT", "PLAINTEXT")
-
-
 def client_security(config: BrokerConfig) -> ClientSecurity:
     """The broker's one ClientSecurity, built on first use (every inter-broker client shares it)."""
     sec = getattr(config, "_client_security", None)
