@@ -51,3 +51,35 @@ def zookeeper_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKe
 def zk_connect(zookeeper_server: ZooKeeperServer) -> str:
     """A `zookeeper.connect` value with a chroot of this test's own (brokers create it)."""
     return f"{zookeeper_server.connect}/gregor-test-{uuid.uuid4().hex[:12]}"
+
+
+# --- how the suite is spread over pytest-xdist workers (scripts/test.sh runs it with --dist loadgroup) ---
+
+# The modules that take longest, longest first: a worker takes them before the short ones, so no
+# worker is left with a long module at the end while the others are idle. Measured by
+# `pytest --durations` (a module missing here only runs later: the order never changes a result).
+SLOW_FIRST = (
+)
+
+
+def _groups(items: list[pytest.Item]) -> dict[str, str]:
+    """Module path -> group. A module's tests stay together on one worker (its module-scoped broker
+    starts once); the modules that use the `spark` session fixture share one worker (a SparkSession
+    costs 5-10 s and 1 GiB per worker)."""
+    modules = {item.nodeid.split("::", 1)[0] for item in items}
+    spark = {item.nodeid.split("::", 1)[0] for item in items if "spark" in getattr(item, "fixturenames", ())}
+    return {m: "spark" if m in spark else m for m in modules}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the xdist_group marks into scopes
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    group = _groups(items)
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+
+    def group_of(item: pytest.Item) -> str:
+        return group[item.nodeid.split("::", 1)[0]]
+
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(group_of(item)))
+    # A stable sort: the collection order stays within a group, and among the groups not named.
+    items.sort(key=lambda item: rank.get(group_of(item), len(rank)))

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kazoo.client import KazooClient
 
 from gregor.config import BrokerConfig
@@ -47,6 +48,7 @@ def _wait(cond: Callable[[], bool], timeout_s: float) -> float:
     return time.monotonic() - t0
 
 
+@pytest.mark.serial  # seen by all within 1 s
 def test_three_brokers_join_and_a_topic_created_through_one_is_seen_by_all(
         start_broker: Callable[..., BrokerProcess], zk_connect: str) -> None:
     brokers = _cluster(start_broker, zk_connect)

@@ -211,10 +211,12 @@ def test_tls_1_0_client_is_refused_and_logged(tls_broker: BrokerProcess, pki: Pk
     ctx.minimum_version = ssl.TLSVersion.TLSv1
     ctx.maximum_version = ssl.TLSVersion.TLSv1
     with socket.create_connection(("127.0.0.1", tls_broker.ports["SSL"]), timeout=10) as raw:
+        port = raw.getsockname()[1]
         with pytest.raises(ssl.SSLError) as e:
             ctx.wrap_socket(raw, server_hostname="127.0.0.1")
     assert "version" in str(e.value).lower() or "protocol" in str(e.value).lower(), e.value
-    line = _wait_log(tls_broker, "TLS handshake with 127.0.0.1:", since)
+    # This connection's line (by its port): an earlier test's refusal may be logged after `since`.
+    line = _wait_log(tls_broker, f"TLS handshake with 127.0.0.1:{port} ", since)
     assert "version" in line.lower() or "protocol" in line.lower(), line
 
 
@@ -222,6 +224,7 @@ def test_plaintext_bytes_on_a_tls_listener_close_only_that_connection(tls_broker
     since = len(tls_broker.log_lines)
     body = struct.pack(">hhih", 18, 0, 7, -1)
     with socket.create_connection(("127.0.0.1", tls_broker.ports["SSL"]), timeout=10) as s:
+        port = s.getsockname()[1]
         s.sendall(struct.pack(">i", len(body)) + body)
         s.settimeout(5)
         try:
@@ -229,7 +232,7 @@ def test_plaintext_bytes_on_a_tls_listener_close_only_that_connection(tls_broker
         except ConnectionResetError:
             data = b""
         assert not data or data[:1] == b"\x15"  # nothing but a TLS alert
-    _wait_log(tls_broker, "TLS handshake with 127.0.0.1:", since)
+    _wait_log(tls_broker, f"TLS handshake with 127.0.0.1:{port} ", since)
     conf = _rdkafka_conf(tls_broker, pki, "SSL", None)
     assert "tls-still" not in AdminClient(conf).list_topics(timeout=10).topics  # the listener still serves
 
