@@ -55,20 +55,43 @@ def zk_connect(zookeeper_server: ZooKeeperServer) -> str:
 
 # --- how the suite is spread over pytest-xdist workers (scripts/test.sh runs it with --dist loadgroup) ---
 
-# The modules that take longest, longest first: a worker takes them before the short ones, so no
-# worker is left with a long module at the end while the others are idle. Measured by
-# `pytest --durations` (a module missing here only runs later: the order never changes a result).
+# The groups that take longest, longest first: the workers take them before the short ones, so no
+# worker is left with a long one at the end while the others are idle. From `pytest --durations`
+# (a group missing here only runs later: the order never changes a result).
 SLOW_FIRST = (
+    "spark-pipeline",
+    "spark",
+    "tests/cluster/test_transactions_cluster.py",
+    "tests/spark/test_standalone.py",
+    "tests/clients/test_transactions.py",
+    "tests/groups/test_consumer_groups.py",
+    "tests/cluster/test_membership.py",
+    "tests/groups/test_consumer_protocol.py",
+    "tests/cluster/test_replication_inprocess.py",
+    "tests/cluster/test_acceptance_rolling.py",
+    "tests/cluster/test_acceptance_durability.py",
+    "tests/cluster/test_acceptance_isr.py",
+    "tests/cluster/test_acceptance_idempotent.py",
+    "tests/cluster/test_fault_campaign.py",
+    "tests/cluster/test_groups_cluster.py",
+    "tests/server/test_hostile_clients.py",
+    "tests/metadata/test_zookeeper_store.py",
+    "tests/security/test_sasl.py",
+    "tests/security/test_acl_broker.py",
+    "tests/server/test_durability.py",
 )
+
+# The modules of the `spark` session fixture take minutes together: two SparkSessions (5-10 s and
+# 1 GiB each) share them, the pipelines' modules on one worker, the other modules on another.
+SPARK_PIPELINE_MODULES = ("tests/spark/test_pipeline.py", "tests/spark/test_pipeline_cluster.py")
 
 
 def _groups(items: list[pytest.Item]) -> dict[str, str]:
     """Module path -> group. A module's tests stay together on one worker (its module-scoped broker
-    starts once); the modules that use the `spark` session fixture share one worker (a SparkSession
-    costs 5-10 s and 1 GiB per worker)."""
+    starts once); the modules that use the `spark` session fixture are grouped as above."""
     modules = {item.nodeid.split("::", 1)[0] for item in items}
     spark = {item.nodeid.split("::", 1)[0] for item in items if "spark" in getattr(item, "fixturenames", ())}
-    return {m: "spark" if m in spark else m for m in modules}
+    return {m: ("spark-pipeline" if m in SPARK_PIPELINE_MODULES else "spark") if m in spark else m for m in modules}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the xdist_group marks into scopes
