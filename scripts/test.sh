@@ -22,6 +22,6 @@ run() {
 }
 
 status=0
-run -n "${GREGOR_TEST_WORKERS:-3}" --dist loadgroup --no-loadscope-reorder -m "not serial" "$@" || status=$?
+run -n "${GREGOR_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder -m "not serial" "$@" || status=$?
 run -m serial "$@" || status=$?
 exit "$status"

@@ -53,7 +53,7 @@ def zk_connect(zookeeper_server: ZooKeeperServer) -> str:
     return f"{zookeeper_server.connect}/gregor-test-{uuid.uuid4().hex[:12]}"
 
 
-# --- how the suite is spread over pytest-xdist workers (scripts/test.sh runs it with --dist loadgroup) ---
+# --- how the suite is spread over pytest-xdist workers (scripts/test.sh: -n 3 --dist loadfile) ---
 
 # The groups that take longest, longest first: the workers take them before the short ones, so no
 # worker is left with a long one at the end while the others are idle. From `pytest --durations`
@@ -81,28 +81,41 @@ SLOW_FIRST = (
     "tests/server/test_durability.py",
 )
 
-# The modules of the `spark` session fixture take minutes together: two SparkSessions (5-10 s and
-# 1 GiB each) share them, the pipelines' modules on one worker, the other modules on another.
+# The modules under tests/spark/ share the `spark` session fixture and take minutes together: two
+# SparkSessions (5-10 s and 1 GiB each) share them, the pipelines' modules on one worker, the other
+# modules on another. test_standalone.py starts a Spark cluster of its own instead.
 SPARK_PIPELINE_MODULES = ("tests/spark/test_pipeline.py", "tests/spark/test_pipeline_cluster.py")
+SPARK_OWN_CLUSTER_MODULES = ("tests/spark/test_standalone.py",)
 
 
-def _groups(items: list[pytest.Item]) -> dict[str, str]:
-    """Module path -> group. A module's tests stay together on one worker (its module-scoped broker
-    starts once); the modules that use the `spark` session fixture are grouped as above."""
-    modules = {item.nodeid.split("::", 1)[0] for item in items}
-    spark = {item.nodeid.split("::", 1)[0] for item in items if "spark" in getattr(item, "fixturenames", ())}
-    return {m: ("spark-pipeline" if m in SPARK_PIPELINE_MODULES else "spark") if m in spark else m for m in modules}
+def group_of(nodeid: str) -> str:
+    """The tests one worker runs together: a module (its module-scoped broker starts once), or the
+    Spark modules of one SparkSession."""
+    module = nodeid.split("::", 1)[0]
+    if module in SPARK_PIPELINE_MODULES:
+        return "spark-pipeline"
+    if module.startswith("tests/spark/") and module not in SPARK_OWN_CLUSTER_MODULES:
+        return "spark"
+    return module
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the xdist_group marks into scopes
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    group = _groups(items)
     rank = {name: i for i, name in enumerate(SLOW_FIRST)}
-
-    def group_of(item: pytest.Item) -> str:
-        return group[item.nodeid.split("::", 1)[0]]
-
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(group_of(item)))
     # A stable sort: the collection order stays within a group, and among the groups not named.
-    items.sort(key=lambda item: rank.get(group_of(item), len(rank)))
+    items.sort(key=lambda item: rank.get(group_of(item.nodeid), len(rank)))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """`--dist loadfile` by group_of: a file's tests on one worker, and the Spark modules of one
+    SparkSession too. (xdist's own `--dist loadgroup` cannot do it on pytest 9: it renames items
+    through an attribute pytest no longer reads.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class GroupScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    return GroupScheduling(config, log)
