@@ -162,11 +162,14 @@ def test_kcat_over_tls(tls_broker: BrokerProcess, pki: Pki, listener: str, who: 
     assert out.decode().splitlines() == [f"kcat-{i}" for i in range(N)]
 
 
-def _wait_log(b: BrokerProcess, needle: str, since: int, timeout_s: float = 10.0) -> str:
+def _wait_log(b: BrokerProcess, needle: str, since: int, timeout_s: float = 10.0, reason: str = "") -> str:
+    """The first log line from `since` on with `needle` (and `reason`, in any case). A reason tells this
+    test's refusal from an earlier test's: a client keeps retrying a refused handshake, and those
+    refusals may be logged after `since`."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for line in b.log_lines[since:]:
-            if needle in line:
+            if needle in line and reason in line.lower():
                 return line
         time.sleep(0.05)
     raise AssertionError(f"no broker log line with {needle!r}:\n" + "\n".join(b.log_lines[since:]))
@@ -193,7 +196,7 @@ def test_refused_client_certificates(tls_broker: BrokerProcess, pki: Pki, who: s
     since = len(tls_broker.log_lines)
     errors = _refused(_rdkafka_conf(tls_broker, pki, "MTLS", who))
     assert client_sees in errors.lower(), errors
-    line = _wait_log(tls_broker, "TLS handshake with 127.0.0.1:", since)
+    line = _wait_log(tls_broker, "TLS handshake with 127.0.0.1:", since, reason=broker_logs)
     assert "on listener MTLS failed" in line and broker_logs in line.lower(), line
     assert "before any" not in line
 
