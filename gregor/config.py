@@ -72,6 +72,8 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
            "Linux's receive-buffer autotuning, and at 100 KB the broker spent ~25% more CPU per MB on large "
            "produce requests (window updates every ~100 KB), so Gregor leaves it to the OS"),
     _p("queued.max.requests", "int", 500, lo=1, doc="requests in flight per connection before reads pause"),
+    _p("max.request.partition.size.limit", "int", 2000, lo=1,
+       doc="The most partitions one DescribeTopicPartitions response holds (KIP-966 paging)"),
     # The topic configs' broker-level synonyms (log.segment.bytes, log.retention.hours, message.max.bytes, ...)
     # and the log cleaner's properties: defined in gregor.storage.config, with the topic configs they default.
     *broker_synonym_props(),

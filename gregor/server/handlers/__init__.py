@@ -55,6 +55,7 @@ from gregor.server.handlers.scram_credentials import (
     handle_alter_user_scram_credentials,
     handle_describe_user_scram_credentials,
 )
+from gregor.server.handlers.topic_partitions import handle_describe_topic_partitions
 from gregor.server.handlers.topics import (
     handle_create_partitions,
     handle_create_topics,
@@ -123,4 +124,5 @@ HANDLERS: dict[int, Handler] = {
     66: handle_list_transactions,
     68: handle_consumer_group_heartbeat,
     69: handle_consumer_group_describe,
+    75: handle_describe_topic_partitions,
 }
