@@ -48,6 +48,7 @@ class DirScan:
     offsets: dict[str, dict[str, dict[TopicPartition, int]]]  # log dir -> checkpoint name -> offsets
     offline: dict[TopicPartition, str]  # partitions that cannot be served (duplicate directories), with why
     unclean_dirs: set[str]  # dirs holding logs whose last shutdown was not clean
+    failed_dirs: dict[str, str]  # dirs that could not be read, with why: offline, as a whole
 
 
 def scan_log_dirs(log_dirs: list[str]) -> DirScan:
@@ -61,51 +62,20 @@ def scan_log_dirs(log_dirs: list[str]) -> DirScan:
     lazy: dict[TopicPartition, Plan] = {}
     plan: list[Plan] = []
     offsets_by_dir: dict[str, dict[str, dict[TopicPartition, int]]] = {}
+    failed_dirs: dict[str, str] = {}
     for d in log_dirs:
-        marker = os.path.join(d, CLEAN_SHUTDOWN_FILE)
-        clean = os.path.exists(marker)
-        sizes = read_segment_sizes(marker) if clean else {}
-        offsets = {name: read_offsets(d, name) for name in CHECKPOINTS}
-        offsets_by_dir[d] = offsets
-        found = 0
-        with os.scandir(d) as listing:  # the entry types come with the listing: no stat per log
-            entries = sorted((e.name, e.path) for e in listing if e.is_dir())
-        for name, path in entries:
-            if name.endswith(DELETE_DIR_SUFFIX):
-                logger.info("finishing the deletion of %s", path)
-                shutil.rmtree(path, ignore_errors=True)
-                continue
-            if name.endswith((FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)):
-                logger.warning("ignoring %s", path)
-                continue
-            try:
-                tp = parse_topic_partition(name)
-            except ValueError:
-                logger.warning("ignoring %s: not a <topic>-<partition> directory", path)
-                continue
-            if tp in pending:
-                reason = f"duplicate log directories for {tp[0]}-{tp[1]}: {path}, {pending[tp]}"
-                logger.error("%s; leaving the partition offline", reason)
-                offline[tp] = reason
-                continue
-            pending[tp] = path
-            for cname in CHECKPOINTS:
-                if tp in offsets[cname]:
-                    pending_offsets[cname][tp] = offsets[cname][tp]
-            plan.append((d, tp, path, clean, sizes.get(tp) if sizes is not None else None))
-            found += 1
-        if not clean and (found or any(offsets.values())):
-            unclean_dirs.add(d)
-        if clean:  # from here until the next clean shutdown a crash means recovery
-            os.unlink(marker)
-            fsync_dir(d)
-        if clean:
-            how = "after a clean shutdown"
-        elif found or any(offsets.values()):
-            how = "after an unclean shutdown: logs will be recovered"
-        else:
-            how = "a new log dir"
-        logger.info("found %d logs in %s (%s)", found, d, how)
+        try:
+            _scan_dir(d, pending, pending_offsets, offline, unclean_dirs, plan, offsets_by_dir)
+        except (OSError, CorruptCheckpointError) as e:  # this dir fails as a whole; the others serve
+            failed_dirs[d] = f"{type(e).__name__}: {e}"
+            logger.error("log dir %s cannot be read (%s): it is offline", d, e)
+            offsets_by_dir.pop(d, None)
+            unclean_dirs.discard(d)
+            plan[:] = [x for x in plan if x[0] != d]
+            for tp in [tp for tp, path in pending.items() if os.path.dirname(path) == d]:
+                del pending[tp]
+                for name in CHECKPOINTS:
+                    pending_offsets[name].pop(tp, None)
     for tp in offline:
         pending.pop(tp, None)
     plan = [p for p in plan if p[1] not in offline]
@@ -118,7 +88,57 @@ def scan_log_dirs(log_dirs: list[str]) -> DirScan:
             lazy[found_log[1]] = found_log
             del pending[found_log[1]]
     plan = [p for p in plan if not p[3]]
-    return DirScan(plan, lazy, pending, pending_offsets, offsets_by_dir, offline, unclean_dirs)
+    return DirScan(plan, lazy, pending, pending_offsets, offsets_by_dir, offline, unclean_dirs, failed_dirs)
+
+
+def _scan_dir(d: str, pending: dict[TopicPartition, str], pending_offsets: dict[str, dict[TopicPartition, int]],
+              offline: dict[TopicPartition, str], unclean_dirs: set[str], plan: list[Plan],
+              offsets_by_dir: dict[str, dict[str, dict[TopicPartition, int]]]) -> None:
+    """One log dir's part of `scan_log_dirs`, added to its collections. Raises OSError if it cannot be read."""
+    marker = os.path.join(d, CLEAN_SHUTDOWN_FILE)
+    clean = os.path.exists(marker)
+    sizes = read_segment_sizes(marker) if clean else {}
+    offsets = {name: read_offsets(d, name) for name in CHECKPOINTS}
+    offsets_by_dir[d] = offsets
+    found = 0
+    with os.scandir(d) as listing:  # the entry types come with the listing: no stat per log
+        entries = sorted((e.name, e.path) for e in listing if e.is_dir())
+    for name, path in entries:
+        if name.endswith(DELETE_DIR_SUFFIX):
+            logger.info("finishing the deletion of %s", path)
+            shutil.rmtree(path, ignore_errors=True)
+            continue
+        if name.endswith((FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)):
+            logger.warning("ignoring %s", path)
+            continue
+        try:
+            tp = parse_topic_partition(name)
+        except ValueError:
+            logger.warning("ignoring %s: not a <topic>-<partition> directory", path)
+            continue
+        if tp in pending:
+            reason = f"duplicate log directories for {tp[0]}-{tp[1]}: {path}, {pending[tp]}"
+            logger.error("%s; leaving the partition offline", reason)
+            offline[tp] = reason
+            continue
+        pending[tp] = path
+        for cname in CHECKPOINTS:
+            if tp in offsets[cname]:
+                pending_offsets[cname][tp] = offsets[cname][tp]
+        plan.append((d, tp, path, clean, sizes.get(tp) if sizes is not None else None))
+        found += 1
+    if not clean and (found or any(offsets.values())):
+        unclean_dirs.add(d)
+    if clean:  # from here until the next clean shutdown a crash means recovery
+        os.unlink(marker)
+        fsync_dir(d)
+    if clean:
+        how = "after a clean shutdown"
+    elif found or any(offsets.values()):
+        how = "after an unclean shutdown: logs will be recovered"
+    else:
+        how = "a new log dir"
+    logger.info("found %d logs in %s (%s)", found, d, how)
 
 
 def open_found_log(plan: Plan, offsets: dict[str, dict[TopicPartition, int]], config: LogConfig,

@@ -54,6 +54,8 @@ def describe_log_dirs(log_manager: LogManager, wanted: dict[str, set[int]] | Non
     results = []
     for log_dir, sizes in log_manager.partition_sizes().items():
         try:
+            if log_dir in log_manager.offline_dirs:
+                raise OSError(f"log dir {log_dir} is offline: {log_manager.offline_dirs[log_dir]}")
             if not os.access(log_dir, os.R_OK | os.W_OK | os.X_OK):
                 raise OSError(f"log dir {log_dir} is not accessible")
             total_bytes, usable_bytes = _volume_bytes(log_dir)
