@@ -33,6 +33,7 @@ logger = logging.getLogger("gregor.storage.log_manager")
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 DELETE_DIR_SUFFIX = "-delete"
 FUTURE_DIR_SUFFIX = "-future"
+MOVED_DIR_SUFFIX = "-moved"  # a future replica complete and being swapped in (log_mover.py)
 STRAY_DIR_SUFFIX = "-stray"
 CHECKPOINTS = (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT)
 # A log found on disk: (log dir, topic-partition, its directory, clean shutdown, segment sizes from the marker).
@@ -49,6 +50,7 @@ class DirScan:
     offline: dict[TopicPartition, str]  # partitions that cannot be served (duplicate directories), with why
     unclean_dirs: set[str]  # dirs holding logs whose last shutdown was not clean
     failed_dirs: dict[str, str]  # dirs that could not be read, with why: offline, as a whole
+    futures: list[tuple[str, TopicPartition, str]]  # future replicas of moves cut short: (dest dir, tp, path)
 
 
 def scan_log_dirs(log_dirs: list[str]) -> DirScan:
@@ -63,9 +65,11 @@ def scan_log_dirs(log_dirs: list[str]) -> DirScan:
     plan: list[Plan] = []
     offsets_by_dir: dict[str, dict[str, dict[TopicPartition, int]]] = {}
     failed_dirs: dict[str, str] = {}
+    futures: list[tuple[str, TopicPartition, str]] = []
+    moved: list[tuple[str, TopicPartition, str]] = []
     for d in log_dirs:
         try:
-            _scan_dir(d, pending, pending_offsets, offline, unclean_dirs, plan, offsets_by_dir)
+            _scan_dir(d, pending, pending_offsets, offline, unclean_dirs, plan, offsets_by_dir, futures, moved)
         except (OSError, CorruptCheckpointError) as e:  # this dir fails as a whole; the others serve
             failed_dirs[d] = f"{type(e).__name__}: {e}"
             logger.error("log dir %s cannot be read (%s): it is offline", d, e)
@@ -76,6 +80,10 @@ def scan_log_dirs(log_dirs: list[str]) -> DirScan:
                 del pending[tp]
                 for name in CHECKPOINTS:
                     pending_offsets[name].pop(tp, None)
+            futures[:] = [f for f in futures if f[0] != d]
+            moved[:] = [m for m in moved if m[0] != d]
+    for d, tp, path in moved:
+        _finish_move(d, tp, path, pending, pending_offsets, offline, unclean_dirs, plan, offsets_by_dir)
     for tp in offline:
         pending.pop(tp, None)
     plan = [p for p in plan if p[1] not in offline]
@@ -88,12 +96,46 @@ def scan_log_dirs(log_dirs: list[str]) -> DirScan:
             lazy[found_log[1]] = found_log
             del pending[found_log[1]]
     plan = [p for p in plan if not p[3]]
-    return DirScan(plan, lazy, pending, pending_offsets, offsets_by_dir, offline, unclean_dirs, failed_dirs)
+    return DirScan(plan, lazy, pending, pending_offsets, offsets_by_dir, offline, unclean_dirs, failed_dirs, futures)
+
+
+def _finish_move(d: str, tp: TopicPartition, path: str, pending: dict[TopicPartition, str],
+                 pending_offsets: dict[str, dict[TopicPartition, int]], offline: dict[TopicPartition, str],
+                 unclean_dirs: set[str], plan: list[Plan],
+                 offsets_by_dir: dict[str, dict[str, dict[TopicPartition, int]]]) -> None:
+    """A move to `d` cut short after its copy was complete (`<topic>-<p>.<uuid>-moved`, log_mover.py): the
+    copy wins. The current log, if still there, is removed; the copy takes the partition's name, with the
+    checkpointed offsets of the dir it came from; it is recovered as after a crash."""
+    try:
+        prev = pending.pop(tp, None)
+        if prev is not None:
+            remove_log_dir(prev, *tp)
+            plan[:] = [x for x in plan if x[1] != tp]
+        offline.pop(tp, None)
+        for offsets in offsets_by_dir.values():  # the old dir's entries (log start offset above all)
+            if offsets is offsets_by_dir[d]:
+                continue
+            for name in CHECKPOINTS:
+                if tp in offsets[name] and tp not in offsets_by_dir[d][name]:
+                    offsets_by_dir[d][name][tp] = offsets[name][tp]
+                    pending_offsets[name][tp] = offsets[name][tp]
+        final = os.path.join(d, f"{tp[0]}-{tp[1]}")
+        os.rename(path, final)
+        fsync_dir(d)
+    except OSError as e:
+        logger.error("%s-%d: cannot finish its move to %s (%s); the partition stays offline", tp[0], tp[1], d, e)
+        offline[tp] = f"a move to {d} could not be finished: {e}"
+        return
+    logger.warning("%s-%d: finished its move to %s, cut short by the last shutdown", tp[0], tp[1], d)
+    pending[tp] = final
+    plan.append((d, tp, final, False, None))
+    unclean_dirs.add(d)
 
 
 def _scan_dir(d: str, pending: dict[TopicPartition, str], pending_offsets: dict[str, dict[TopicPartition, int]],
               offline: dict[TopicPartition, str], unclean_dirs: set[str], plan: list[Plan],
-              offsets_by_dir: dict[str, dict[str, dict[TopicPartition, int]]]) -> None:
+              offsets_by_dir: dict[str, dict[str, dict[TopicPartition, int]]],
+              futures: list[tuple[str, TopicPartition, str]], moved: list[tuple[str, TopicPartition, str]]) -> None:
     """One log dir's part of `scan_log_dirs`, added to its collections. Raises OSError if it cannot be read."""
     marker = os.path.join(d, CLEAN_SHUTDOWN_FILE)
     clean = os.path.exists(marker)
@@ -108,7 +150,13 @@ def _scan_dir(d: str, pending: dict[TopicPartition, str], pending_offsets: dict[
             logger.info("finishing the deletion of %s", path)
             shutil.rmtree(path, ignore_errors=True)
             continue
-        if name.endswith((FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)):
+        if name.endswith((FUTURE_DIR_SUFFIX, MOVED_DIR_SUFFIX)):
+            try:
+                (futures if name.endswith(FUTURE_DIR_SUFFIX) else moved).append((d, parse_topic_partition(name), path))
+            except ValueError:
+                logger.warning("ignoring %s: not a future replica's directory", path)
+            continue
+        if name.endswith(STRAY_DIR_SUFFIX):
             logger.warning("ignoring %s", path)
             continue
         try:
@@ -186,16 +234,19 @@ def create_log(path: str, config: LogConfig, now: int) -> Log:
         return Log.open(path, config, now_ms=now)
 
 
-def remove_log_dir(path: str, topic: str, partition: int) -> None:
-    """Rename a closed log's directory to `<topic>-<partition>.<uuid>-delete` (fsynced), then remove it: a
-    crash in between is finished by the next scan. As Kafka does, the topic part is cut so the name fits
-    NAME_MAX (255) for a 249-character topic."""
+def remove_log_dir(path: str, topic: str, partition: int, remove: bool = True) -> str:
+    """Rename a closed log's directory to `<topic>-<partition>.<uuid>-delete` (fsynced), then remove it
+    (unless `remove` is false: the caller does, later): a crash in between is finished by the next scan.
+    As Kafka does, the topic part is cut so the name fits NAME_MAX (255) for a 249-character topic.
+    Returns the renamed path."""
     parent = os.path.dirname(path)
     suffix = f"-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
     doomed = os.path.join(parent, topic[: 255 - len(suffix)] + suffix)
     os.rename(path, doomed)
     fsync_dir(parent)
-    shutil.rmtree(doomed, ignore_errors=True)
+    if remove:
+        shutil.rmtree(doomed, ignore_errors=True)
+    return doomed
 
 
 def write_offsets(name: str, by_dir: Mapping[str, Mapping[TopicPartition, int]]) -> None:

@@ -67,7 +67,7 @@ from gregor.storage.checkpoint import (
 )
 from gregor.storage.cleaner import LogCleaner
 from gregor.storage.config import CleanerConfig, LogConfig
-from gregor.storage.errors import LogDirInUseError, StorageError
+from gregor.storage.errors import LogDirInUseError, LogDirNotFoundError, ReplicaNotAvailableError, StorageError
 from gregor.storage.log import Log, now_ms
 from gregor.storage.log_dirs import (  # noqa: F401 - CLEAN_SHUTDOWN_FILE, SEGMENT_SIZES_VERSION: imported from here
     CHECKPOINTS,
@@ -84,6 +84,7 @@ from gregor.storage.log_dirs import (  # noqa: F401 - CLEAN_SHUTDOWN_FILE, SEGME
     segment_files_size,
     write_offsets,
 )
+from gregor.storage.log_mover import LogMover
 from gregor.storage.segment import OPEN_FILES, default_open_files_capacity
 
 logger = logging.getLogger(__name__)
@@ -128,8 +129,9 @@ class LogManager:
         self.default_config = default_config
         self._topic_configs: dict[str, LogConfig] = dict(topic_configs or {})
         self._logs: dict[TopicPartition, Log] = {}
-        # Future replicas (AlterReplicaLogDirs): a copy of a log being made in another log dir.
-        self._future: dict[TopicPartition, Log] = {}
+        # Moves to another log dir (AlterReplicaLogDirs): future replicas and the thread filling them.
+        self.mover = LogMover(self)
+        self._stale_futures: list[tuple[str, TopicPartition, str]] = []  # moves the last run cut short
         self._lock = threading.RLock()
         self._cleaner_reconfig_lock = threading.Lock()  # one cleaner restart at a time, none after shutdown
         self._lock_fds: list[int] = []
@@ -186,6 +188,7 @@ class LogManager:
         self._pending_offsets, self._offsets = found.pending_offsets, found.offsets
         self.offline.update(found.offline)
         self._unclean_dirs = found.unclean_dirs
+        self._stale_futures = found.futures
 
     def load_logs(self, open_lazy: bool = True) -> None:
         """Load every log found by the scan that needs recovery (its log dir was not shut down
@@ -224,6 +227,7 @@ class LogManager:
                 self.loading = False
         finally:
             self._load_done.set()
+        self._restart_moves()
         if open_lazy:
             self.open_lazy_logs()
 
@@ -267,6 +271,51 @@ class LogManager:
         if log is None:
             self.offline[tp] = reason
         return log
+
+    # --- moves between log dirs (AlterReplicaLogDirs; log_mover.py) --------------------------------
+
+    def alter_log_dir(self, topic: str, partition: int, dest: str) -> None:
+        """Move the partition's log to log dir `dest` in the background (a future replica, then a swap).
+        Raises LogDirNotFoundError for a path not in log.dirs, LogOfflineError for an offline dir or log,
+        ReplicaNotAvailableError for a partition with no log here, LogNotLoadedError while it loads."""
+        dest = os.path.abspath(dest)
+        if dest not in self.log_dirs:
+            raise LogDirNotFoundError(f"{dest} is not a log dir of this broker")
+        if dest in self.offline_dirs:
+            raise LogOfflineError(f"log dir {dest} is offline")
+        tp = (topic, partition)
+        with self._lock:
+            self._check_open()
+            if tp in self._pending:
+                raise LogNotLoadedError(f"the log of {topic}-{partition} is still loading")
+            if tp in self.offline:
+                raise LogOfflineError(f"the log of {topic}-{partition} is offline: {self.offline[tp]}")
+            if tp not in self._logs and tp not in self._lazy:
+                raise ReplicaNotAvailableError(f"{topic}-{partition} has no replica on this broker")
+            current = self.get_or_create_log(topic, partition)  # opens a log left unopened since a clean start
+            self.mover.start_move(tp, current, dest)
+
+    def future_replicas(self) -> dict[str, dict[TopicPartition, tuple[int, int]]]:
+        """Per log dir, the future replicas being filled there: (size in bytes, offset lag)."""
+        return self.mover.future_replicas()
+
+    def swap_future(self, topic: str, partition: int) -> Log | None:
+        """Swap the caught-up future replica in (LogMover.swap); call where no append can interleave."""
+        return self.mover.swap((topic, partition))
+
+    def _restart_moves(self) -> None:
+        """Moves a crash or shutdown cut short during the copy begin again from scratch: the stale
+        future replica is removed (the current log is intact) and a new one is made."""
+        stale, self._stale_futures = self._stale_futures, []
+        for d, (topic, p), path in stale:
+            try:
+                remove_log_dir(path, topic, p)
+                if d in self.offline_dirs or not self.knows(topic, p):
+                    continue
+                logger.info("%s-%d: restarting its move to %s, cut short by the last shutdown", topic, p, d)
+                self.alter_log_dir(topic, p, d)
+            except (StorageError, OSError) as e:
+                logger.error("%s-%d: cannot restart its move to %s: %s", topic, p, d, e)
 
     def online_dirs(self) -> list[str]:
         return [d for d in self.log_dirs if d not in self.offline_dirs]
@@ -313,6 +362,7 @@ class LogManager:
                 doomed.append(tp)
             for tp in doomed:
                 self.offline[tp] = why
+            self.mover.abort_in_dir(d)
         logger.error("log dir %s failed (%s): %d partitions offline, the other log dirs keep serving", d, reason,
                      len(doomed))
         if len(self.offline_dirs) == len(self.log_dirs):
@@ -436,7 +486,8 @@ class LogManager:
                     d = online[0]
                     if len(online) > 1:  # counted once per batch: per creation made bulk creation quadratic
                         if counts is None:
-                            counts = logs_per_dir(self.log_dirs, [*self._logs.values(), *self._future.values()])
+                            counts = logs_per_dir(self.log_dirs, [*self._logs.values(),
+                                                                  *(m.future for m in self.mover.moves.values())])
                             for plan in self._lazy.values():
                                 counts[plan[0]] = counts.get(plan[0], 0) + 1
                         d = min(online, key=lambda x: counts[x])  # type: ignore[index]
@@ -494,6 +545,7 @@ class LogManager:
         with self._lock:
             if (topic, partition) in self._pending:
                 raise LogNotLoadedError(f"the log of {topic}-{partition} is still loading")
+            self.mover.abort((topic, partition), "the log is deleted")
             log = self._logs.pop((topic, partition), None)
             lazy = self._lazy.pop((topic, partition), None) if log is None else None
             if lazy is not None:
@@ -622,6 +674,13 @@ class LogManager:
             logs = dict(self._logs)
             lazy = dict(self._lazy)
             unloaded = {os.path.dirname(path) for path in self._pending.values()}
+        self.mover.shutdown()  # a copy under way is begun again at the next start
+        with self._lock:
+            for move in list(self.mover.moves.values()):
+                try:
+                    move.future.close()
+                except StorageError as e:
+                    logger.debug("closing the future replica %s: %s", move.future.dir, e)
         if self.cleaner is not None:
             with self._cleaner_reconfig_lock:
                 self.cleaner.shutdown()  # first: a clean in progress is abandoned, its .cleaned files removed
