@@ -152,6 +152,8 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
        doc="Bytes/s a leader sends to followers of throttled replicas (a reassignment's copying)"),
     _p("follower.replication.throttled.rate", "long", LONG_MAX, lo=0, mode=PER_BROKER,
        doc="Bytes/s a follower fetches for throttled replicas (a reassignment's copying)"),
+    _p("replica.alter.log.dirs.io.max.bytes.per.second", "long", LONG_MAX, lo=1, mode=CLUSTER_WIDE,
+       doc="Bytes/s the copy of a replica moving to another log dir (AlterReplicaLogDirs) reads and writes"),
     _p("replication.quota.window.num", "int", 11, lo=1,
        doc="Samples the replication throttles measure their rate over"),
     _p("replication.quota.window.size.seconds", "int", 1, lo=1,

@@ -56,6 +56,7 @@ from gregor.security.tls import ServerTls, TlsSettings
 from gregor.server import throttling
 from gregor.server.dispatcher import Dispatcher
 from gregor.server.dynamic_config import (
+    ALTER_LOG_DIRS_IO,
     CLEANER,
     CONNECTION_LIMITS,
     THROTTLES,
@@ -106,6 +107,7 @@ class Broker:
         self.log_manager = LogManager(config.log_dirs, config.log_config, topic_configs,
                                       cleaner_config=CleanerConfig.from_broker(config.get),
                                       load=False, open_files_max=config.get("log.segment.open.files.max"))
+        self.log_manager.mover.rate_bytes_per_s = config.get(ALTER_LOG_DIRS_IO)
         log.info("scanned the log dirs in %.0f ms", (time.monotonic() - t0) * 1000)
         self.topic_admin = TopicAdmin(self.store, self.metadata_cache, config)
         self.dynamic_config = DynamicBrokerConfig(config)
@@ -298,6 +300,8 @@ class Broker:
         changed = self.dynamic_config.update(self.metadata_cache.broker_configs(DEFAULT_ENTITY),
                                              self.metadata_cache.broker_configs(str(self.config.broker_id)))
         d = self.dynamic_config
+        if ALTER_LOG_DIRS_IO in changed:
+            self.log_manager.mover.rate_bytes_per_s = d.get(ALTER_LOG_DIRS_IO)
         if changed & THROTTLES:
             self.replica_manager.set_replication_throttles(d.get("leader.replication.throttled.rate"),
                                                            d.get("follower.replication.throttled.rate"))

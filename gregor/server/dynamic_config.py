@@ -39,7 +39,9 @@ CONNECTION_LIMITS = frozenset({"max.connections", "max.connections.per.ip", "max
 # The log cleaner's settings (Kafka's LogCleaner reconfigurable configs): the cleaner threads restart with them.
 CLEANER = frozenset({"log.cleaner.threads", "log.cleaner.backoff.ms", "log.cleaner.dedupe.buffer.size",
                      "log.cleaner.io.buffer.size", "log.cleaner.io.max.bytes.per.second"})
-APPLIED = THROTTLES | TOPIC_DEFAULTS | CONNECTION_LIMITS | CLEANER
+# The pace of moves between log dirs (AlterReplicaLogDirs; storage/log_mover.py), read at each copy step.
+ALTER_LOG_DIRS_IO = "replica.alter.log.dirs.io.max.bytes.per.second"
+APPLIED = THROTTLES | TOPIC_DEFAULTS | CONNECTION_LIMITS | CLEANER | {ALTER_LOG_DIRS_IO}
 # A TLS listener's key store and trust store, per broker and only listener-prefixed
 # (listener.name.<listener>.ssl.keystore.location, ...): Kafka's reconfigurable SSL configs that apply to
 # PEM stores. New connections get the new context (ServerTls.reload); open ones keep theirs.

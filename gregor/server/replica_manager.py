@@ -147,6 +147,7 @@ class ReplicaManager:
         self._starting = True
         self._loop: asyncio.AbstractEventLoop | None = None
         log_manager.on_dir_failure = self._dir_failed
+        log_manager.mover.on_caught_up = self._move_caught_up
         # Told (dir, partitions) on the loop when a log dir fails (the broker tells the controller).
         self.on_log_dir_failure: Callable[[str, list[TopicPartition]], None] | None = None
         # One purgatory for DelayedProduce and DelayedFetch, keyed by partition.
@@ -380,6 +381,23 @@ class ReplicaManager:
         cb = self.on_log_dir_failure
         if cb is not None:
             cb(d, tps)
+
+    def _move_caught_up(self, tp: TopicPartition) -> None:
+        """A future replica caught up (on the mover's thread): the swap runs on the loop, between appends."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        loop.call_soon_threadsafe(self._complete_move, tp)
+
+    def _complete_move(self, tp: TopicPartition) -> None:
+        new = self.log_manager.swap_future(*tp)
+        part = self.partitions.get(tp)
+        if part is None:
+            return
+        if new is not None:
+            part.replace_log(new)
+        elif tp in self.log_manager.offline:
+            self._set_offline(tp[0], tp[1], LogOfflineError(self.log_manager.offline[tp]))
 
     def storage_failure(self, topic: str, p: int, e: BaseException) -> None:
         """An error met on the partition's log: an I/O error fails its whole log dir (LogManager.maybe_fail_dir)."""
