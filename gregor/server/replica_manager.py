@@ -161,6 +161,7 @@ class ReplicaManager:
         # Replication (issue 10): followers fetch from their leaders; leaders write their own ISR changes.
         self.fetcher_manager = ReplicaFetcherManager(config, metadata_cache, self.partitions.get, self._after_progress,
                                                      self.follower_quota)
+        self.fetcher_manager.on_storage_error = lambda key, e: self.storage_failure(key[0], key[1], e)
         self.session_lost = False
         # A controlled shutdown under way: a follower the controller took out of a partition's ISR stops
         # fetching it (Kafka's StopReplica), so its leader cannot take the stopping broker back in.

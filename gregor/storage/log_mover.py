@@ -70,6 +70,7 @@ class Move:
     dest: str
     future: Log
     swap_asked: bool = False  # caught up: the swap is queued where appends cannot interleave
+    generation: int = -1  # the current log's truncation count when the copy (re)started
 
 
 class LogMover:
@@ -206,6 +207,13 @@ class LogMover:
         if current is None:
             return False
         fut = move.future
+        if move.generation != current.generation:
+            # The current log went back (a follower truncated after a leader change) since the copy began:
+            # what was copied may differ from what is there now, so the copy begins again.
+            if move.generation >= 0:
+                logger.info("%s-%d: the log was truncated during its move: copying again", *move.tp)
+            move.generation = current.generation
+            fut.truncate_fully_and_start_at(current.log_start_offset)
         offset = fut.log_end_offset
         if offset < current.log_start_offset:  # retention or DeleteRecords moved the start past the copy
             fut.truncate_fully_and_start_at(current.log_start_offset)

@@ -7,6 +7,7 @@ errors."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -28,6 +29,7 @@ from kafka.structs import TopicPartitionReplica
 
 from gregor.tools.local_broker import BrokerProcess
 from tests.storage.jbod_util import describe_dirs, values, where
+from tests.tools.cli import gregor
 from tests.wire import WireClient
 
 RATE = "300000"  # replica.alter.log.dirs.io.max.bytes.per.second at the start: a ~1 MB copy takes seconds
@@ -144,3 +146,34 @@ def test_sigkill_mid_copy_then_dynamic_rate(b: tuple[BrokerProcess, list[str]]) 
     wait_for(lambda: where(dirs, "mv-kill").get(0) == dest, timeout_s=15, what="the move after the restart")
     wait_for(lambda: ("mv-kill", 0) not in describe_dirs(c)[src][1], what="the old copy to go")
     assert numbers(c, "mv-kill", 0) == list(range(4000))
+
+
+def test_reassign_tool_log_dirs(b: tuple[BrokerProcess, list[str]], tmp_path: Path) -> None:
+    """`gregor reassign` with kafka-reassign-partitions.sh's `log_dirs`: --execute starts the move, --verify
+    reports it in progress, then completed."""
+    broker, dirs = b
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("mv-tool", 1, 1)])["mv-tool"].result(30)
+    fill(broker.bootstrap, "mv-tool", 0, 0, 300)
+    dest = next(d for d in dirs if d != where(dirs, "mv-tool")[0])
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": "mv-tool", "partition": 0, "replicas": [0], "log_dirs": [dest]}]}))
+    common = ("--bootstrap-server", broker.bootstrap, "--reassignment-json-file", str(plan))
+    r = gregor("reassign", "--execute", *common)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Successfully started log directory move for: mv-tool-0-0" in r.stdout
+    deadline = time.monotonic() + 30
+    while True:
+        r = gregor("reassign", "--verify", *common)
+        if "Reassignment of replica mv-tool-0-0 completed successfully." in r.stdout:
+            assert r.returncode == 0, r.stdout + r.stderr
+            break
+        assert "Reassignment of replica mv-tool-0-0 is still in progress." in r.stdout, r.stdout + r.stderr
+        assert time.monotonic() < deadline
+        time.sleep(0.3)
+    assert where(dirs, "mv-tool")[0] == dest
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": "mv-tool", "partition": 0, "replicas": [0], "log_dirs": ["/nowhere"]}]}))
+    r = gregor("reassign", "--execute", *common)
+    assert r.returncode == 1 and "mv-tool-0-0: LOG_DIR_NOT_FOUND" in r.stdout, r.stdout + r.stderr
