@@ -112,6 +112,7 @@ class Broker:
         self.topic_admin = TopicAdmin(self.store, self.metadata_cache, config)
         self.dynamic_config = DynamicBrokerConfig(config)
         self.replica_manager = ReplicaManager(config, self.store, self.log_manager, self.metadata_cache)
+        self.replica_manager.on_log_dir_failure = self._on_log_dir_failure
         self.controller = Controller(config, self.store, self.metadata_cache)  # issue 10: ctl
         self.producer_ids = ProducerIdManager(self.store)
         commits = append_via(self.replica_manager, config.get("offsets.commit.required.acks"),
@@ -290,6 +291,20 @@ class Broker:
         self.store.unregister_broker(self.config.broker_id)  # issue 10: zk: the registration goes last
         if self._owns_store:
             self.store.close()
+
+    def _on_log_dir_failure(self, log_dir: str, partitions: list[tuple[str, int]]) -> None:
+        """A log dir failed (on the loop): on a cluster the controller is told, so it moves the leadership of
+        these partitions and takes this broker out of their ISRs (Kafka's log dir event notification)."""
+        if not partitions:
+            return
+
+        def notify() -> None:
+            try:
+                self.store.notify_log_dir_failure(self.config.broker_id, partitions)
+            except Exception:  # the store unreachable: followers' ISR shrink still takes this broker out
+                log.exception("could not tell the controller that log dir %s failed", log_dir)
+
+        asyncio.get_running_loop().run_in_executor(None, notify)
 
     def _on_broker_configs(self, kind: str, entity: str) -> None:
         if kind == BROKER_CONFIGS and entity in (DEFAULT_ENTITY, str(self.config.broker_id)):

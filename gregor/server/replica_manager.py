@@ -280,6 +280,10 @@ class ReplicaManager:
         self.loading.clear()
         self.sync_all()
         self._starting = False
+        if self.offline and self.log_manager.offline_dirs and self.on_log_dir_failure is not None:
+            # Replicas lost with a dir that failed before this start: the controller moves them too (Kafka's
+            # controller learns them from the LeaderAndIsr answers of a restarted broker).
+            self.on_log_dir_failure(", ".join(self.log_manager.offline_dirs), sorted(self.offline))
 
     def is_loading(self, topic: str, p: int) -> bool:
         return (topic, p) in self.loading
