@@ -134,6 +134,9 @@ class LogManager:
         self._stale_futures: list[tuple[str, TopicPartition, str]] = []  # moves the last run cut short
         self._lock = threading.RLock()
         self._cleaner_reconfig_lock = threading.Lock()  # one cleaner restart at a time, none after shutdown
+        # One checkpoint write at a time: two writers (the periodic checkpoint, DeleteRecords) of one file would
+        # share its `.tmp` and one rename would fail, which reads as an I/O error of the dir.
+        self._checkpoint_lock = threading.Lock()
         self._lock_fds: list[int] = []
         self._closed = False
         self.cleaner: LogCleaner | None = None
@@ -650,14 +653,18 @@ class LogManager:
             by_dir.setdefault(d, {})[tp] = offset
         for tp, log in logs.items():
             by_dir.setdefault(os.path.dirname(log.dir), {})[tp] = value(tp, log)
-        for d, offsets in by_dir.items():
-            if d in self.offline_dirs:
-                continue
-            try:
-                write_offsets(name, {d: offsets})
-            except OSError as e:
-                logger.error("cannot write %s in %s: %s", name, d, e)
-                self.maybe_fail_dir(d, e)
+        failed: list[tuple[str, OSError]] = []
+        with self._checkpoint_lock:
+            for d, offsets in by_dir.items():
+                if d in self.offline_dirs:
+                    continue
+                try:
+                    write_offsets(name, {d: offsets})
+                except OSError as e:
+                    logger.error("cannot write %s in %s: %s", name, d, e)
+                    failed.append((d, e))
+        for d, e in failed:
+            self.maybe_fail_dir(d, e)
 
     # --- shutdown -------------------------------------------------------------------------------
 
