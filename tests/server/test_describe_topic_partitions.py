@@ -1,7 +1,8 @@
 """DescribeTopicPartitions (KIP-966) against one broker process, on the wire: every partition of a topic
 walked in pages through the cursor, a cursor in the middle of a topic, the limit reached at a topic's
 end, an unknown topic, a topic the principal may not DESCRIBE (named: TOPIC_AUTHORIZATION_FAILED; all
-topics: left out), and max.request.partition.size.limit bounding what a client asks for."""
+topics: left out), max.request.partition.size.limit bounding what a client asks for, and kafka-python's
+admin client paging (confluent-kafka 2.16's describe_topics uses Metadata, not this API)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
+from kafka import KafkaAdminClient
 
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.schema import Struct
@@ -124,3 +126,24 @@ def test_unknown_and_unauthorized_topics(b: BrokerProcess) -> None:
     assert "dtp-secret" not in names and {"dtp-many", "dtp-one", "dtp-two"} <= names
     assert sorted(set(got)) == got
     assert sum(1 for t, _ in got if t == "dtp-many") == TOPICS["dtp-many"]
+
+
+def test_kafka_python_pages(b: BrokerProcess) -> None:
+    """kafka-python's admin client (describe_topic_partitions, API 75) walks a topic with its cursor."""
+    admin = KafkaAdminClient(bootstrap_servers=b.bootstrap)
+    try:
+        got: list[int] = []
+        cursor = None
+        pages = 0
+        while True:
+            page = admin.describe_topic_partitions(["dtp-many"], response_partition_limit=10, cursor=cursor)
+            pages += 1
+            (t,) = page["topics"]
+            assert t["error_code"] == 0 and t["name"] == "dtp-many"
+            got.extend(p["partition_index"] for p in t["partitions"])
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+        assert got == list(range(TOPICS["dtp-many"])) and pages == 5
+    finally:
+        admin.close()
