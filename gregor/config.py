@@ -15,6 +15,7 @@ import os
 from typing import Any
 
 from gregor.configdef import CLUSTER_WIDE, LONG_MAX, PER_BROKER, READ_ONLY, ConfigError, Prop, format_value
+from gregor.known_configs import KNOWN_PROPS
 from gregor.security.config import SASL_MECHANISM_PREFIXES, SECURITY_PROPS, listener_overridable
 from gregor.security.listeners import (
     ListenerSpec,
@@ -77,6 +78,8 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
     *broker_synonym_props(),
     *CLEANER_PROPS,
     *SECURITY_PROPS,
+    # Kafka's configs Gregor accepts and stores with no effect (gregor.known_configs says which and why).
+    *KNOWN_PROPS,
     _p("log.retention.check.interval.ms", "long", 300000, lo=1, doc="How often retention deletes old segments"),
     _p("log.flush.offset.checkpoint.interval.ms", "int", 60000, lo=0,
        doc="How often the recovery points are checkpointed"),

@@ -58,6 +58,7 @@ from gregor.server.dispatcher import Dispatcher
 from gregor.server.dynamic_config import (
     CLEANER,
     CONNECTION_LIMITS,
+    LISTENER_TLS,
     THROTTLES,
     TOPIC_DEFAULTS,
     DynamicBrokerConfig,
@@ -314,7 +315,7 @@ class Broker:
             # The cleaner threads stop (a clean is aborted) and start again: off the loop, in order.
             self._cleaner_reconfig = asyncio.ensure_future(asyncio.get_running_loop().run_in_executor(
                 None, functools.partial(self.log_manager.reconfigure_cleaner, cleaner)))
-        tls_changed = {lk[0] for n in changed if (lk := listener_key(n)) is not None}
+        tls_changed = {lk[0] for n in changed if (lk := listener_key(n)) is not None and lk[1] in LISTENER_TLS}
         for name, tls in self.listener_tls.items():
             if name.lower() in tls_changed:  # new connections get the new stores; no value is logged
                 tls.reload(TlsSettings.from_config(d, name))

@@ -6,9 +6,11 @@ ZooKeeper at /config/brokers/<id> and /config/brokers/<default> as Kafka keeps t
 watches both and applies a change at once. A value is taken from, in order: this broker's dynamic
 configs, the cluster default, server.properties, the property's default.
 
-Only the properties in `APPLIED` may be altered: those this broker applies at runtime. A read-only
-property is refused as Kafka refuses it ("Cannot update these configs dynamically"); a property
-Kafka could update but this broker cannot yet apply is refused too, rather than stored and ignored.
+Only the properties in `APPLIED` may be altered: those this broker applies at runtime, and Kafka's
+dynamic configs that have no counterpart here (gregor.known_configs: accepted and stored, documented
+as having no effect). A read-only property is refused as Kafka refuses it ("Cannot update these configs
+dynamically"); a property Kafka could update and this broker has but cannot yet apply is refused too,
+rather than stored and ignored.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from gregor.config import BROKER_PROPS, LISTENER_PREFIX, READ_ONLY, BrokerConfig
-from gregor.configdef import CLUSTER_WIDE, ConfigError, Prop
+from gregor.configdef import CLUSTER_WIDE, PER_BROKER, ConfigError, Prop
+from gregor.known_configs import KNOWN_PROPS
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.security.config import listener_overridable
 from gregor.security.tls import TlsSettings, build_server_context, certificate_identity
@@ -39,7 +42,11 @@ CONNECTION_LIMITS = frozenset({"max.connections", "max.connections.per.ip", "max
 # The log cleaner's settings (Kafka's LogCleaner reconfigurable configs): the cleaner threads restart with them.
 CLEANER = frozenset({"log.cleaner.threads", "log.cleaner.backoff.ms", "log.cleaner.dedupe.buffer.size",
                      "log.cleaner.io.buffer.size", "log.cleaner.io.max.bytes.per.second"})
-APPLIED = THROTTLES | TOPIC_DEFAULTS | CONNECTION_LIMITS | CLEANER
+# Kafka's dynamic configs Gregor accepts and stores with no effect (gregor.known_configs): nothing to apply,
+# so storing them is all there is to do; DescribeConfigs' documentation says they have no effect.
+KNOWN_DYNAMIC = frozenset(p.name for p in KNOWN_PROPS if p.mode != READ_ONLY)
+KNOWN_PER_BROKER = frozenset(p.name for p in KNOWN_PROPS if p.mode == PER_BROKER)  # never a cluster default (Kafka's rule)
+APPLIED = THROTTLES | TOPIC_DEFAULTS | CONNECTION_LIMITS | CLEANER | KNOWN_DYNAMIC
 # A TLS listener's key store and trust store, per broker and only listener-prefixed
 # (listener.name.<listener>.ssl.keystore.location, ...): Kafka's reconfigurable SSL configs that apply to
 # PEM stores. New connections get the new context (ServerTls.reload); open ones keep theirs.
@@ -66,7 +73,7 @@ def prop_of(name: str) -> Prop | None:
 def applied(name: str) -> bool:
     """Whether this broker applies `name` at runtime."""
     lk = listener_key(name)
-    return lk[1] in LISTENER_TLS if lk is not None else name in APPLIED
+    return lk[1] in LISTENER_TLS | KNOWN_DYNAMIC if lk is not None else name in APPLIED
 
 # Where a dynamic value comes from: Kafka's ConfigSource ids.
 DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 2, 3
@@ -89,7 +96,7 @@ def validate_alter(configs: Mapping[str, str], current: DynamicBrokerConfig | No
     if later:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically (this broker does "
                                                     f"not apply them at runtime yet): {set(later)}")
-    per_broker = sorted(n for n in configs if listener_key(n) is not None)
+    per_broker = sorted(n for n in configs if listener_key(n) is not None or n in KNOWN_PER_BROKER)
     if default and per_broker:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs at default cluster level, "
                                                     f"broker id must be specified: {set(per_broker)}")

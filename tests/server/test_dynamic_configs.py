@@ -120,7 +120,7 @@ def test_alter_refusals(start_broker: StartBroker) -> None:
     b = start_broker()
     for configs, code, text in [
             ({"log.retention.hours": "1"}, KafkaError.INVALID_REQUEST, "Cannot update these configs dynamically"),
-            ({"num.replica.fetchers": "2"}, KafkaError.INVALID_REQUEST, "does not apply them at runtime"),
+            ({"advertised.listeners": "PLAINTEXT://h:1"}, KafkaError.INVALID_REQUEST, "does not apply them at runtime"),
             ({"log.cleaner.min.compaction.lag.ms": "10", "log.cleaner.max.compaction.lag.ms": "5"},
              KafkaError.INVALID_CONFIG, "Invalid topic config defaults"),
             ({"max.connections.per.ip.overrides": "nocount"}, KafkaError.INVALID_CONFIG, "host:count"),

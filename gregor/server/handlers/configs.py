@@ -17,6 +17,7 @@ from typing import Any
 from gregor.config import BROKER_PROPS, READ_ONLY, TOPIC_CONFIGS, BrokerConfig, Prop, format_value
 from gregor.configdef import ConfigError
 from gregor.coordinator.group.group_configs import GROUP_CONFIGS, effective, store_name, validate_group_configs
+from gregor.known_configs import NO_EFFECT
 from gregor.metadata.store import DEFAULT_ENTITY, Change, SetBrokerConfigs, SetEntityConfigs
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.schema import Struct
@@ -59,7 +60,8 @@ def _documentation(prop: Prop, update_mode: str | None) -> str:
     if update_mode is not None:
         parts.append(f"Update mode: {update_mode}" + (" (Gregor does not apply it at runtime yet: it is read at "
                                                         "start only)." if update_mode != READ_ONLY
-                                                        and prop.name not in APPLIED else "."))
+                                                        and prop.name not in APPLIED
+                                                        and prop.name not in NO_EFFECT else "."))
     return " ".join(p for p in parts if p)
 
 
