@@ -148,7 +148,8 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
     _p("replica.fetch.backoff.ms", "int", 1000, lo=0, doc="Wait after a failed follower fetch"),
     _p("replica.socket.timeout.ms", "int", 30000, lo=1, doc="Timeout of a follower's fetch requests"),
     _p("num.replica.fetchers", "int", 1, lo=1, mode=CLUSTER_WIDE,
-       doc="Fetcher tasks per source broker: partitions are spread over them by hash"),
+       doc="Fetcher tasks per source broker: partitions are spread over them by hash. Dynamic: a new value "
+           "re-spreads the followed partitions at once (at least half, at most double the current value)"),
     _p("leader.replication.throttled.rate", "long", LONG_MAX, lo=0, mode=PER_BROKER,
        doc="Bytes/s a leader sends to followers of throttled replicas (a reassignment's copying)"),
     _p("follower.replication.throttled.rate", "long", LONG_MAX, lo=0, mode=PER_BROKER,

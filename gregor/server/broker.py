@@ -58,6 +58,7 @@ from gregor.server.dispatcher import Dispatcher
 from gregor.server.dynamic_config import (
     CLEANER,
     CONNECTION_LIMITS,
+    FETCHERS,
     LISTENER_TLS,
     THROTTLES,
     TOPIC_DEFAULTS,
@@ -142,6 +143,7 @@ class Broker:
             send_buffer_bytes=config.get("socket.send.buffer.bytes"),
             receive_buffer_bytes=config.get("socket.receive.buffer.bytes"),
         )
+        self.socket_server.set_listener_limits(self.dynamic_config.listener_connection_limits())
         self.bound_ports: list[int] = []
         # The Prometheus endpoint's counters (gregor.server.metrics): None when metrics.port is unset, and
         # then every hot-path hook is one `is None` test.
@@ -319,6 +321,13 @@ class Broker:
         for name, tls in self.listener_tls.items():
             if name.lower() in tls_changed:  # new connections get the new stores; no value is logged
                 tls.reload(TlsSettings.from_config(d, name))
+        if changed & FETCHERS:
+            self.replica_manager.fetcher_manager.resize(d.get("num.replica.fetchers"))
+        if any((lk := listener_key(n)) is not None and lk[1] == "max.connections" for n in changed):
+            limits = d.listener_connection_limits()
+            log.info("broker %d: listener connection limits: %s", self.config.broker_id,
+                     ", ".join(f"{k.upper()}={v}" for k, v in sorted(limits.items())) or "none")
+            self.socket_server.set_listener_limits(limits)
         if changed & CONNECTION_LIMITS:
             log.info("broker %d: connection limits: %s", self.config.broker_id,
                      ", ".join(f"{n}={d.get(n)}" for n in sorted(CONNECTION_LIMITS)))

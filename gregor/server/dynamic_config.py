@@ -46,12 +46,23 @@ CLEANER = frozenset({"log.cleaner.threads", "log.cleaner.backoff.ms", "log.clean
 # so storing them is all there is to do; DescribeConfigs' documentation says they have no effect.
 KNOWN_DYNAMIC = frozenset(p.name for p in KNOWN_PROPS if p.mode != READ_ONLY)
 KNOWN_PER_BROKER = frozenset(p.name for p in KNOWN_PROPS if p.mode == PER_BROKER)  # never a cluster default (Kafka's rule)
-APPLIED = THROTTLES | TOPIC_DEFAULTS | CONNECTION_LIMITS | CLEANER | KNOWN_DYNAMIC
+# Thread counts (Kafka's DynamicThreadPool): num.replica.fetchers is applied (the follower's fetcher tasks are
+# re-spread, ReplicaFetcherManager.resize); the others are Kafka's pools Gregor does not have (known_configs).
+# Each is validated as Kafka validates it: at least half and at most double the current value.
+THREAD_POOLS = frozenset({"num.replica.fetchers", "num.io.threads", "num.network.threads",
+                          "num.recovery.threads.per.data.dir", "background.threads"})
+FETCHERS = frozenset({"num.replica.fetchers"})
+APPLIED = THROTTLES | TOPIC_DEFAULTS | CONNECTION_LIMITS | CLEANER | KNOWN_DYNAMIC | FETCHERS
 # A TLS listener's key store and trust store, per broker and only listener-prefixed
 # (listener.name.<listener>.ssl.keystore.location, ...): Kafka's reconfigurable SSL configs that apply to
 # PEM stores. New connections get the new context (ServerTls.reload); open ones keep theirs.
 LISTENER_TLS = frozenset({"ssl.keystore.location", "ssl.key.password", "ssl.keystore.key",
                           "ssl.keystore.certificate.chain", "ssl.truststore.location", "ssl.truststore.certificates"})
+# A listener's own connection limit (listener.name.<listener>.max.connections): applied by the socket server
+# to new connections on that listener, besides the broker-wide max.connections. Kafka's cluster-level
+# listener configs (ClusterLevelListenerConfigs): unlike the TLS stores, they may be set as the cluster default.
+LISTENER_CLUSTER_LEVEL = frozenset({"max.connections"})
+LISTENER_APPLIED = LISTENER_TLS | LISTENER_CLUSTER_LEVEL
 
 
 def listener_key(name: str) -> tuple[str, str] | None:
@@ -73,7 +84,7 @@ def prop_of(name: str) -> Prop | None:
 def applied(name: str) -> bool:
     """Whether this broker applies `name` at runtime."""
     lk = listener_key(name)
-    return lk[1] in LISTENER_TLS | KNOWN_DYNAMIC if lk is not None else name in APPLIED
+    return lk[1] in LISTENER_APPLIED | KNOWN_DYNAMIC if lk is not None else name in APPLIED
 
 # Where a dynamic value comes from: Kafka's ConfigSource ids.
 DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 2, 3
@@ -96,7 +107,8 @@ def validate_alter(configs: Mapping[str, str], current: DynamicBrokerConfig | No
     if later:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically (this broker does "
                                                     f"not apply them at runtime yet): {set(later)}")
-    per_broker = sorted(n for n in configs if listener_key(n) is not None or n in KNOWN_PER_BROKER)
+    per_broker = sorted(n for n in configs if n in KNOWN_PER_BROKER or (
+        (lk := listener_key(n)) is not None and lk[1] not in LISTENER_CLUSTER_LEVEL))
     if default and per_broker:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs at default cluster level, "
                                                     f"broker id must be specified: {set(per_broker)}")
@@ -131,6 +143,18 @@ def validate_alter(configs: Mapping[str, str], current: DynamicBrokerConfig | No
             raise KafkaError(ErrorCode.INVALID_CONFIG, f"Log cleaner threads cannot be reduced to less than half "
                                                        f"or increased to more than double the current value "
                                                        f"{now}: {threads}")
+    for name in sorted(THREAD_POOLS & set(parsed)):  # Kafka's DynamicThreadPool.validateReconfiguration
+        if current is None:
+            break
+        new, now = parsed[name], current.get(name)
+        if new == now:
+            continue
+        why = f"Dynamic thread count update validation failed for {name}={new}"
+        if new < now / 2:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"{why}, value should be at least half the current value {now}")
+        if new > now * 2:
+            raise KafkaError(ErrorCode.INVALID_CONFIG,
+                             f"{why}, value should not be greater than double the current value {now}")
     if current is not None and not default:
         _validate_listener_tls(current, parsed)
     return parsed
@@ -140,7 +164,11 @@ def _validate_listener_tls(current: DynamicBrokerConfig, parsed: Mapping[str, An
     """The TLS listeners an alter touches must exist and load their new stores; as in Kafka (without
     ssl.allow.dn.changes / ssl.allow.san.changes) a new key store must keep the certificate's subject
     and subject alternative names, so clients checking them are not broken by a rotation."""
-    touched = {lk[0] for n in parsed if (lk := listener_key(n)) is not None}
+    named = {lk[0] for n in parsed if (lk := listener_key(n)) is not None}
+    unknown = sorted(named - {s.name.lower() for s in current.static.listener_specs})
+    if unknown:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, f"There is no listener {unknown[0].upper()} on this broker")
+    touched = {lk[0] for n in parsed if (lk := listener_key(n)) is not None and lk[1] in LISTENER_TLS}
     tls_listeners = {s.name.lower(): s.name for s in current.static.listener_specs if s.uses_tls}
     for listener in sorted(touched):
         if listener not in tls_listeners:
@@ -200,7 +228,9 @@ class DynamicBrokerConfig:
         out: dict[str, Any] = {}
         for name, text in stored.items():
             prop = prop_of(name)
-            if prop is None or not applied(name) or (whose == "the cluster default" and listener_key(name)):
+            lk = listener_key(name)
+            if prop is None or not applied(name) or (whose == "the cluster default" and lk is not None
+                                                     and lk[1] not in LISTENER_CLUSTER_LEVEL):
                 shown = "[hidden]" if prop is not None and prop.sensitive else text  # passwords are never logged
                 log.warning("dynamic config %s=%s of %s is not applied by this broker", name, shown, whose)
                 continue
@@ -240,7 +270,28 @@ class DynamicBrokerConfig:
         name = f"{LISTENER_PREFIX}{listener.lower()}.{key}"
         if name in self._mine:
             return self._mine[name]
+        if name in self._default:
+            return self._default[name]
         return self.static.listener_get(listener, key, mechanism)
+
+    def listener_own(self, listener: str, key: str) -> Any:
+        """A listener's own (listener-prefixed) value of `key`, dynamic or static; None when only the
+        broker-wide property applies (listener.name.<l>.max.connections: no limit of the listener's own)."""
+        name = f"{LISTENER_PREFIX}{listener.lower()}.{key}"
+        if name in self._mine:
+            return self._mine[name]
+        if name in self._default:
+            return self._default[name]
+        return self.static.listener_overrides.get((listener.lower(), "", key))
+
+    def listener_connection_limits(self) -> dict[str, int]:
+        """Each listener's own max.connections, where one is set (lower-case listener name -> limit)."""
+        out = {}
+        for spec in self.static.listener_specs:
+            v = self.listener_own(spec.name, "max.connections")
+            if v is not None:
+                out[spec.name.lower()] = v
+        return out
 
     def dynamic_names(self) -> set[str]:
         """Every name set in a dynamic layer (the listener-prefixed ones are not in BROKER_PROPS)."""
