@@ -23,6 +23,7 @@ from gregor.security.listeners import (
     parse_advertised,
     parse_listeners,
 )
+from gregor.security.password_encoder import encoders_from_config
 from gregor.storage.config import (
     CLEANER_PROPS,
     CLEANUP_POLICIES,
@@ -303,6 +304,7 @@ class BrokerConfig:
             host, _, count = entry.rpartition(":")
             if not host or not count.strip().isdigit():
                 raise ConfigError(f"max.connections.per.ip.overrides: {entry!r} is not host:count")
+        encoders_from_config(self.get)  # password.encoder.*: an unusable cipher or key length is a startup error
         # Every topic's defaults, checked now: a broker default no log could load is a startup error.
         self.log_config: LogConfig = self._topic_defaults()
 

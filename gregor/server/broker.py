@@ -45,6 +45,7 @@ from gregor.metadata.store import (
     BrokerInfo,
     CreateTopic,
     MetadataStore,
+    SetBrokerConfigs,
     TopicMetadata,
 )
 from gregor.metadata.zookeeper import ZooKeeperMetadataStore  # issue 10: zk
@@ -192,6 +193,7 @@ class Broker:
         if self.authorizer is not None:
             self.metadata_cache.add_listener(self.authorizer.on_metadata_change)
         self.metadata_cache.add_listener(throttling.follow_quota_configs(self.quotas, self.metadata_cache))
+        self._rotate_password_secret()
         self._apply_dynamic_configs()
         self.controller.start()  # issue 10: ctl
         self.replica_manager.sync_all()  # new partitions only: the ones on disk are still loading
@@ -295,6 +297,20 @@ class Broker:
     def _on_broker_configs(self, kind: str, entity: str) -> None:
         if kind == BROKER_CONFIGS and entity in (DEFAULT_ENTITY, str(self.config.broker_id)):
             self._apply_dynamic_configs()
+
+    def _rotate_password_secret(self) -> None:
+        """With password.encoder.old.secret set, this broker's stored dynamic passwords are decoded with it and
+        written back under password.encoder.secret (Kafka's rotation at start; the cluster default holds
+        no passwords). Synchronous: the start waits for it, as for the registration."""
+        mine = str(self.config.broker_id)
+        rewritten = self.dynamic_config.reencoded(self.metadata_cache.broker_configs(mine))
+        if rewritten is not None:
+            (result,) = self.store.apply([SetBrokerConfigs(mine, rewritten)])
+            if isinstance(result, int):
+                log.info("broker %d: dynamic passwords re-encrypted with the new password.encoder.secret",
+                         self.config.broker_id)
+            else:
+                log.error("broker %d: dynamic passwords not re-encrypted: %s", self.config.broker_id, result)
 
     def _apply_dynamic_configs(self) -> None:
         """This broker's dynamic configs over the cluster default's, applied at once (dynamic_config)."""

@@ -24,6 +24,7 @@ from gregor.configdef import CLUSTER_WIDE, PER_BROKER, ConfigError, Prop
 from gregor.known_configs import KNOWN_PROPS
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.security.config import listener_overridable
+from gregor.security.password_encoder import PasswordDecodeError, encoders_from_config
 from gregor.security.tls import TlsSettings, build_server_context, certificate_identity
 from gregor.server.network import parse_ip_overrides
 from gregor.storage.config import CleanerConfig, LogConfig, broker_synonym_props
@@ -208,6 +209,75 @@ class DynamicBrokerConfig:
         self.static = static
         self._mine: dict[str, Any] = {}
         self._default: dict[str, Any] = {}
+        # Kafka's PasswordEncoder: sensitive dynamic configs are stored encrypted (password_encoder).
+        self.encoder, self.old_encoder = encoders_from_config(static.get)
+
+    # --- passwords in the store (Kafka's DynamicBrokerConfig with its PasswordEncoder) ------------------
+    @staticmethod
+    def sensitive(name: str) -> bool:
+        p = prop_of(name)
+        return p is not None and p.sensitive
+
+    def decode_password(self, stored: str) -> str:
+        """A stored password in clear: the current secret first, then password.encoder.old.secret (before the
+        rotation at start rewrote it). PasswordDecodeError when neither opens it or no secret is set."""
+        if self.encoder is None:
+            raise PasswordDecodeError("password.encoder.secret is not set")
+        try:
+            return self.encoder.decode(stored)
+        except PasswordDecodeError:
+            if self.old_encoder is None:
+                raise
+            return self.old_encoder.decode(stored)
+
+    def decode_stored(self, stored: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+        """A stored entity's configs with the passwords in clear, and apart those that cannot be decoded
+        (another secret: kept as stored, never shown)."""
+        clear, opaque = {}, {}
+        for name, text in stored.items():
+            if not self.sensitive(name):
+                clear[name] = text
+                continue
+            try:
+                clear[name] = self.decode_password(text)
+            except PasswordDecodeError:
+                opaque[name] = text
+        return clear, opaque
+
+    def encode_for_store(self, configs: Mapping[str, str]) -> dict[str, str]:
+        """Configs as they are written to the store: passwords encrypted. Kafka's refusal without a secret:
+        INVALID_REQUEST "Password encoder secret not configured"."""
+        out = dict(configs)
+        secret = [n for n in configs if self.sensitive(n)]
+        if secret and self.encoder is None:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Password encoder secret not configured: cannot store the "
+                                                        f"dynamic password configs {sorted(secret)}")
+        for name in secret:
+            assert self.encoder is not None
+            out[name] = self.encoder.encode(configs[name])
+        return out
+
+    def reencoded(self, stored: Mapping[str, str]) -> dict[str, str] | None:
+        """The stored configs with every password the old secret opens encrypted with the new one (Kafka's
+        rotation at start with password.encoder.old.secret); None when nothing needs rewriting."""
+        if self.encoder is None or self.old_encoder is None:
+            return None
+        out, changed = dict(stored), False
+        for name, text in stored.items():
+            if not self.sensitive(name):
+                continue
+            try:
+                self.encoder.decode(text)
+                continue  # already under the new secret
+            except PasswordDecodeError:
+                pass
+            try:
+                out[name] = self.encoder.encode(self.old_encoder.decode(text))
+                changed = True
+            except PasswordDecodeError:
+                log.error("dynamic password config %s could not be decoded with the old or the new "
+                          "password.encoder.secret: left as stored, not applied", name)
+        return out if changed else None
 
     def stored(self, default: bool) -> dict[str, Any]:
         """The parsed dynamic configs of the cluster default (`default`) or of this broker."""
@@ -223,8 +293,7 @@ class DynamicBrokerConfig:
         names |= set(self._mine) | set(self._default)
         return {n for n in names if self.get(n) != before.get(n)}
 
-    @staticmethod
-    def _parse(stored: Mapping[str, str], whose: str) -> dict[str, Any]:
+    def _parse(self, stored: Mapping[str, str], whose: str) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for name, text in stored.items():
             prop = prop_of(name)
@@ -234,10 +303,17 @@ class DynamicBrokerConfig:
                 shown = "[hidden]" if prop is not None and prop.sensitive else text  # passwords are never logged
                 log.warning("dynamic config %s=%s of %s is not applied by this broker", name, shown, whose)
                 continue
+            if prop.sensitive:
+                try:
+                    text = self.decode_password(text)
+                except PasswordDecodeError as e:  # never fatal; the value itself is never logged
+                    log.error("dynamic password config %s of %s could not be decoded, ignored: %s", name, whose, e)
+                    continue
             try:
                 out[name] = prop.parse(text)
             except ConfigError as e:
-                log.warning("dynamic config %s of %s ignored: %s", name, whose, e)
+                log.warning("dynamic config %s of %s ignored: %s", name, whose,
+                            "invalid value" if prop.sensitive else e)
         return out
 
     def cleaner(self) -> CleanerConfig | None:

@@ -265,7 +265,7 @@ def test_listener_keystore_rotated_by_alter_configs(start_broker: StartBroker, t
     pki = make_pki(tmp_path / "pki")
     _signed(pki.dir, "broker-rotated", "/CN=broker/O=gregor", "evil-ca", san="IP:127.0.0.1,DNS:localhost")
     b = start_broker({"listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
-                      "ssl.keystore.location": pki.keystore("broker")})
+                      "ssl.keystore.location": pki.keystore("broker"), "password.encoder.secret": "rotate-me"})
     ssl_bootstrap = b.bootstrap_of("SSL")
     assert _served_issuer(ssl_bootstrap, pki.ca) == "gregor-test-ca"
     key = "listener.name.ssl.ssl.keystore.location"
