@@ -356,7 +356,7 @@ def test_describe_configs_synonyms_documentation_and_broker_modes(start_broker: 
     finally:
         c.close()
     res = ConfigResource(ConfigResource.Type.BROKER, "0", incremental_configs=[
-        ConfigEntry("num.replica.fetchers", "2", incremental_operation=AlterConfigOpType.SET)])
+        ConfigEntry("advertised.listeners", "PLAINTEXT://h:1", incremental_operation=AlterConfigOpType.SET)])
     err = _error(admin.incremental_alter_configs([res])[res])
     assert err.code() == KafkaError.INVALID_REQUEST and "Cannot update these configs dynamically" in err.str()
 
