@@ -19,15 +19,21 @@ StartBroker = Callable[..., BrokerProcess]
 
 
 def _alter(bootstrap: str, entity: str, configs: dict[str, str | None]) -> tuple[int, str | None]:
-    """IncrementalAlterConfigs of one BROKER entity ("" is the cluster default); None deletes."""
-    c = WireClient(bootstrap)
-    try:
-        r = c.request(44, 1, {"resources": [{"resource_type": 4, "resource_name": entity, "configs": [
-            {"name": k, "config_operation": 1 if v is None else 0, "value": v} for k, v in configs.items()]}],
-            "validate_only": False})
-    finally:
-        c.close()
-    return r.responses[0].error_code, r.responses[0].error_message
+    """IncrementalAlterConfigs of one BROKER entity ("" is the cluster default); None deletes. Retried while
+    the connection is refused: a slot freed by a client's close counts once the broker has seen the close."""
+    deadline = time.monotonic() + 5
+    while True:
+        c = WireClient(bootstrap)
+        try:
+            r = c.request(44, 1, {"resources": [{"resource_type": 4, "resource_name": entity, "configs": [
+                {"name": k, "config_operation": 1 if v is None else 0, "value": v} for k, v in configs.items()]}],
+                "validate_only": False})
+            return r.responses[0].error_code, r.responses[0].error_message
+        except (OSError, EOFError):
+            assert time.monotonic() < deadline, "the broker refused the admin connection"
+            time.sleep(0.05)
+        finally:
+            c.close()
 
 
 def _wait_log(b: BrokerProcess, pattern: str, after: int, timeout_s: float = 10.0) -> re.Match[str]:
@@ -120,6 +126,10 @@ def test_listener_max_connections(start_broker: StartBroker) -> None:
         _wait_log(b, r"listener connection limits: EXTRA=2, PLAINTEXT=2", 0)
         assert _refused(plain)
 
+        d = held[1].request(32, 4, {"resources": [{"resource_type": 4, "resource_name": "", "configuration_keys": None}],
+                                    "include_synonyms": False, "include_documentation": False})
+        assert [(e.name, e.value, e.config_source) for e in d.results[0].configs] == [
+            ("listener.name.plaintext.max.connections", "2", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)]
         held.pop(1).close()  # a PLAINTEXT slot for the admin request
         assert _alter(plain, "", {"listener.name.plaintext.max.connections": None}) == (0, None)
         _wait_log(b, r"listener connection limits: EXTRA=2$", 0)

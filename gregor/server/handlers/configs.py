@@ -125,11 +125,10 @@ def _describe_broker(ctx: RequestContext, name: str, keys: list[str] | None, req
     (the cluster default entity) lists only what is set there, as Kafka does. Only the properties this
     broker applies at runtime are writable; the documentation names the update mode Kafka gives each."""
     broker = ctx.broker
-    if name == "":
-        return [_entry(k, v, [{"name": k, "value": _text(v), "source": 3}], BROKER_PROPS[k], False, req,
-                       BROKER_PROPS[k].mode)
+    if name == "":  # listener-prefixed cluster-level ones too (listener.name.<l>.max.connections)
+        return [_entry(k, v, [{"name": k, "value": _text(v), "source": 3}], p, False, req, p.mode)
                 for k, v in sorted(ctx.broker.metadata_cache.broker_configs(DEFAULT_ENTITY).items())
-                if k in BROKER_PROPS and (keys is None or k in keys)]
+                if (p := prop_of(k)) is not None and (keys is None or k in keys)]
     if name != str(broker.config.broker_id):
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {broker.config.broker_id}, got {name}")
     dynamic = broker.dynamic_config
