@@ -49,7 +49,7 @@ def _kafka_failure(what: str, e: BaseException) -> ConsoleError:
         if isinstance(e, TimeoutError):
             return ConsoleError(f"{what}: no answer from the cluster in time", 504, "REQUEST_TIMED_OUT")
         return ConsoleError(f"{what}: {e}", 400)
-    name = err.name()
+    name = _kafka_name(err)
     status = 400
     if err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.GROUP_ID_NOT_FOUND):
         status = 404
@@ -58,7 +58,18 @@ def _kafka_failure(what: str, e: BaseException) -> ConsoleError:
         status = 504
     elif "AUTHORIZATION" in name:
         status = 403
-    return ConsoleError(f"{what}: {kafka_message(e)}", status, name.lstrip("_"))
+    return ConsoleError(f"{what}: {kafka_message(e)}", status, name)
+
+
+def _kafka_name(err: Any) -> str:
+    """Kafka's name for a broker error code (INVALID_TOPIC_EXCEPTION, where librdkafka says
+    TOPIC_EXCEPTION); librdkafka's own name, without its leading underscore, for a client-side error."""
+    from gregor.protocol.errors import ErrorCode
+
+    try:
+        return ErrorCode(err.code()).name
+    except ValueError:
+        return str(err.name()).lstrip("_")
 
 
 def _bytes_view(data: bytes | None) -> dict[str, Any] | None:
@@ -365,7 +376,7 @@ class ClusterReader:
                                 done = True
                                 continue
                             raise ConsoleError(f"reading {topic}-{partition}: {msg.error().str()}", 502,
-                                               msg.error().name())
+                                               _kafka_name(msg.error()))
                         records.append(_record_json(msg))
                         if msg.offset() + 1 >= high:
                             done = True
@@ -422,7 +433,7 @@ class ClusterReader:
             raise ConsoleError(f"produce to '{topic}': no acknowledgement in time", 504, "REQUEST_TIMED_OUT")
         if "error" in result:
             err = result["error"]
-            raise ConsoleError(f"produce to '{topic}': {err.str()}", 400, err.name().lstrip("_"))
+            raise ConsoleError(f"produce to '{topic}': {err.str()}", 400, _kafka_name(err))
         return result
 
 

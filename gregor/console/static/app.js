@@ -69,11 +69,11 @@ function errorBox(e) { return el("p", {class: "error", id: "error"}, e.code ? `$
 const routes = [
   [/^#\/brokers$/, brokersView],
   [/^#\/topics$/, topicsView],
-  [/^#\/topic\/(.+)$/, m => topicView(decodeURIComponent(m[1]))],
+  [/^#\/topic\/(.+)$/, (m, seq) => topicView(decodeURIComponent(m[1]), seq)],
   [/^#\/groups$/, groupsView],
-  [/^#\/group\/(.+)$/, m => groupView(decodeURIComponent(m[1]))],
-  [/^#\/messages(?:\?(.*))?$/, m => messagesView(new URLSearchParams(m[1] || ""))],
-  [/^#\/produce(?:\?(.*))?$/, m => produceView(new URLSearchParams(m[1] || ""))],
+  [/^#\/group\/(.+)$/, (m, seq) => groupView(decodeURIComponent(m[1]), seq)],
+  [/^#\/messages(?:\?(.*))?$/, (m, seq) => messagesView(new URLSearchParams(m[1] || ""), seq)],
+  [/^#\/produce(?:\?(.*))?$/, (m, seq) => produceView(new URLSearchParams(m[1] || ""), seq)],
 ];
 
 async function route() {
