@@ -19,6 +19,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -33,7 +34,7 @@ try:  # a missing Playwright fails the browser tests with the fix (below), not t
     from playwright.sync_api import expect, sync_playwright
 except ImportError:
     expect = sync_playwright = None
-from tests.tools.cli import gregor
+from tests.tools.cli import gregor, popen
 
 UI_TIMEOUT_MS = 10_000
 
@@ -388,3 +389,38 @@ def test_static_files_only_from_the_console_folder(console: str) -> None:
     assert "/app.js" in html and "http" not in html.replace("http-equiv", "")  # no CDN: works offline
     status, e = call(console, "/%2e%2e/server.py")
     assert status == 404
+
+
+PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+              'password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";')
+
+
+def test_gregor_console_command_on_a_sasl_listener(tmp_path: Path, start_broker: Any) -> None:
+    """The real `gregor console` command, its client properties from --command-config: every request,
+    DescribeLogDirs included, authenticates (this listener refuses anything else)."""
+    b = start_broker({"listeners": "SASL_PLAINTEXT://127.0.0.1:0,PLAINTEXT://127.0.0.1:0",
+                      "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,PLAINTEXT:PLAINTEXT",
+                      "inter.broker.listener.name": "PLAINTEXT", "sasl.enabled.mechanisms": "PLAIN",
+                      "sasl.jaas.config": PLAIN_JAAS})
+    props = tmp_path / "client.properties"
+    props.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                     "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+                     'username="alice" password="alice-secret";\n')
+    proc = popen("console", "--bootstrap-server", b.bootstrap_of("SASL_PLAINTEXT"), "--port", "0",
+                 "--command-config", str(props))
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        m = re.search(r"at (http://127\.0\.0\.1:\d+)/", line)
+        assert m, line + (proc.stderr.read() if proc.poll() is not None and proc.stderr else "")
+        base = m.group(1)
+        assert call(base, "/api/topics", {"name": "secured", "partitions": 1})[0] == 200
+        status, r = call(base, "/api/topics/secured/produce", {"key": "k", "value": "over SASL"})
+        assert status == 200 and r["offset"] == 0
+        status, t = call(base, "/api/topics/secured")
+        assert status == 200 and t["partitions"][0]["size"] > 0 and t["partitions"][0]["high_watermark"] == 1
+        status, msgs = call(base, "/api/topics/secured/messages?partition=0&offset=0")
+        assert [r["value"]["text"] for r in msgs["records"]] == ["over SASL"]
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -61,7 +61,7 @@ function fmtBytes(n) {
 
 const enc = encodeURIComponent;
 const view = () => document.getElementById("view");
-function show(...nodes) { view().replaceChildren(...nodes); }
+function show(...nodes) { view().replaceChildren(...nodes.filter(n => n !== null && n !== undefined)); }
 function errorBox(e) { return el("p", {class: "error", id: "error"}, e.code ? `${e.code}: ${e.message}` : e.message); }
 
 // --- routes ------------------------------------------------------------------------------------
