@@ -11,8 +11,8 @@ change is what the cluster's ACLs allow the principal of --command-config. Guard
 another site driving it through the user's browser: a mutating request must be a POST with a JSON
 content type (a cross-site form cannot send one without a CORS preflight, which is never granted),
 a Host header that is not the console's own address is refused while bound to loopback (DNS
-rebinding), and deleting a topic needs its name typed again ("confirm"). Bodies are limited to
-MAX_BODY_BYTES, concurrent API requests to MAX_CONCURRENT_REQUESTS.
+rebinding), and deleting a topic needs its name typed again ("confirm"). Request bodies are limited to
+1 MiB, API requests in flight to 16. See docs/console.md.
 """
 
 from __future__ import annotations
@@ -213,7 +213,8 @@ class ConsoleHandler(BaseHTTPRequestHandler):
             result = self._route(method, parts, query)
             self._json(200, result)
         except ConsoleError as e:
-            self._error(e.status, str(e), e.error)
+            hint = f" (is the cluster at {self.server.reader.bootstrap} up?)" if e.status == 504 else ""
+            self._error(e.status, str(e) + hint, e.error)
         except UsageError as e:
             self._error(400, str(e), "INVALID_REQUEST")
         except Exception as e:  # a bug or an unforeseen client failure: still JSON, never a hung page
