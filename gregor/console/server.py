@@ -46,6 +46,7 @@ STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; ch
 MAX_BODY_BYTES = 1024 * 1024  # a produced test message with its headers fits; anything larger is refused (413)
 MAX_CONCURRENT_REQUESTS = 16  # API requests in flight; more wait up to QUEUE_WAIT_S, then get 503
 QUEUE_WAIT_S = 5.0
+MAX_CONNECTIONS = 64  # open HTTP connections (a thread each); more are closed at once
 DEFAULT_PORT = 8080
 DEFAULT_HOST = "127.0.0.1"
 
@@ -112,6 +113,17 @@ class ConsoleServer(ThreadingHTTPServer):
         self.loopback = _is_loopback(address[0])
         port = self.server_address[1]
         self.allowed_hosts = {f"{h}:{port}" for h in ("127.0.0.1", "localhost", "[::1]", _url_host(address[0]))}
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """A thread per connection, as ThreadingHTTPServer does, but at most MAX_CONNECTIONS of them: a
+        browser keeps a few keep-alive connections; a client opening hundreds gets the extra ones closed."""
+        if sum(1 for t in threading.enumerate() if t.name.startswith("console-conn")) >= MAX_CONNECTIONS:
+            self.shutdown_request(request)
+            return
+        t = threading.Thread(target=self.process_request_thread, args=(request, client_address),
+                             name=f"console-conn-{client_address[1] if isinstance(client_address, tuple) else ''}",
+                             daemon=True)
+        t.start()
 
     def start_in_thread(self) -> threading.Thread:
         """Serve from a daemon thread (tests, embedding); stop with shutdown() then server_close()."""

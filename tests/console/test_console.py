@@ -14,6 +14,8 @@ import json
 import os
 import re
 import shutil
+import socket
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -27,7 +29,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from gregor.console.reader import ClusterReader
-from gregor.console.server import ConsoleServer
+from gregor.console.server import MAX_CONNECTIONS, ConsoleServer
 from tests.broker_process import BrokerProcess
 
 try:  # a missing Playwright fails the browser tests with the fix (below), not the module's collection
@@ -389,6 +391,34 @@ def test_static_files_only_from_the_console_folder(console: str) -> None:
     assert "/app.js" in html and "http" not in html.replace("http-equiv", "")  # no CDN: works offline
     status, e = call(console, "/%2e%2e/server.py")
     assert status == 404
+
+
+def test_connections_are_bounded(console: str) -> None:
+    """MAX_CONNECTIONS idle connections hold their threads; the next one is closed at once, and the console
+    serves again when they go."""
+    port = int(console.rsplit(":", 1)[1])
+    idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(MAX_CONNECTIONS)]
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and sum(
+                1 for t in threading.enumerate() if t.name.startswith("console-conn")) < MAX_CONNECTIONS:
+            time.sleep(0.05)
+        extra = socket.create_connection(("127.0.0.1", port), timeout=10)
+        with extra:
+            extra.sendall(b"GET /api/cluster HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            assert extra.recv(100) == b""  # closed without an answer
+    finally:
+        for s in idle:
+            s.close()
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            status, body = call(console, "/api/cluster")
+            break
+        except (ConnectionError, OSError):
+            assert time.monotonic() < deadline, "the console did not serve again"
+            time.sleep(0.1)
+    assert status == 200 and body["brokers"]
 
 
 PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
