@@ -378,7 +378,11 @@ class Connection(asyncio.BufferedProtocol):
         if frames:
             self.backlog.extend(frames)
             if self.metrics is not None:
-                self.received_ns.extend([time.perf_counter_ns()] * len(frames))
+                now_ns = time.perf_counter_ns()
+                if len(frames) == 1:
+                    self.received_ns.append(now_ns)
+                else:
+                    self.received_ns.extend([now_ns] * len(frames))
         self._dispatch_backlog()
 
     def _may_dispatch(self) -> bool:
@@ -428,37 +432,35 @@ class Connection(asyncio.BufferedProtocol):
             return
         if m is not None:
             local_end_ns = time.perf_counter_ns()
-            timing: list[Any] | None = [api_key, None, queue_ns, local_end_ns - started_ns, 0, local_end_ns]
-        else:
-            timing = None
         if result is None:
             self._release(frame)  # no response expected (acks=0)
-            if timing is not None:
-                self._record(timing)
+            if m is not None:
+                m.record_request(api_key, None, queue_ns, local_end_ns - started_ns, 0, 0)
             return
         api, body = result
         if isinstance(body, asyncio.Future):
             slot = _Slot()
             slot.request = frame
-            slot.timing = timing
+            if m is not None:
+                slot.timing = [api_key, None, queue_ns, local_end_ns - started_ns, 0, local_end_ns]
             self.pending.append(slot)
             body.add_done_callback(lambda fut: self._complete(slot, api, version, correlation_id, fut))
             return
         chunks = encode_response(api, version, correlation_id, body)
         self.uncharge(correlation_id)
         self._release(frame)
-        if timing is not None:
-            timing[1] = body
         if not self.pending:
             self._write(chunks)
-            if timing is not None:
-                self._record(timing)
+            if m is not None:  # the common case: no list of timings, the counters at once
+                m.record_request(api_key, body, queue_ns, local_end_ns - started_ns, 0,
+                                 time.perf_counter_ns() - local_end_ns)
         else:
             slot = _Slot()
             slot.chunks = chunks
             slot.done = True
             slot.nbytes = _nbytes(chunks)
-            slot.timing = timing
+            if m is not None:
+                slot.timing = [api_key, body, queue_ns, local_end_ns - started_ns, 0, local_end_ns]
             self.queued_slot_bytes += slot.nbytes
             self.pending.append(slot)
 

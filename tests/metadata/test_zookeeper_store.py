@@ -8,7 +8,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from kazoo.client import KazooClient
@@ -42,36 +42,7 @@ from gregor.metadata.store import (
 )
 from gregor.metadata.zookeeper import ZooKeeperMetadataStore, parse_connect
 from gregor.tools.local_zookeeper import ZooKeeperServer, free_port
-
-StoreFactory = Callable[..., ZooKeeperMetadataStore]
-
-
-@pytest.fixture
-def stores(zk_connect: str) -> Iterator[StoreFactory]:
-    made: list[ZooKeeperMetadataStore] = []
-
-    def make(broker_id: int = 1, **props: str) -> ZooKeeperMetadataStore:
-        s = ZooKeeperMetadataStore(BrokerConfig({"zookeeper.connect": zk_connect, "broker.id": str(broker_id),
-                                                 "zookeeper.session.timeout.ms": "4000", **props}))
-        made.append(s)
-        return s
-
-    yield make
-    for s in made:
-        s.close()
-
-
-@pytest.fixture
-def raw_zk(zk_connect: str) -> Iterator[KazooClient]:
-    """A plain client on the same chroot, to look at the znodes as Kafka's tools would."""
-    hosts, chroot = parse_connect(zk_connect)
-    zk = KazooClient(hosts=hosts)
-    zk.start(timeout=10)
-    zk.ensure_path(chroot)
-    zk.chroot = chroot
-    yield zk
-    zk.stop()
-    zk.close()
+from tests.conftest import StoreFactory
 
 
 def _topic(name: str, n: int = 3, replicas: list[int] | None = None) -> TopicMetadata:
