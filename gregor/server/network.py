@@ -7,7 +7,7 @@ malformed frame closes only its own connection.
 
 Memory is bounded whoever connects. What the broker holds for clients, and what bounds it:
 
-- Connections: `max.connections` (broker-wide), `max.connections.per.ip` and
+- Connections: `max.connections` (broker-wide; `listener.name.<l>.max.connections` per listener), `max.connections.per.ip` and
   `max.connections.per.ip.overrides` (host:count,...); a connection over a limit is closed
   at once. `connections.max.idle.ms` closes connections with nothing in flight that sent
   nothing and were sent nothing for that long - which also ends clients that stop reading.
@@ -656,6 +656,10 @@ class SocketServer:
         self.tls_handshake_timeout_s = 10.0
         self.connections: set[Connection] = set()
         self.per_ip: collections.Counter[str] = collections.Counter()
+        # listener.name.<listener>.max.connections (lower-case listener name -> limit) and the open
+        # connections of each listener: a listener's own limit applies besides the broker-wide one.
+        self.listener_limits: dict[str, int] = {}
+        self.per_listener: collections.Counter[str] = collections.Counter()
         self.backlogged: set[Connection] = set()  # may have bytes in their transport's buffer
         self.charged_bytes = 0  # read for responses not yet built, all connections
         self.servers: list[asyncio.AbstractServer] = []
@@ -674,6 +678,11 @@ class SocketServer:
         self.max_connections = max_connections
         self.max_connections_per_ip = per_ip
         self.connection_share_bytes = max(self._max_queued_request_bytes // max(max_connections, 1), MEDIUM_FRAME_BYTES)
+    def set_listener_limits(self, limits: dict[str, int]) -> None:
+        """Each listener's own max.connections (static or dynamic); as for the broker-wide limit, open
+        connections over a lowered limit stay open and new ones are refused."""
+        self.listener_limits = dict(limits)
+
     def loop_time(self) -> float:
         assert self._loop is not None
         return self._loop.time()
@@ -683,11 +692,16 @@ class SocketServer:
         """Count a new connection; a reason to close it if it is over a limit."""
         if len(self.connections) >= self.max_connections:
             return f"too many connections: max.connections is {self.max_connections}"
+        listener = conn.listener.name.lower()
+        own = self.listener_limits.get(listener)
+        if own is not None and self.per_listener[listener] >= own:
+            return f"too many connections on listener {conn.listener.name}: listener.name.{listener}.max.connections is {own}"
         limit = self.ip_overrides.get(conn.ip, self.max_connections_per_ip)
         if self.per_ip[conn.ip] >= limit:
             return f"too many connections from {conn.ip}: max.connections.per.ip is {limit}"
         self.connections.add(conn)
         self.per_ip[conn.ip] += 1
+        self.per_listener[listener] += 1
         return None
 
     def refused(self, peer: str, reason: str) -> None:
@@ -706,6 +720,7 @@ class SocketServer:
             self.per_ip[conn.ip] -= 1
             if self.per_ip[conn.ip] <= 0:
                 del self.per_ip[conn.ip]
+            self.per_listener[conn.listener.name.lower()] -= 1
         self.backlogged.discard(conn)
 
     def queued_output_bytes(self) -> int:

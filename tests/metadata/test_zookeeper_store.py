@@ -423,3 +423,36 @@ def test_user_and_client_configs_reach_other_stores_through_change_notifications
             a.set_entity_configs("users", "alice/app", {"x": "1"})
     finally:
         ev.close()
+
+
+def test_change_notifications_purged_after_expiration(stores: StoreFactory, raw_zk: KazooClient,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kafka's policy for both kinds of sequential notification (/config/changes, /kafka-acl-changes): a
+    reader deletes the ones older than the expiration (15 minutes; 300 ms here) once it has read them, and
+    keeps the young ones; another broker still gets every change."""
+    from gregor.metadata import zk_watcher
+    from gregor.security.acl import (
+        AccessControlEntry,
+        AclOperation,
+        AclPermissionType,
+        PatternType,
+        ResourcePattern,
+        ResourceType,
+    )
+
+    monkeypatch.setattr(zk_watcher, "CHANGE_EXPIRATION_MS", 300)
+    a, b = stores(1), stores(2)
+    ace = AccessControlEntry("User:alice", "*", AclOperation.READ, AclPermissionType.ALLOW)
+    topic = ResourcePattern(ResourceType.TOPIC, "purged", PatternType.LITERAL)
+    a.set_entity_configs("users", "old", {"consumer_byte_rate": "1"})
+    a.alter_acls(topic, frozenset({ace}))
+    assert len(raw_zk.get_children("/config/changes")) == 1 and len(raw_zk.get_children("/kafka-acl-changes")) == 1
+    time.sleep(0.5)  # both notifications expire
+    a.set_entity_configs("users", "new", {"consumer_byte_rate": "2"})
+    a.alter_acls(topic, remove=frozenset({ace}))
+    _wait(lambda: b.snapshot().entity_configs.get("users/new") == {"consumer_byte_rate": "2"}
+          and topic not in b.snapshot().acls)
+    _wait(lambda: len(raw_zk.get_children("/config/changes")) == 1 and len(raw_zk.get_children("/kafka-acl-changes")) == 1)
+    assert b.snapshot().entity_configs["users/old"] == {"consumer_byte_rate": "1"}
+    (note,) = raw_zk.get_children("/config/changes")
+    assert json.loads(raw_zk.get(f"/config/changes/{note}")[0])["entity_path"] == "users/new"
