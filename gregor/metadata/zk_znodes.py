@@ -27,7 +27,6 @@ CONFIG_BROKERS = "/config/brokers"
 CONFIG_ROOT, CONFIG_CHANGES, CONFIG_CHANGE_PREFIX = "/config", "/config/changes", "config_change_"
 CONFIG_USERS, CONFIG_CLIENTS = "/config/users", "/config/clients"
 CONFIG_GROUPS = "/config/groups"  # KIP-848 group configs
-CONFIG_CHANGES_KEPT = 100  # notifications kept (Kafka deletes them after 15 minutes); older ones are deleted
 # Kafka's ACL layout (AclAuthorizer / ZkAclStore): literal patterns under /kafka-acl/<ResourceType>/<name>,
 # prefixed ones under /kafka-acl-extended/prefixed/<ResourceType>/<name>; every change also creates a
 # sequential notification that brokers watch, /kafka-acl-changes/acl_changes_NNNNNNNNNN (data "Topic:name")
@@ -35,8 +34,9 @@ CONFIG_CHANGES_KEPT = 100  # notifications kept (Kafka deletes them after 15 min
 ACL_LITERAL, ACL_PREFIXED = "/kafka-acl", "/kafka-acl-extended/prefixed"
 ACL_CHANGES, ACL_EXT_CHANGES = "/kafka-acl-changes", "/kafka-acl-extended-changes"
 ACL_CHANGE_PREFIX = "acl_changes_"
-# Notifications older than this are deleted by the brokers that read them (Kafka's 15 minutes).
-ACL_CHANGE_EXPIRATION_MS = 15 * 60 * 1000
+# Change notifications (config and ACL) older than this are deleted by the brokers that read them (Kafka's
+# ZkNodeChangeNotificationListener: 15 minutes).
+CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 CONTROLLER, CONTROLLER_EPOCH = "/controller", "/controller_epoch"
 # Kafka's log dir failure notifications: a broker whose log dir failed creates the sequential
 # /log_dir_event_notification/log_dir_event_NNNNNNNNNN = {"version":1,"broker":B,"event":1} (Gregor adds

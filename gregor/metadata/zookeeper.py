@@ -100,7 +100,6 @@ from gregor.metadata.zk_znodes import (  # noqa: F401 - the layout's names are i
     CONFIG_BROKERS,
     CONFIG_CHANGE_PREFIX,
     CONFIG_CHANGES,
-    CONFIG_CHANGES_KEPT,
     CONFIG_ROOT,
     CONFIG_TOPICS,
     CONTROLLER,
@@ -423,31 +422,27 @@ class ZooKeeperMetadataStore(MetadataStore):
         version = self._watcher.sync(paths) if paths else self._watcher.version
         return [version if r is None else r for r in results]
 
-    def _purge_config_changes(self) -> None:
-        """Keep the newest CONFIG_CHANGES_KEPT notifications (every broker has read older ones long ago)."""
-        children = sorted(c for c in self._zk.get_children(CONFIG_CHANGES) if c.startswith(CONFIG_CHANGE_PREFIX))
-        if len(children) > 2 * CONFIG_CHANGES_KEPT:
-            for c in children[:-CONFIG_CHANGES_KEPT]:
-                try:
-                    self._zk.delete(f"{CONFIG_CHANGES}/{c}")
-                except NoNodeError:
-                    pass
-
     def _apply_one(self, ch: Change) -> list[str]:
         """Write one change; returns the paths the reader must re-read."""
         if isinstance(ch, SetEntityConfigs):
             path = f"{CONFIG_ROOT}/{ch.path}"
             data = config_znode(ch.configs)
-            try:
-                self._zk.set(path, data)
-            except NoNodeError:
+            if ch.entity_type == "groups" and not ch.configs:
+                try:  # a group's configs removed (DeleteGroups, or every config deleted): no znode is left behind
+                    self._zk.delete(path)
+                except NoNodeError:
+                    pass
+            else:
                 try:
-                    self._zk.create(path, data, makepath=True)
-                except NodeExistsError:
                     self._zk.set(path, data)
+                except NoNodeError:
+                    try:
+                        self._zk.create(path, data, makepath=True)
+                    except NodeExistsError:
+                        self._zk.set(path, data)
             note = json.dumps({"version": 2, "entity_path": ch.path}).encode()
+            # Deleted by the readers after 15 minutes (zk_watcher._notifications), as Kafka's brokers do.
             self._zk.create(f"{CONFIG_CHANGES}/{CONFIG_CHANGE_PREFIX}", note, sequence=True, makepath=True)
-            self._purge_config_changes()
             return [path]
         if isinstance(ch, AlterAcls):
             return self._alter_acls(ch)

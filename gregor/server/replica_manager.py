@@ -470,7 +470,9 @@ class ReplicaManager:
             if client and self.metrics is not None:  # Kafka's BytesInPerSec / MessagesInPerSec
                 self.metrics.record_append(topic, len(records), res.last_offset - res.base_offset + 1)
             if res.flush_due:
-                flushes.append((res, part.flush_after_append(res.last_offset + 1, self._after_progress), topic, p))
+                flushes.append((res, part.flush_after_append(
+                    res.last_offset + 1, self._after_progress,
+                    self.metrics.log_flush.observe if self.metrics is not None else None), topic, p))
             self._after_progress(key)
             if required_acks == -1:
                 waiting.append(ProducePartitionStatus(key, part, res.last_offset + 1, res))
