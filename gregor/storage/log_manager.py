@@ -90,6 +90,8 @@ from gregor.storage.segment import OPEN_FILES, default_open_files_capacity
 logger = logging.getLogger(__name__)
 
 LOCK_FILE = ".lock"
+# Replicas not on this broker yet that AlterReplicaLogDirs placed on a dir: at most this many are remembered.
+PREFERRED_DIRS_MAX = 10_000
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
 
@@ -132,6 +134,9 @@ class LogManager:
         # Moves to another log dir (AlterReplicaLogDirs): future replicas and the thread filling them.
         self.mover = LogMover(self)
         self._stale_futures: list[tuple[str, TopicPartition, str]] = []  # moves the last run cut short
+        # AlterReplicaLogDirs for a replica not here yet (a reassignment's new replica): where to create it
+        # (Kafka's preferred log dir), forgotten once used. Bounded: one entry per partition asked about.
+        self._preferred_dirs: dict[TopicPartition, str] = {}
         self._lock = threading.RLock()
         self._cleaner_reconfig_lock = threading.Lock()  # one cleaner restart at a time, none after shutdown
         # One checkpoint write at a time: two writers (the periodic checkpoint, DeleteRecords) of one file would
@@ -294,6 +299,11 @@ class LogManager:
             if tp in self.offline:
                 raise LogOfflineError(f"the log of {topic}-{partition} is offline: {self.offline[tp]}")
             if tp not in self._logs and tp not in self._lazy:
+                # Created there when it comes (Kafka's preferred log dir); the tool asks again until it is here.
+                self._preferred_dirs.pop(tp, None)
+                self._preferred_dirs[tp] = dest
+                while len(self._preferred_dirs) > PREFERRED_DIRS_MAX:  # the oldest wishes go first
+                    del self._preferred_dirs[next(iter(self._preferred_dirs))]
                 raise ReplicaNotAvailableError(f"{topic}-{partition} has no replica on this broker")
             current = self.get_or_create_log(topic, partition)  # opens a log left unopened since a clean start
             self.mover.start_move(tp, current, dest)
@@ -487,7 +497,12 @@ class LogManager:
                         out.append((p, LogOfflineError(f"cannot create {topic}-{p}: every log dir is offline")))
                         continue
                     d = online[0]
-                    if len(online) > 1:  # counted once per batch: per creation made bulk creation quadratic
+                    preferred = self._preferred_dirs.pop(tp, None)
+                    if preferred in online:
+                        d = preferred
+                        if counts is not None:
+                            counts[d] += 1
+                    elif len(online) > 1:  # counted once per batch: per creation made bulk creation quadratic
                         if counts is None:
                             counts = logs_per_dir(self.log_dirs, [*self._logs.values(),
                                                                   *(m.future for m in self.mover.moves.values())])

@@ -118,6 +118,13 @@ def test_errors(b: tuple[BrokerProcess, list[str]]) -> None:
     assert move(broker.bootstrap, "mv-err", 0, str(Path(dirs[0]).parent / "elsewhere")) is LogDirNotFoundError
     assert move(broker.bootstrap, "mv-err", 7, dirs[1]) is ReplicaNotAvailableError
     assert move(broker.bootstrap, "no-such-topic", 0, dirs[1]) is ReplicaNotAvailableError
+    # A replica not here yet is created in the dir asked for once it comes (Kafka's preferred log dir): the
+    # fuller dir, where the fewest-logs rule would not put it.
+    logs = [sum(1 for n in os.listdir(d) if n.rpartition("-")[2].isdigit()) for d in dirs]
+    fuller = dirs[1] if logs[1] >= logs[0] else dirs[0]  # on a tie the rule takes the first dir
+    assert move(broker.bootstrap, "mv-later", 0, fuller) is ReplicaNotAvailableError
+    admin.create_topics([NewTopic("mv-later", 1, 1)])["mv-later"].result(30)
+    assert where(dirs, "mv-later") == {0: fuller}
 
 
 def test_sigkill_mid_copy_then_dynamic_rate(b: tuple[BrokerProcess, list[str]]) -> None:
