@@ -8,6 +8,7 @@ machine lets the test mount one)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import uuid
@@ -21,6 +22,7 @@ from confluent_kafka.admin import AdminClient
 from gregor.protocol.errors import ErrorCode
 from gregor.tools.local_broker import BrokerProcess
 from tests.server.admin_wire import create_topic, fetch, metadata, produce
+from tests.server.test_metrics import scrape, value
 from tests.storage.jbod_util import describe_dirs, values, where
 from tests.wire import WireClient
 
@@ -28,7 +30,7 @@ from tests.wire import WireClient
 @pytest.fixture
 def three_dirs(tmp_path: Path) -> Iterator[tuple[BrokerProcess, list[str]]]:
     dirs = [str(tmp_path / f"d{i}") for i in range(3)]
-    b = BrokerProcess(tmp_path / "d0", {"log.dirs": ",".join(dirs)}).start()
+    b = BrokerProcess(tmp_path / "d0", {"log.dirs": ",".join(dirs), "metrics.port": "0"}).start()
     try:
         yield b, dirs
     finally:
@@ -101,6 +103,9 @@ def test_dir_replaced_by_a_file_takes_only_its_partitions_offline(
     assert create_topic(c, "after", 4).error_code == ErrorCode.NONE
     assert set(where(dirs[:2], "after")) == {0, 1, 2, 3}
     assert "log dir " + dirs[2] + " is offline" in b.log_text()
+    url = re.findall(r"metrics endpoint listening on (http://\S+/metrics)", b.log_text())[-1]
+    assert value(scrape(url), "kafka_log_logmanager_offlinelogdirectorycount") == 1
+    assert value(scrape(url), "kafka_server_replicamanager_offlinereplicacount") >= 1
 
 
 def _mount_tmpfs(path: Path, size: str) -> bool:
