@@ -86,6 +86,9 @@ class LogMover:
         self.on_caught_up: Callable[[TopicPartition], None] | None = None
         self._wake = threading.Event()  # a new move to copy
         self._stop = threading.Event()  # shutdown: ends the pacing waits too
+        # Held while a future log is written (`_copy_step`) and while one is closed and removed (`abort`).
+        # Lock order: the manager's lock, then this one; nothing under this one takes the manager's.
+        self._copy_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stopping = False
 
@@ -121,15 +124,16 @@ class LogMover:
         if move is None:
             return
         logger.info("%s-%d: move to %s abandoned: %s", tp[0], tp[1], move.dest, why)
-        try:
-            move.future.close()
-        except StorageError:
-            pass
-        if remove:
+        with self._copy_lock:  # a copy step under way finishes its append first
             try:
-                remove_log_dir(move.future.dir, *tp)
-            except OSError as e:
-                logger.warning("cannot remove %s: %s", move.future.dir, e)
+                move.future.close()
+            except StorageError:
+                pass
+            if remove:
+                try:
+                    remove_log_dir(move.future.dir, *tp)
+                except OSError as e:
+                    logger.warning("cannot remove %s: %s", move.future.dir, e)
 
     def abort_in_dir(self, d: str) -> None:
         """Every future log in the failed dir `d`, and of every current log there. Manager's lock held."""
@@ -199,7 +203,9 @@ class LogMover:
                         logger.exception("%s-%d: the swap into %s failed", move.tp[0], move.tp[1], move.dest)
 
     def _copy_step(self, move: Move, rate_limited: bool = True) -> bool:
-        """Copy one chunk from the current log to the future one; whether the future has caught up."""
+        """Copy one chunk from the current log to the future one; whether the future has caught up. The
+        copy lock is held while the future log is written, so `abort` (which takes it before closing and
+        removing the future log) never pulls the files from under an append."""
         with self.manager._lock:
             if self.moves.get(move.tp) is not move:
                 return False
@@ -207,43 +213,51 @@ class LogMover:
         if current is None:
             return False
         fut = move.future
-        if move.generation != current.generation:
-            # The current log went back (a follower truncated after a leader change) since the copy began:
-            # what was copied may differ from what is there now, so the copy begins again.
-            if move.generation >= 0:
-                logger.info("%s-%d: the log was truncated during its move: copying again", *move.tp)
-            move.generation = current.generation
-            fut.truncate_fully_and_start_at(current.log_start_offset)
-        offset = fut.log_end_offset
-        if offset < current.log_start_offset:  # retention or DeleteRecords moved the start past the copy
-            fut.truncate_fully_and_start_at(current.log_start_offset)
+        read_error: StorageError | None = None
+        copied = 0
+        with self._copy_lock:
+            if self.moves.get(move.tp) is not move:  # abandoned meanwhile
+                return False
+            if move.generation != current.generation:
+                # The current log went back (a follower truncated after a leader change) since the copy began:
+                # what was copied may differ from what is there now, so the copy begins again.
+                if move.generation >= 0:
+                    logger.info("%s-%d: the log was truncated during its move: copying again", *move.tp)
+                move.generation = current.generation
+                fut.truncate_fully_and_start_at(current.log_start_offset)
             offset = fut.log_end_offset
-        if offset >= current.log_end_offset:
-            return True
-        rate = self.rate_bytes_per_s
-        # At a rate, a step copies at most a tenth of a second's worth, then waits its time out.
-        chunk = COPY_CHUNK_BYTES if not rate_limited else max(1, min(COPY_CHUNK_BYTES, rate // 10))
-        try:
-            data = current.read(offset, chunk, min_one_batch=True)
-        except OffsetOutOfRangeError:
-            return False  # the start moved meanwhile: the next step truncates
-        except StorageError as e:  # the current log's trouble (closed under a deletion, or its dir failed)
-            self.manager.maybe_fail_dir(current, e)
-            return False
-        records = data.records
-        if len(records):
+            if offset < current.log_start_offset:  # retention or DeleteRecords moved the start past the copy
+                fut.truncate_fully_and_start_at(current.log_start_offset)
+                offset = fut.log_end_offset
+            if offset >= current.log_end_offset:
+                return True
+            rate = self.rate_bytes_per_s
+            # At a rate, a step copies at most a tenth of a second's worth, then waits its time out.
+            chunk = COPY_CHUNK_BYTES if not rate_limited else max(1, min(COPY_CHUNK_BYTES, rate // 10))
             try:
-                fut.append_as_follower(records)
-            except UnexpectedAppendOffsetError as e:
-                if not (fut.log_end_offset == fut.log_start_offset and e.first_offset < fut.log_end_offset):
-                    raise
-                # The log start falls inside the first batch (DeleteRecords): as Kafka's future replica does,
-                # start at the batch's base offset; the swap sets the log start back where it was.
-                fut.truncate_fully_and_start_at(e.first_offset)
-                fut.append_as_follower(records)
-        if rate_limited and rate < LONG_MAX and len(records):
-            self._stop.wait(len(records) / rate)  # paced: the whole copy keeps to the rate
-        return fut.log_end_offset >= current.log_end_offset
+                records = current.read(offset, chunk, min_one_batch=True).records
+            except OffsetOutOfRangeError:
+                return False  # the start moved meanwhile: the next step truncates
+            except StorageError as e:  # the current log's trouble (closed under a deletion, or its dir failed)
+                read_error, records = e, b""
+            copied = len(records)
+            if copied:
+                try:
+                    fut.append_as_follower(records)
+                except UnexpectedAppendOffsetError as e:
+                    if not (fut.log_end_offset == fut.log_start_offset and e.first_offset < fut.log_end_offset):
+                        raise
+                    # The log start falls inside the first batch (DeleteRecords): as Kafka's future replica
+                    # does, start at the batch's base offset; the swap sets the log start back where it was.
+                    fut.truncate_fully_and_start_at(e.first_offset)
+                    fut.append_as_follower(records)
+            done = fut.log_end_offset >= current.log_end_offset
+        if read_error is not None:  # outside the copy lock: failing a dir takes the manager's lock
+            self.manager.maybe_fail_dir(current, read_error)
+            return False
+        if rate_limited and rate < LONG_MAX and copied:
+            self._stop.wait(copied / rate)  # paced: the whole copy keeps to the rate
+        return done
 
     def _caught_up(self, move: Move) -> None:
         """Make the copy durable off the loop, then ask for the swap (or do it, without a server)."""
@@ -277,8 +291,13 @@ class LogMover:
                 return None
             fut = move.future
             try:
+                stalled = 0
                 while fut.log_end_offset < current.log_end_offset:  # what came in since it caught up
+                    before = fut.log_end_offset
                     self._copy_step(move, rate_limited=False)
+                    stalled = stalled + 1 if fut.log_end_offset <= before else 0
+                    if stalled >= 3:  # abandoned, or the current log went away or failed: never spin on the loop
+                        raise KafkaStorageError("the copy made no progress during the swap")
                 fut.update_high_watermark(current.high_watermark)
                 if current.log_start_offset > fut.log_start_offset:
                     fut.delete_records(current.log_start_offset)
