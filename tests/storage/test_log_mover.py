@@ -110,3 +110,23 @@ def test_a_complete_copy_cut_short_is_finished(tmp_path) -> None:
     assert not os.path.exists(os.path.join(src, "t-0"))
     assert len(read_all(m2.get_log("t", 0))) == 100
     m2.shutdown()
+
+
+def test_abandoning_a_move_mid_copy_fails_nothing(tmp_path) -> None:
+    """A move redirected back and forth, then its log deleted, while the thread copies: no dir fails."""
+    dirs = [str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "c")]
+    m = LogManager(dirs, LogConfig())
+    log = m.get_or_create_log("t", 0)
+    for _ in range(200):
+        append(log, 10, value=b"y" * 300)
+    m.mover.rate_bytes_per_s = 2_000_000
+    others = [d for d in dirs if d != where(m, "t", 0)]
+    for i in range(20):
+        m.alter_log_dir("t", 0, others[i % 2])
+        time.sleep(0.005)
+    m.delete_log("t", 0)
+    time.sleep(0.1)
+    assert m.offline_dirs == {} and m.future_replicas() == {}
+    for d in dirs:
+        assert not [n for n in os.listdir(d) if n.startswith("t-0")]
+    m.shutdown()
