@@ -48,6 +48,7 @@ every dir offline, the broker cannot serve: LogManager refuses to start (Kafka h
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import itertools
 import logging
@@ -90,6 +91,8 @@ from gregor.storage.segment import OPEN_FILES, default_open_files_capacity
 logger = logging.getLogger(__name__)
 
 LOCK_FILE = ".lock"
+# I/O errors that say nothing about a log dir's disk: they never fail a dir (maybe_fail_dir).
+_NOT_THE_DISK = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EINTR, errno.EAGAIN})
 # Replicas not on this broker yet that AlterReplicaLogDirs placed on a dir: at most this many are remembered.
 PREFERRED_DIRS_MAX = 10_000
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
@@ -353,8 +356,12 @@ class LogManager:
 
     def maybe_fail_dir(self, log_or_dir: Log | str, error: BaseException) -> bool:
         """An error met on a log: if it is an I/O error (an OSError, or a KafkaStorageError caused by
-        one; not a log closed under a deletion), its log dir fails (`fail_dir`). Returns whether."""
-        if not (isinstance(error, OSError) or isinstance(error.__cause__, OSError)):
+        one; not a log closed under a deletion), its log dir fails (`fail_dir`). Errors of the process rather
+        than the disk (too many open files, out of memory, interrupted) do not: Kafka takes a dir offline
+        for those too, a well-known way to lose every partition of a broker to a file descriptor leak.
+        Returns whether."""
+        os_error = error if isinstance(error, OSError) else error.__cause__
+        if not isinstance(os_error, OSError) or os_error.errno in _NOT_THE_DISK:
             return False
         d = log_or_dir if isinstance(log_or_dir, str) else os.path.dirname(log_or_dir.dir)
         return bool(self.fail_dir(d, f"{type(error).__name__}: {error}")) or d in self.offline_dirs
