@@ -74,6 +74,8 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
            "Linux's receive-buffer autotuning, and at 100 KB the broker spent ~25% more CPU per MB on large "
            "produce requests (window updates every ~100 KB), so Gregor leaves it to the OS"),
     _p("queued.max.requests", "int", 500, lo=1, doc="requests in flight per connection before reads pause"),
+    _p("max.request.partition.size.limit", "int", 2000, lo=1,
+       doc="The most partitions one DescribeTopicPartitions response holds (KIP-966 paging)"),
     # The topic configs' broker-level synonyms (log.segment.bytes, log.retention.hours, message.max.bytes, ...)
     # and the log cleaner's properties: defined in gregor.storage.config, with the topic configs they default.
     *broker_synonym_props(),
@@ -155,6 +157,8 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
        doc="Bytes/s a leader sends to followers of throttled replicas (a reassignment's copying)"),
     _p("follower.replication.throttled.rate", "long", LONG_MAX, lo=0, mode=PER_BROKER,
        doc="Bytes/s a follower fetches for throttled replicas (a reassignment's copying)"),
+    _p("replica.alter.log.dirs.io.max.bytes.per.second", "long", LONG_MAX, lo=1, mode=CLUSTER_WIDE,
+       doc="Bytes/s the copy of a replica moving to another log dir (AlterReplicaLogDirs) reads and writes"),
     _p("replication.quota.window.num", "int", 11, lo=1,
        doc="Samples the replication throttles measure their rate over"),
     _p("replication.quota.window.size.seconds", "int", 1, lo=1,

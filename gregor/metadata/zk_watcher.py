@@ -35,12 +35,14 @@ from gregor.metadata.store import (
     CREATED,
     DELETED,
     ENTITY_CONFIGS,
+    LOG_DIR_FAILURE,
     PARTITIONS,
     SESSION,
     SESSION_LOST,
     SESSION_RESTORED,
     STATE,
     BrokerInfo,
+    LogDirFailure,
     MetadataEvent,
     MetadataImage,
     PartitionState,
@@ -64,6 +66,8 @@ from gregor.metadata.zk_znodes import (
     CONFIG_USERS,
     CONTROLLER,
     INTERNAL_TOPICS,
+    LOG_DIR_EVENT_PREFIX,
+    LOG_DIR_EVENTS,
     TOPICS,
     _parse_assignment,
     _parse_broker,
@@ -102,6 +106,7 @@ class ZooKeeperWatcher:
         self._topics: dict[str, _Topic] = {}
         self._broker_configs: dict[str, dict[str, str]] = {}  # /config/brokers/<entity>, the non-empty ones
         self._entity_configs: dict[str, dict[str, str]] = {}  # /config/<entity path> (users, clients), non-empty
+        self._log_dir_events: set[str] = set()  # the /log_dir_event_notification children published
         # /kafka-acl... znodes with ACLs: their entries and mzxid.
         self._acls: dict[ResourcePattern, tuple[frozenset[AccessControlEntry], int]] = {}
         # The sequence number of the last change notification read, per notification root (_notifications).
@@ -230,6 +235,8 @@ class ZooKeeperWatcher:
             self._read_brokers()
         if CONFIG_CHANGES in paths:
             self._read_config_changes()
+        if LOG_DIR_EVENTS in paths:
+            self._read_log_dir_events()
         entity_paths = {p[len(CONFIG_ROOT) + 1:] for p in paths
                         if p.startswith((CONFIG_USERS + "/", CONFIG_CLIENTS + "/", CONFIG_GROUPS + "/"))}
         if entity_paths:
@@ -446,6 +453,30 @@ class ZooKeeperWatcher:
         if paths:
             self._read_entity_configs(paths)
 
+    def _read_log_dir_events(self) -> None:
+        """Log dir failure notifications (and the children watch): each new one published with its broker
+        and partitions, each gone one (the controller handled it) published as gone."""
+        children = {c for c in self._zk.get_children(LOG_DIR_EVENTS, watch=self._on_watch)
+                    if c.startswith(LOG_DIR_EVENT_PREFIX)}
+        new = sorted(children - self._log_dir_events)
+        gone = sorted(self._log_dir_events - children)
+        reads = [(c, self.call(self._zk.get_async, f"{LOG_DIR_EVENTS}/{c}")) for c in new]
+        events: list[tuple[str, LogDirFailure | None]] = [(c, None) for c in gone]
+        for c, r in reads:
+            try:
+                doc = json.loads(r.get()[0])
+                failure = LogDirFailure(int(doc["broker"]), tuple((str(t), int(p)) for t, p in doc.get("partitions", ())))
+            except NoNodeError:
+                continue
+            except (ValueError, KeyError, TypeError):
+                log.warning("ignoring the log dir event %s: not one this broker can read", c)
+                continue
+            events.append((c, failure))
+        self._log_dir_events = children
+        with self._lock:
+            for c, failure in events:
+                self._publish_locked(LOG_DIR_FAILURE, entity=c, log_dir_failure=failure)
+
     def _all_entity_paths(self) -> set[str]:
         out: set[str] = set()
         for kind, root in (("users", CONFIG_USERS), ("clients", CONFIG_CLIENTS), ("groups", CONFIG_GROUPS)):
@@ -608,6 +639,7 @@ class ZooKeeperWatcher:
         self._read_broker_configs(None)
         self._read_entity_configs(None)
         self._read_all_acls()
+        self._read_log_dir_events()
         names = set(self._zk.get_children(TOPICS, watch=self._on_watch))
         with self._lock:
             old = set(self._topics)
@@ -625,6 +657,7 @@ class ZooKeeperWatcher:
         self._read_broker_configs(None)
         self._read_entity_configs(None)
         self._read_all_acls()
+        self._read_log_dir_events()
         names = set(self._zk.get_children(TOPICS, watch=self._on_watch))
         with self._lock:
             gone = [n for n in self._topics if n not in names]

@@ -38,9 +38,13 @@ ACL_CHANGE_PREFIX = "acl_changes_"
 # ZkNodeChangeNotificationListener: 15 minutes).
 CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 CONTROLLER, CONTROLLER_EPOCH = "/controller", "/controller_epoch"
+# Kafka's log dir failure notifications: a broker whose log dir failed creates the sequential
+# /log_dir_event_notification/log_dir_event_NNNNNNNNNN = {"version":1,"broker":B,"event":1} (Gregor adds
+# "partitions": [["t", 0], ...], the replicas it took offline); the controller handles and deletes it.
+LOG_DIR_EVENTS, LOG_DIR_EVENT_PREFIX = "/log_dir_event_notification", "log_dir_event_"
 CLUSTER_ID, PRODUCER_ID_BLOCK = "/cluster/id", "/latest_producer_id_block"
 PERSISTENT_PATHS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, CONFIG_BROKERS, "/cluster", CONFIG_CHANGES, CONFIG_USERS,
-                    CONFIG_CLIENTS, ACL_LITERAL, ACL_PREFIXED, ACL_CHANGES, ACL_EXT_CHANGES)
+                    CONFIG_CLIENTS, ACL_LITERAL, ACL_PREFIXED, ACL_CHANGES, ACL_EXT_CHANGES, LOG_DIR_EVENTS)
 # Partitions created or deleted per multi (~250 bytes each), so a request stays under ZooKeeper's 1 MB
 # jute.maxbuffer, beyond which the server drops the connection.
 PARTITIONS_PER_MULTI = 2000

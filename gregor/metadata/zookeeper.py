@@ -105,6 +105,8 @@ from gregor.metadata.zk_znodes import (  # noqa: F401 - the layout's names are i
     CONTROLLER,
     CONTROLLER_EPOCH,
     INTERNAL_TOPICS,
+    LOG_DIR_EVENT_PREFIX,
+    LOG_DIR_EVENTS,
     PARTITIONS_PER_MULTI,
     PERSISTENT_PATHS,
     PRODUCER_ID_BLOCK,
@@ -600,6 +602,19 @@ class ZooKeeperMetadataStore(MetadataStore):
             pending.append(self._watcher.call(tx.commit_async))
         for r in pending:
             r.get()  # a failure (deleted meanwhile) shows in the final multi, which is retried
+
+    # --- log dir failures (JBOD) ----------------------------------------------------------------
+    def notify_log_dir_failure(self, broker_id: int, partitions: Sequence[tuple[str, int]]) -> None:
+        """Kafka's LogDirEventNotification: a sequential znode the controller watches (module zk_znodes)."""
+        doc = _dumps({"version": 1, "broker": broker_id, "event": 1,
+                      "partitions": [[t, p] for t, p in sorted(partitions)]})
+        self._zk.create(f"{LOG_DIR_EVENTS}/{LOG_DIR_EVENT_PREFIX}", doc, sequence=True, makepath=True)
+
+    def delete_log_dir_event(self, name: str) -> None:
+        try:
+            self._zk.delete(f"{LOG_DIR_EVENTS}/{name}")
+        except NoNodeError:
+            pass
 
     # --- producer ids ----------------------------------------------------------------------
     def allocate_producer_ids(self, block_size: int) -> tuple[int, int]:

@@ -57,6 +57,7 @@ from gregor.security.tls import ServerTls, TlsSettings
 from gregor.server import throttling
 from gregor.server.dispatcher import Dispatcher
 from gregor.server.dynamic_config import (
+    ALTER_LOG_DIRS_IO,
     CLEANER,
     CONNECTION_LIMITS,
     FETCHERS,
@@ -109,10 +110,12 @@ class Broker:
         self.log_manager = LogManager(config.log_dirs, config.log_config, topic_configs,
                                       cleaner_config=CleanerConfig.from_broker(config.get),
                                       load=False, open_files_max=config.get("log.segment.open.files.max"))
+        self.log_manager.mover.rate_bytes_per_s = config.get(ALTER_LOG_DIRS_IO)
         log.info("scanned the log dirs in %.0f ms", (time.monotonic() - t0) * 1000)
         self.topic_admin = TopicAdmin(self.store, self.metadata_cache, config)
         self.dynamic_config = DynamicBrokerConfig(config)
         self.replica_manager = ReplicaManager(config, self.store, self.log_manager, self.metadata_cache)
+        self.replica_manager.on_log_dir_failure = self._on_log_dir_failure
         self.controller = Controller(config, self.store, self.metadata_cache)  # issue 10: ctl
         self.producer_ids = ProducerIdManager(self.store)
         commits = append_via(self.replica_manager, config.get("offsets.commit.required.acks"),
@@ -294,6 +297,20 @@ class Broker:
         if self._owns_store:
             self.store.close()
 
+    def _on_log_dir_failure(self, log_dir: str, partitions: list[tuple[str, int]]) -> None:
+        """A log dir failed (on the loop): on a cluster the controller is told, so it moves the leadership of
+        these partitions and takes this broker out of their ISRs (Kafka's log dir event notification)."""
+        if not partitions:
+            return
+
+        def notify() -> None:
+            try:
+                self.store.notify_log_dir_failure(self.config.broker_id, partitions)
+            except Exception:  # the store unreachable: followers' ISR shrink still takes this broker out
+                log.exception("could not tell the controller that log dir %s failed", log_dir)
+
+        asyncio.get_running_loop().run_in_executor(None, notify)
+
     def _on_broker_configs(self, kind: str, entity: str) -> None:
         if kind == BROKER_CONFIGS and entity in (DEFAULT_ENTITY, str(self.config.broker_id)):
             self._apply_dynamic_configs()
@@ -317,6 +334,8 @@ class Broker:
         changed = self.dynamic_config.update(self.metadata_cache.broker_configs(DEFAULT_ENTITY),
                                              self.metadata_cache.broker_configs(str(self.config.broker_id)))
         d = self.dynamic_config
+        if ALTER_LOG_DIRS_IO in changed:
+            self.log_manager.mover.rate_bytes_per_s = d.get(ALTER_LOG_DIRS_IO)
         if changed & THROTTLES:
             self.replica_manager.set_replication_throttles(d.get("leader.replication.throttled.rate"),
                                                            d.get("follower.replication.throttled.rate"))

@@ -53,7 +53,9 @@ KNOWN_PER_BROKER = frozenset(p.name for p in KNOWN_PROPS if p.mode == PER_BROKER
 THREAD_POOLS = frozenset({"num.replica.fetchers", "num.io.threads", "num.network.threads",
                           "num.recovery.threads.per.data.dir", "background.threads"})
 FETCHERS = frozenset({"num.replica.fetchers"})
-APPLIED = THROTTLES | TOPIC_DEFAULTS | CONNECTION_LIMITS | CLEANER | KNOWN_DYNAMIC | FETCHERS
+# The pace of moves between log dirs (AlterReplicaLogDirs; storage/log_mover.py), read at each copy step.
+ALTER_LOG_DIRS_IO = "replica.alter.log.dirs.io.max.bytes.per.second"
+APPLIED = THROTTLES | TOPIC_DEFAULTS | CONNECTION_LIMITS | CLEANER | KNOWN_DYNAMIC | FETCHERS | {ALTER_LOG_DIRS_IO}
 # A TLS listener's key store and trust store, per broker and only listener-prefixed
 # (listener.name.<listener>.ssl.keystore.location, ...): Kafka's reconfigurable SSL configs that apply to
 # PEM stores. New connections get the new context (ServerTls.reload); open ones keep theirs.

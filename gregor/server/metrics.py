@@ -327,6 +327,9 @@ def collect(broker: Broker) -> bytes:
              [({}, under_min)])
     e.family("kafka_server_replicamanager_offlinereplicacount", "gauge",
              "Hosted partitions whose log failed to load or be created.", [({}, len(rm.offline))])
+    e.family("kafka_log_logmanager_offlinelogdirectorycount", "gauge",
+             "Log dirs of this broker that failed (JBOD: their partitions are offline here).",
+             [({}, len(broker.log_manager.offline_dirs))])
     e.family("kafka_server_replicamanager_isrshrinks_total", "counter",
              "ISR shrinks written by this broker as leader (IsrShrinksPerSec).", [({}, m.isr_shrinks)])
     e.family("kafka_server_replicamanager_isrexpands_total", "counter",

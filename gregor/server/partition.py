@@ -183,6 +183,11 @@ class Partition:
                 self._make_leader_log(log_)
             self.maybe_increment_high_watermark()
 
+    def replace_log(self, log_: Log) -> None:
+        """The log moved to another log dir (AlterReplicaLogDirs): the same records, offsets, epochs and
+        producer state, now read and written in the new place."""
+        self._log = log_
+
     @property
     def high_watermark(self) -> int:
         return self._log.high_watermark if self._log is not None else 0

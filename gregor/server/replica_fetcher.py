@@ -269,6 +269,8 @@ class ReplicaFetcher:
             log.error("%s-%d: appending what leader %d sent failed: %s; retrying in %d ms",
                       key[0], key[1], self.source, e, m.backoff_ms)
             state.delayed_until = time.monotonic() + m.backoff_ms / 1000.0
+            if isinstance(e, (StorageError, OSError)) and m.on_storage_error is not None:
+                m.on_storage_error(key, e)  # an I/O error fails the log's whole dir (JBOD)
             return
         name = ErrorCode(err).name
         if err in _PAUSE:
@@ -294,6 +296,8 @@ class ReplicaFetcherManager:
         self.metadata_cache = metadata_cache
         self.partition = partition
         self.on_follower_progress = on_follower_progress
+        # Told of a storage error appending to a follower's log (the replica manager fails its log dir on I/O errors).
+        self.on_storage_error: Callable[[TopicPartition, BaseException], None] | None = None
         self.num_fetchers = config.get("num.replica.fetchers")
         self.max_wait_ms = config.get("replica.fetch.wait.max.ms")
         self.min_bytes = config.get("replica.fetch.min.bytes")
