@@ -375,9 +375,14 @@ class Fuzzer:
                 answered.add(cid)
 
     def _tally(self, piped: list[FuzzInput], answered: set[int], closed: bool) -> list[FuzzInput]:
-        """Count outcomes; on a close, the first unanswered input is taken as the one that closed it
-        (it may have been an acks=0 Produce before it: then the closer is simply sent again)."""
+        """Count outcomes. On a close, the input taken as the one that closed it is the first unanswered
+        mutated one: a well-formed input before it may still have been waiting for its answer (a
+        controller write, a purgatory) when the close cut it short, so it is sent again with the inputs
+        after the closer, which the broker never read. Without a mutated one, the first unanswered input
+        is the closer (it may have been an acks=0 Produce before it: then the closer is simply sent again).
+        Every round drops one input, so resending ends."""
         oc = self.report.outcomes
+        unanswered: list[int] = []
         for i, fi in enumerate(piped):
             if _cid_of(fi) in answered:
                 oc["answered"] += 1
@@ -385,9 +390,12 @@ class Fuzzer:
             elif not closed:
                 oc["no_response"] += 1  # acks=0 Produce
             else:
-                oc["connection_closed"] += 1
-                return piped[i + 1:]
-        return []
+                unanswered.append(i)
+        if not unanswered:
+            return []
+        closer = next((i for i in unanswered if piped[i].kind != "valid"), unanswered[0])
+        oc["connection_closed"] += 1
+        return [piped[i] for i in unanswered if i < closer] + [piped[i] for i in unanswered if i > closer]
 
     # --- watching the broker ------------------------------------------------------------
     async def _monitor(self) -> None:

@@ -124,6 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     log_dirs.add_subcommands(sub)
     dump_log.add_subcommands(sub)
 
+    from gregor.console import server as console_server
+
+    console_server.add_subcommands(sub)
+
     from gregor.tools import cluster_cli
 
     cluster_cli.add_subcommands(sub)

@@ -15,6 +15,7 @@ import os
 from typing import Any
 
 from gregor.configdef import CLUSTER_WIDE, LONG_MAX, PER_BROKER, READ_ONLY, ConfigError, Prop, format_value
+from gregor.known_configs import KNOWN_PROPS
 from gregor.security.config import SASL_MECHANISM_PREFIXES, SECURITY_PROPS, listener_overridable
 from gregor.security.listeners import (
     ListenerSpec,
@@ -22,6 +23,7 @@ from gregor.security.listeners import (
     parse_advertised,
     parse_listeners,
 )
+from gregor.security.password_encoder import encoders_from_config
 from gregor.storage.config import (
     CLEANER_PROPS,
     CLEANUP_POLICIES,
@@ -72,11 +74,15 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
            "Linux's receive-buffer autotuning, and at 100 KB the broker spent ~25% more CPU per MB on large "
            "produce requests (window updates every ~100 KB), so Gregor leaves it to the OS"),
     _p("queued.max.requests", "int", 500, lo=1, doc="requests in flight per connection before reads pause"),
+    _p("max.request.partition.size.limit", "int", 2000, lo=1,
+       doc="The most partitions one DescribeTopicPartitions response holds (KIP-966 paging)"),
     # The topic configs' broker-level synonyms (log.segment.bytes, log.retention.hours, message.max.bytes, ...)
     # and the log cleaner's properties: defined in gregor.storage.config, with the topic configs they default.
     *broker_synonym_props(),
     *CLEANER_PROPS,
     *SECURITY_PROPS,
+    # Kafka's configs Gregor accepts and stores with no effect (gregor.known_configs says which and why).
+    *KNOWN_PROPS,
     _p("log.retention.check.interval.ms", "long", 300000, lo=1, doc="How often retention deletes old segments"),
     _p("log.flush.offset.checkpoint.interval.ms", "int", 60000, lo=0,
        doc="How often the recovery points are checkpointed"),
@@ -145,11 +151,14 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
     _p("replica.fetch.backoff.ms", "int", 1000, lo=0, doc="Wait after a failed follower fetch"),
     _p("replica.socket.timeout.ms", "int", 30000, lo=1, doc="Timeout of a follower's fetch requests"),
     _p("num.replica.fetchers", "int", 1, lo=1, mode=CLUSTER_WIDE,
-       doc="Fetcher tasks per source broker: partitions are spread over them by hash"),
+       doc="Fetcher tasks per source broker: partitions are spread over them by hash. Dynamic: a new value "
+           "re-spreads the followed partitions at once (at least half, at most double the current value)"),
     _p("leader.replication.throttled.rate", "long", LONG_MAX, lo=0, mode=PER_BROKER,
        doc="Bytes/s a leader sends to followers of throttled replicas (a reassignment's copying)"),
     _p("follower.replication.throttled.rate", "long", LONG_MAX, lo=0, mode=PER_BROKER,
        doc="Bytes/s a follower fetches for throttled replicas (a reassignment's copying)"),
+    _p("replica.alter.log.dirs.io.max.bytes.per.second", "long", LONG_MAX, lo=1, mode=CLUSTER_WIDE,
+       doc="Bytes/s the copy of a replica moving to another log dir (AlterReplicaLogDirs) reads and writes"),
     _p("replication.quota.window.num", "int", 11, lo=1,
        doc="Samples the replication throttles measure their rate over"),
     _p("replication.quota.window.size.seconds", "int", 1, lo=1,
@@ -299,6 +308,7 @@ class BrokerConfig:
             host, _, count = entry.rpartition(":")
             if not host or not count.strip().isdigit():
                 raise ConfigError(f"max.connections.per.ip.overrides: {entry!r} is not host:count")
+        encoders_from_config(self.get)  # password.encoder.*: an unusable cipher or key length is a startup error
         # Every topic's defaults, checked now: a broker default no log could load is a startup error.
         self.log_config: LogConfig = self._topic_defaults()
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what Gregor and its tests need on a fresh Debian machine: system packages
-# (kcat for the client tests, strace for the durability tests, zookeeper for clusters) and a virtualenv in .venv with
+# (kcat for the client tests, strace for the durability tests, zookeeper for clusters, chromium for the console) and a virtualenv in .venv with
 # the package and test extras.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +15,8 @@ command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 java -version >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
 # Clusters keep their metadata in Apache ZooKeeper; tests and `gregor cluster up` start their own.
 [ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
+# chromium: the web console's tests drive it headless through Playwright (never `playwright install`).
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 if [ ${#missing[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -q

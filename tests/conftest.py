@@ -7,7 +7,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from kazoo.client import KazooClient
 
+from gregor.config import BrokerConfig
+from gregor.metadata.zookeeper import ZooKeeperMetadataStore, parse_connect
 from gregor.tools.local_zookeeper import ZooKeeperServer, zookeeper_available
 from tests.broker_process import BrokerProcess
 
@@ -51,6 +54,38 @@ def zookeeper_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKe
 def zk_connect(zookeeper_server: ZooKeeperServer) -> str:
     """A `zookeeper.connect` value with a chroot of this test's own (brokers create it)."""
     return f"{zookeeper_server.connect}/gregor-test-{uuid.uuid4().hex[:12]}"
+
+
+StoreFactory = Callable[..., ZooKeeperMetadataStore]
+
+
+@pytest.fixture
+def stores(zk_connect: str) -> Iterator[StoreFactory]:
+    """ZooKeeper metadata stores as brokers `broker_id` would open them (closed at the end of the test)."""
+    made: list[ZooKeeperMetadataStore] = []
+
+    def make(broker_id: int = 1, **props: str) -> ZooKeeperMetadataStore:
+        s = ZooKeeperMetadataStore(BrokerConfig({"zookeeper.connect": zk_connect, "broker.id": str(broker_id),
+                                                 "zookeeper.session.timeout.ms": "4000", **props}))
+        made.append(s)
+        return s
+
+    yield make
+    for s in made:
+        s.close()
+
+
+@pytest.fixture
+def raw_zk(zk_connect: str) -> Iterator[KazooClient]:
+    """A plain client on the same chroot, to look at the znodes as Kafka's tools would."""
+    hosts, chroot = parse_connect(zk_connect)
+    zk = KazooClient(hosts=hosts)
+    zk.start(timeout=10)
+    zk.ensure_path(chroot)
+    zk.chroot = chroot
+    yield zk
+    zk.stop()
+    zk.close()
 
 
 # --- how the suite is spread over pytest-xdist workers (scripts/test.sh: -n 3 --dist loadfile) ---

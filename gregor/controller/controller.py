@@ -49,6 +49,7 @@ from gregor.controller.shutdown import ControlledShutdown
 from gregor.metadata.cache import MetadataCache
 from gregor.metadata.store import (
     BROKERS,
+    LOG_DIR_FAILURE,
     SESSION,
     SESSION_LOST,
     BadVersionError,
@@ -163,6 +164,10 @@ class Controller:
             elif self.cache.controller_id == -1:
                 self.spawn(self._elect())
             return
+        if kind == LOG_DIR_FAILURE:
+            if self.active and topic in self.cache.log_dir_failures:
+                self.spawn(self.handle_log_dir_failure(topic))
+            return
         if kind == BROKERS:
             cid = self.cache.controller_id
             if self.active and cid not in (-1, self.broker_id):
@@ -220,6 +225,8 @@ class Controller:
                 t0 = time.monotonic()
                 changed = await self._on_brokers_changed_locked()
                 await self.reassignments.resume_all_locked()
+                for name in sorted(self.cache.log_dir_failures):  # notified before this controller took over
+                    self.spawn(self.handle_log_dir_failure(name))
                 log.info("controller %d: failover done in %.0f ms: %d partition states written", self.broker_id,
                          (time.monotonic() - t0) * 1000, changed)
         finally:
@@ -370,6 +377,33 @@ class Controller:
                      "leaderships remain, in %.0f ms", self.broker_id, broker_id, len(updates), len(remaining),
                      (time.monotonic() - t0) * 1000)
             return ErrorCode.NONE, remaining
+
+    # --- a broker's failed log dir (JBOD) ------------------------------------------------------------------
+    async def handle_log_dir_failure(self, name: str) -> None:
+        """A broker took replicas offline (its log dir failed; the notification `name`): as Kafka's
+        OfflineReplica transition, each partition it leads goes to the first other live ISR replica and it
+        leaves the ISRs (the controlled-shutdown rule, for these partitions only; a partition with no other
+        ISR member stays with it). Then the notification is deleted."""
+        async with self.lock:
+            failure = self.cache.log_dir_failures.get(name)
+            if not self.active or failure is None:
+                return
+            live = {b.broker_id for b in self.cache.brokers()}
+            updates: dict[TopicPartition, tuple[PartitionState, int]] = {}
+            for t, p in failure.partitions:
+                s = self.cache.partition_state(t, p)
+                if s is None:
+                    continue
+                new = election.controlled_shutdown(s, failure.broker, live, self._shutting_down | {failure.broker},
+                                                   self.epoch)
+                if new is not None:
+                    updates[(t, p)] = (new, s.version)
+            await self.write_states(updates)
+            if not self.active:
+                return
+            log.warning("controller %d: broker %d lost a log dir: %d of its %d offline replicas moved or left the ISR",
+                        self.broker_id, failure.broker, len(updates), len(failure.partitions))
+            await asyncio.get_running_loop().run_in_executor(self._writer, self.store.delete_log_dir_event, name)
 
     # --- ElectLeaders and rebalancing (leaders.LeaderElections) -------------------------------------------
     async def elect_leaders(self, election_type: int, partitions: Iterable[TopicPartition] | None

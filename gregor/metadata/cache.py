@@ -29,9 +29,11 @@ from gregor.metadata.store import (
     BROKERS,
     DELETED,
     ENTITY_CONFIGS,
+    LOG_DIR_FAILURE,
     SESSION,
     SESSION_RESTORED,
     BrokerInfo,
+    LogDirFailure,
     MetadataEvent,
     MetadataImage,
     MetadataStore,
@@ -64,6 +66,7 @@ class MetadataCache:
         # a 1,000-partition topic's leader moves arrive as 1,000 events). None for every other event.
         self.changed_partitions: Collection[int] | None = None
         self.session = SESSION_RESTORED  # SESSION_LOST while the store has no session (ZooKeeper expired it)
+        self.log_dir_failures: dict[str, LogDirFailure] = {}  # notifications not handled yet, by name
         self._brokers: tuple[BrokerInfo, ...] = ()
         self._broker_configs: dict[str, dict[str, str]] = {}
         self._entity_configs: dict[str, dict[str, str]] = {}  # "users/alice", "clients/app", ... -> configs
@@ -138,6 +141,12 @@ class MetadataCache:
         elif event.kind == ACLS and event.acl_pattern is not None:
             self.acls.set(event.acl_pattern, event.acls or ())
             self._notify(ACLS, str(event.acl_pattern))
+        elif event.kind == LOG_DIR_FAILURE:  # a broker's failed log dir, for the controller to handle
+            if event.log_dir_failure is not None:
+                self.log_dir_failures[event.entity or ""] = event.log_dir_failure
+            else:
+                self.log_dir_failures.pop(event.entity or "", None)
+            self._notify(LOG_DIR_FAILURE, event.entity or "")
         elif event.kind == SESSION:  # the store's session was lost or restored: listeners get its state
             self.session = event.session or ""
             self._notify(SESSION, self.session)

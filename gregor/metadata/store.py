@@ -228,6 +228,18 @@ ACLS = "acls"
 # "restored" once it registered again and the cache was reloaded. The embedded store never loses it.
 SESSION = "session"
 SESSION_LOST, SESSION_RESTORED = "lost", "restored"
+# A broker's log dir failed (JBOD): `entity` names the notification, `log_dir_failure` holds the broker and
+# the partitions it took offline (None: the notification is gone, the controller handled it).
+LOG_DIR_FAILURE = "log_dir_failure"
+
+
+@dataclass(frozen=True)
+class LogDirFailure:
+    """Kafka's /log_dir_event_notification/log_dir_event_N: `broker` lost a log dir; `partitions` are the
+    replicas it took offline (our addition: Kafka's controller asks the broker with LeaderAndIsr instead)."""
+
+    broker: int
+    partitions: tuple[tuple[str, int], ...]
 
 
 @dataclass(frozen=True)
@@ -249,6 +261,7 @@ class MetadataEvent:
     configs: dict[str, str] | None = None
     acl_pattern: ResourcePattern | None = None  # ACLS events
     acls: frozenset[AccessControlEntry] | None = None
+    log_dir_failure: LogDirFailure | None = None  # LOG_DIR_FAILURE events
 
 
 @dataclass(frozen=True)
@@ -386,6 +399,14 @@ class MetadataStore(ABC):
         """Reserve the next `block_size` producer ids for this broker: (first id, count). Durable
         before it returns, so no id is handed out twice, across restarts and (with ZooKeeper's
         /latest_producer_id_block, the next issue) across brokers."""
+
+    def notify_log_dir_failure(self, broker_id: int, partitions: Sequence[tuple[str, int]]) -> None:  # noqa: B027
+        """Tell the controller that `broker_id` took `partitions` offline (a failed log dir), so it moves their
+        leadership and takes the broker out of their ISRs. A lone broker (the embedded store) has nobody
+        to hand them to: nothing to do."""
+
+    def delete_log_dir_event(self, name: str) -> None:  # noqa: B027
+        """The controller handled the notification `name` (LOG_DIR_FAILURE events' `entity`)."""
 
     def close(self) -> None:  # noqa: B027 - optional hook, most stores hold nothing to release
         """Release connections or files."""

@@ -35,25 +35,27 @@ from gregor.metadata.store import (
     CREATED,
     DELETED,
     ENTITY_CONFIGS,
+    LOG_DIR_FAILURE,
     PARTITIONS,
     SESSION,
     SESSION_LOST,
     SESSION_RESTORED,
     STATE,
     BrokerInfo,
+    LogDirFailure,
     MetadataEvent,
     MetadataImage,
     PartitionState,
     TopicMetadata,
 )
 from gregor.metadata.zk_znodes import (
-    ACL_CHANGE_EXPIRATION_MS,
     ACL_CHANGE_PREFIX,
     ACL_CHANGES,
     ACL_EXT_CHANGES,
     ACL_LITERAL,
     ACL_PREFIXED,
     BROKER_IDS,
+    CHANGE_EXPIRATION_MS,
     CONFIG_BROKERS,
     CONFIG_CHANGE_PREFIX,
     CONFIG_CHANGES,
@@ -64,6 +66,8 @@ from gregor.metadata.zk_znodes import (
     CONFIG_USERS,
     CONTROLLER,
     INTERNAL_TOPICS,
+    LOG_DIR_EVENT_PREFIX,
+    LOG_DIR_EVENTS,
     TOPICS,
     _parse_assignment,
     _parse_broker,
@@ -102,10 +106,11 @@ class ZooKeeperWatcher:
         self._topics: dict[str, _Topic] = {}
         self._broker_configs: dict[str, dict[str, str]] = {}  # /config/brokers/<entity>, the non-empty ones
         self._entity_configs: dict[str, dict[str, str]] = {}  # /config/<entity path> (users, clients), non-empty
-        self._last_config_change = ""  # the newest /config/changes notification read
-        # /kafka-acl... znodes with ACLs: their entries and mzxid; and the last change notification read per root.
+        self._log_dir_events: set[str] = set()  # the /log_dir_event_notification children published
+        # /kafka-acl... znodes with ACLs: their entries and mzxid.
         self._acls: dict[ResourcePattern, tuple[frozenset[AccessControlEntry], int]] = {}
-        self._acl_seen: dict[str, int] = {ACL_CHANGES: -1, ACL_EXT_CHANGES: -1}
+        # The sequence number of the last change notification read, per notification root (_notifications).
+        self._seen: dict[str, int] = {CONFIG_CHANGES: -1, ACL_CHANGES: -1, ACL_EXT_CHANGES: -1}
         self._queue: queue.Queue[tuple[Any, ...]] = queue.Queue()
         # zookeeper.max.in.flight.requests, as Kafka's ZooKeeperClient: pipelined requests wait for a permit,
         # released when ZooKeeper answers (on kazoo's callback thread, which never waits for one).
@@ -230,6 +235,8 @@ class ZooKeeperWatcher:
             self._read_brokers()
         if CONFIG_CHANGES in paths:
             self._read_config_changes()
+        if LOG_DIR_EVENTS in paths:
+            self._read_log_dir_events()
         entity_paths = {p[len(CONFIG_ROOT) + 1:] for p in paths
                         if p.startswith((CONFIG_USERS + "/", CONFIG_CLIENTS + "/", CONFIG_GROUPS + "/"))}
         if entity_paths:
@@ -390,26 +397,85 @@ class ZooKeeperWatcher:
                     cur.meta.configs, cur.config_mzxid = configs, mzxid
                     self._publish_locked(CONFIGS, topic=n, snapshot=cur.meta.copy())
 
-    def _read_config_changes(self) -> None:
-        """New change notifications (and the children watch): re-read each entity they name."""
-        children = sorted(c for c in self._zk.get_children(CONFIG_CHANGES, watch=self._on_watch)
-                          if c.startswith(CONFIG_CHANGE_PREFIX))
-        new = [c for c in children if c > self._last_config_change]
-        if not new:
-            return
-        self._last_config_change = new[-1]
-        reads = [self.call(self._zk.get_async, f"{CONFIG_CHANGES}/{c}") for c in new]
-        paths: set[str] = set()
-        for r in reads:
+    # --- Kafka's change notifications (ZkNodeChangeNotificationListener) ----------------------------------
+    def _notifications(self, root: str, all_read: bool = False) -> list[tuple[str, bytes]]:
+        """The sequential notifications under `root` (/config/changes, /kafka-acl-changes,
+        /kafka-acl-extended-changes) newer than the last one read, oldest first, as (name, data); sets the
+        children watch. With `all_read` (a full re-read of what they point to: start, new session,
+        reconnection) every one is taken as read and none returned. Either way, as Kafka's listener does,
+        the notifications older than CHANGE_EXPIRATION_MS (15 minutes: every broker read them long ago) are
+        deleted; a broker that was away longer reads everything again on its new session."""
+        prefix = NOTIFICATION_PREFIX[root]
+        try:
+            children = sorted((c for c in self._zk.get_children(root, watch=self._on_watch) if c.startswith(prefix)),
+                              key=lambda c: _change_seq(c, prefix))
+        except NoNodeError:
+            children = []
+        seen = self._seen[root]
+        new = [] if all_read else [c for c in children if _change_seq(c, prefix) > seen]
+        reads = {c: self.call(self._zk.get_async, f"{root}/{c}") for c in new}
+        out: list[tuple[str, bytes]] = []
+        for c, r in reads.items():
             try:
-                doc = json.loads(r.get()[0])
-            except (NoNodeError, ValueError):  # purged meanwhile, or not ours to read
+                out.append((c, r.get()[0]))
+            except NoNodeError:  # purged meanwhile by another broker
                 continue
-            path = str(doc.get("entity_path", ""))
+        if children:
+            self._seen[root] = max(seen, _change_seq(children[-1], prefix))
+        self._purge_notifications(root, children)
+        return out
+
+    def _purge_notifications(self, root: str, children: list[str]) -> None:
+        """Delete the expired notifications, oldest first: sequence order is creation order, so the first one
+        younger than CHANGE_EXPIRATION_MS ends the walk (one read when nothing is due)."""
+        now_ms = time.time() * 1000
+        for c in children:
+            try:
+                st = self.call(self._zk.exists_async, f"{root}/{c}").get()
+            except NoNodeError:
+                continue
+            if st is None:
+                continue
+            if now_ms - st.ctime <= CHANGE_EXPIRATION_MS:
+                break
+            self.call(self._zk.delete_async, f"{root}/{c}")  # another broker may win: errors ignored
+
+    def _read_config_changes(self) -> None:
+        """New /config/changes notifications: re-read each entity they name."""
+        paths: set[str] = set()
+        for _, data in self._notifications(CONFIG_CHANGES):
+            try:
+                path = str(json.loads(data).get("entity_path", ""))
+            except (ValueError, AttributeError):  # not ours to read
+                continue
             if path.startswith(("users/", "clients/", "groups/")):
                 paths.add(path)
         if paths:
             self._read_entity_configs(paths)
+
+    def _read_log_dir_events(self) -> None:
+        """Log dir failure notifications (and the children watch): each new one published with its broker
+        and partitions, each gone one (the controller handled it) published as gone."""
+        children = {c for c in self._zk.get_children(LOG_DIR_EVENTS, watch=self._on_watch)
+                    if c.startswith(LOG_DIR_EVENT_PREFIX)}
+        new = sorted(children - self._log_dir_events)
+        gone = sorted(self._log_dir_events - children)
+        reads = [(c, self.call(self._zk.get_async, f"{LOG_DIR_EVENTS}/{c}")) for c in new]
+        events: list[tuple[str, LogDirFailure | None]] = [(c, None) for c in gone]
+        for c, r in reads:
+            try:
+                doc = json.loads(r.get()[0])
+                failure = LogDirFailure(int(doc["broker"]), tuple((str(t), int(p)) for t, p in doc.get("partitions", ())))
+            except NoNodeError:
+                continue
+            except (ValueError, KeyError, TypeError):
+                log.warning("ignoring the log dir event %s: not one this broker can read", c)
+                continue
+            events.append((c, failure))
+        self._log_dir_events = children
+        with self._lock:
+            for c, failure in events:
+                self._publish_locked(LOG_DIR_FAILURE, entity=c, log_dir_failure=failure)
 
     def _all_entity_paths(self) -> set[str]:
         out: set[str] = set()
@@ -434,12 +500,7 @@ class ZooKeeperWatcher:
             paths = self._all_entity_paths()
             with self._lock:
                 paths |= set(self._entity_configs)
-            try:
-                children = [c for c in self._zk.get_children(CONFIG_CHANGES, watch=self._on_watch)
-                            if c.startswith(CONFIG_CHANGE_PREFIX)]
-            except NoNodeError:
-                children = []
-            self._last_config_change = max(children, default="")
+            self._notifications(CONFIG_CHANGES, all_read=True)
         reads = {p: self.call(self._zk.get_async, f"{CONFIG_ROOT}/{p}") for p in paths}
         for p, r in reads.items():
             try:
@@ -493,40 +554,19 @@ class ZooKeeperWatcher:
         with self._lock:
             patterns |= set(self._acls)
         for root in (ACL_CHANGES, ACL_EXT_CHANGES):
-            children = self._zk.get_children(root, watch=self._on_watch)
-            self._acl_seen[root] = max([self._acl_seen[root], *(_change_seq(c) for c in children)])
-            stats = {c: self.call(self._zk.exists_async, f"{root}/{c}") for c in children}
-            self._purge_acl_changes(root, {c: r.get() for c, r in stats.items()})
+            self._notifications(root, all_read=True)
         self._read_acls(patterns)
 
     def _read_acl_changes(self, root: str) -> None:
         """New notifications under `root`: the patterns they name are read again."""
-        children = self._zk.get_children(root, watch=self._on_watch)
-        new = [c for c in children if _change_seq(c) > self._acl_seen[root]]
-        reads = {c: self.call(self._zk.get_async, f"{root}/{c}") for c in new}
         patterns: set[ResourcePattern] = set()
-        stats: dict[str, ZnodeStat | None] = {}
-        for c, r in reads.items():
-            try:
-                data, stats[c] = r.get()
-            except NoNodeError:
-                continue
+        for c, data in self._notifications(root):
             ap = parse_acl_change(root, data)
             if ap is None:
                 log.warning("ignoring the unreadable ACL change notification %s/%s: %r", root, c, data[:200])
             else:
                 patterns.add(ap)
-        if new:
-            self._acl_seen[root] = max(_change_seq(c) for c in new)
         self._read_acls(patterns)
-        self._purge_acl_changes(root, stats)
-
-    def _purge_acl_changes(self, root: str, stats: dict[str, ZnodeStat | None]) -> None:
-        """Delete notifications older than Kafka's 15 minutes (every broker read them long ago)."""
-        now_ms = time.time() * 1000
-        for c, st in stats.items():
-            if st is not None and now_ms - st.ctime > ACL_CHANGE_EXPIRATION_MS:
-                self.call(self._zk.delete_async, f"{root}/{c}")  # another broker may win: errors ignored
 
     def _read_acls(self, patterns: set[ResourcePattern]) -> None:
         """Read the patterns' znodes; publish ACLS for each whose ACLs changed (a removed znode: none left)."""
@@ -599,6 +639,7 @@ class ZooKeeperWatcher:
         self._read_broker_configs(None)
         self._read_entity_configs(None)
         self._read_all_acls()
+        self._read_log_dir_events()
         names = set(self._zk.get_children(TOPICS, watch=self._on_watch))
         with self._lock:
             old = set(self._topics)
@@ -616,6 +657,7 @@ class ZooKeeperWatcher:
         self._read_broker_configs(None)
         self._read_entity_configs(None)
         self._read_all_acls()
+        self._read_log_dir_events()
         names = set(self._zk.get_children(TOPICS, watch=self._on_watch))
         with self._lock:
             gone = [n for n in self._topics if n not in names]
@@ -647,7 +689,12 @@ class ZooKeeperWatcher:
         return self._version
 
 
-def _change_seq(name: str) -> int:
-    """acl_changes_0000000042 -> 42 (-1 for a name not of that form)."""
-    tail = name[len(ACL_CHANGE_PREFIX):] if name.startswith(ACL_CHANGE_PREFIX) else ""
+# The sequential notification roots a broker reads, with their znodes' name prefix.
+NOTIFICATION_PREFIX = {CONFIG_CHANGES: CONFIG_CHANGE_PREFIX, ACL_CHANGES: ACL_CHANGE_PREFIX,
+                       ACL_EXT_CHANGES: ACL_CHANGE_PREFIX}
+
+
+def _change_seq(name: str, prefix: str) -> int:
+    """acl_changes_0000000042 -> 42, config_change_0000000007 -> 7 (-1 for a name not of that form)."""
+    tail = name[len(prefix):] if name.startswith(prefix) else ""
     return int(tail) if tail.isdigit() else -1

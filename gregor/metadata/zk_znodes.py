@@ -27,7 +27,6 @@ CONFIG_BROKERS = "/config/brokers"
 CONFIG_ROOT, CONFIG_CHANGES, CONFIG_CHANGE_PREFIX = "/config", "/config/changes", "config_change_"
 CONFIG_USERS, CONFIG_CLIENTS = "/config/users", "/config/clients"
 CONFIG_GROUPS = "/config/groups"  # KIP-848 group configs
-CONFIG_CHANGES_KEPT = 100  # notifications kept (Kafka deletes them after 15 minutes); older ones are deleted
 # Kafka's ACL layout (AclAuthorizer / ZkAclStore): literal patterns under /kafka-acl/<ResourceType>/<name>,
 # prefixed ones under /kafka-acl-extended/prefixed/<ResourceType>/<name>; every change also creates a
 # sequential notification that brokers watch, /kafka-acl-changes/acl_changes_NNNNNNNNNN (data "Topic:name")
@@ -35,12 +34,17 @@ CONFIG_CHANGES_KEPT = 100  # notifications kept (Kafka deletes them after 15 min
 ACL_LITERAL, ACL_PREFIXED = "/kafka-acl", "/kafka-acl-extended/prefixed"
 ACL_CHANGES, ACL_EXT_CHANGES = "/kafka-acl-changes", "/kafka-acl-extended-changes"
 ACL_CHANGE_PREFIX = "acl_changes_"
-# Notifications older than this are deleted by the brokers that read them (Kafka's 15 minutes).
-ACL_CHANGE_EXPIRATION_MS = 15 * 60 * 1000
+# Change notifications (config and ACL) older than this are deleted by the brokers that read them (Kafka's
+# ZkNodeChangeNotificationListener: 15 minutes).
+CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 CONTROLLER, CONTROLLER_EPOCH = "/controller", "/controller_epoch"
+# Kafka's log dir failure notifications: a broker whose log dir failed creates the sequential
+# /log_dir_event_notification/log_dir_event_NNNNNNNNNN = {"version":1,"broker":B,"event":1} (Gregor adds
+# "partitions": [["t", 0], ...], the replicas it took offline); the controller handles and deletes it.
+LOG_DIR_EVENTS, LOG_DIR_EVENT_PREFIX = "/log_dir_event_notification", "log_dir_event_"
 CLUSTER_ID, PRODUCER_ID_BLOCK = "/cluster/id", "/latest_producer_id_block"
 PERSISTENT_PATHS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, CONFIG_BROKERS, "/cluster", CONFIG_CHANGES, CONFIG_USERS,
-                    CONFIG_CLIENTS, ACL_LITERAL, ACL_PREFIXED, ACL_CHANGES, ACL_EXT_CHANGES)
+                    CONFIG_CLIENTS, ACL_LITERAL, ACL_PREFIXED, ACL_CHANGES, ACL_EXT_CHANGES, LOG_DIR_EVENTS)
 # Partitions created or deleted per multi (~250 bytes each), so a request stays under ZooKeeper's 1 MB
 # jute.maxbuffer, beyond which the server drops the connection.
 PARTITIONS_PER_MULTI = 2000

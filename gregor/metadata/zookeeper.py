@@ -100,12 +100,13 @@ from gregor.metadata.zk_znodes import (  # noqa: F401 - the layout's names are i
     CONFIG_BROKERS,
     CONFIG_CHANGE_PREFIX,
     CONFIG_CHANGES,
-    CONFIG_CHANGES_KEPT,
     CONFIG_ROOT,
     CONFIG_TOPICS,
     CONTROLLER,
     CONTROLLER_EPOCH,
     INTERNAL_TOPICS,
+    LOG_DIR_EVENT_PREFIX,
+    LOG_DIR_EVENTS,
     PARTITIONS_PER_MULTI,
     PERSISTENT_PATHS,
     PRODUCER_ID_BLOCK,
@@ -421,31 +422,27 @@ class ZooKeeperMetadataStore(MetadataStore):
         version = self._watcher.sync(paths) if paths else self._watcher.version
         return [version if r is None else r for r in results]
 
-    def _purge_config_changes(self) -> None:
-        """Keep the newest CONFIG_CHANGES_KEPT notifications (every broker has read older ones long ago)."""
-        children = sorted(c for c in self._zk.get_children(CONFIG_CHANGES) if c.startswith(CONFIG_CHANGE_PREFIX))
-        if len(children) > 2 * CONFIG_CHANGES_KEPT:
-            for c in children[:-CONFIG_CHANGES_KEPT]:
-                try:
-                    self._zk.delete(f"{CONFIG_CHANGES}/{c}")
-                except NoNodeError:
-                    pass
-
     def _apply_one(self, ch: Change) -> list[str]:
         """Write one change; returns the paths the reader must re-read."""
         if isinstance(ch, SetEntityConfigs):
             path = f"{CONFIG_ROOT}/{ch.path}"
             data = config_znode(ch.configs)
-            try:
-                self._zk.set(path, data)
-            except NoNodeError:
+            if ch.entity_type == "groups" and not ch.configs:
+                try:  # a group's configs removed (DeleteGroups, or every config deleted): no znode is left behind
+                    self._zk.delete(path)
+                except NoNodeError:
+                    pass
+            else:
                 try:
-                    self._zk.create(path, data, makepath=True)
-                except NodeExistsError:
                     self._zk.set(path, data)
+                except NoNodeError:
+                    try:
+                        self._zk.create(path, data, makepath=True)
+                    except NodeExistsError:
+                        self._zk.set(path, data)
             note = json.dumps({"version": 2, "entity_path": ch.path}).encode()
+            # Deleted by the readers after 15 minutes (zk_watcher._notifications), as Kafka's brokers do.
             self._zk.create(f"{CONFIG_CHANGES}/{CONFIG_CHANGE_PREFIX}", note, sequence=True, makepath=True)
-            self._purge_config_changes()
             return [path]
         if isinstance(ch, AlterAcls):
             return self._alter_acls(ch)
@@ -605,6 +602,19 @@ class ZooKeeperMetadataStore(MetadataStore):
             pending.append(self._watcher.call(tx.commit_async))
         for r in pending:
             r.get()  # a failure (deleted meanwhile) shows in the final multi, which is retried
+
+    # --- log dir failures (JBOD) ----------------------------------------------------------------
+    def notify_log_dir_failure(self, broker_id: int, partitions: Sequence[tuple[str, int]]) -> None:
+        """Kafka's LogDirEventNotification: a sequential znode the controller watches (module zk_znodes)."""
+        doc = _dumps({"version": 1, "broker": broker_id, "event": 1,
+                      "partitions": [[t, p] for t, p in sorted(partitions)]})
+        self._zk.create(f"{LOG_DIR_EVENTS}/{LOG_DIR_EVENT_PREFIX}", doc, sequence=True, makepath=True)
+
+    def delete_log_dir_event(self, name: str) -> None:
+        try:
+            self._zk.delete(f"{LOG_DIR_EVENTS}/{name}")
+        except NoNodeError:
+            pass
 
     # --- producer ids ----------------------------------------------------------------------
     def allocate_producer_ids(self, block_size: int) -> tuple[int, int]:

@@ -15,6 +15,7 @@ from gregor.protocol.messages.cluster_admin import (
 from gregor.protocol.messages.configs import ALTER_CONFIGS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 from gregor.protocol.messages.consumer_group import CONSUMER_GROUP_DESCRIBE, CONSUMER_GROUP_HEARTBEAT
 from gregor.protocol.messages.describe_producers import DESCRIBE_PRODUCERS
+from gregor.protocol.messages.describe_topic_partitions import DESCRIBE_TOPIC_PARTITIONS
 from gregor.protocol.messages.fetch import FETCH
 from gregor.protocol.messages.find_coordinator import FIND_COORDINATOR
 from gregor.protocol.messages.groups import (
@@ -28,7 +29,7 @@ from gregor.protocol.messages.groups import (
 )
 from gregor.protocol.messages.init_producer_id import INIT_PRODUCER_ID
 from gregor.protocol.messages.list_offsets import LIST_OFFSETS
-from gregor.protocol.messages.log_dirs import DESCRIBE_LOG_DIRS
+from gregor.protocol.messages.log_dirs import ALTER_REPLICA_LOG_DIRS, DESCRIBE_LOG_DIRS
 from gregor.protocol.messages.metadata import METADATA
 from gregor.protocol.messages.offset_for_leader_epoch import OFFSET_FOR_LEADER_EPOCH
 from gregor.protocol.messages.offsets import OFFSET_COMMIT, OFFSET_DELETE, OFFSET_FETCH
@@ -77,6 +78,7 @@ ALL: list[Api] = [
     DELETE_ACLS,
     DESCRIBE_CONFIGS,
     ALTER_CONFIGS,
+    ALTER_REPLICA_LOG_DIRS,
     DESCRIBE_LOG_DIRS,
     CREATE_PARTITIONS,
     DELETE_GROUPS,
@@ -98,6 +100,7 @@ ALL: list[Api] = [
     SASL_AUTHENTICATE,
     DESCRIBE_USER_SCRAM_CREDENTIALS,
     ALTER_USER_SCRAM_CREDENTIALS,
+    DESCRIBE_TOPIC_PARTITIONS,
 ]
 
 BY_KEY: dict[int, Api] = {a.key: a for a in ALL}

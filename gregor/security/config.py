@@ -84,6 +84,21 @@ SECURITY_PROPS: list[Prop] = [
     _p("connection.failed.authentication.delay.ms", "int", 100, lo=0,
        doc="How long the answer to a failed authentication is held back before the connection is closed, "
            "slowing password guessing"),
+    # --- Kafka's PasswordEncoder (gregor.security.password_encoder): dynamic passwords encrypted in the store ---
+    _p("password.encoder.secret", "string", None, sensitive=True,
+       doc="The secret dynamic password configs (listener.name.<l>.ssl.key.password, ...) are encrypted with in "
+           "the metadata store; without it they are refused"),
+    _p("password.encoder.old.secret", "string", None, sensitive=True,
+       doc="The previous password.encoder.secret: at start, stored passwords are decoded with it and written "
+           "back encrypted with the new one"),
+    _p("password.encoder.keyfactory.algorithm", "string", None,
+       choices=("PBKDF2WithHmacSHA512", "PBKDF2WithHmacSHA256", "PBKDF2WithHmacSHA1"),
+       doc="The PBKDF2 variant deriving the key from the secret; unset: PBKDF2WithHmacSHA512 (Kafka's choice)"),
+    _p("password.encoder.cipher.algorithm", "string", "AES/CBC/PKCS5Padding",
+       choices=("AES/CBC/PKCS5Padding", "AES/GCM/NoPadding"), doc="The cipher encrypting dynamic passwords"),
+    _p("password.encoder.key.length", "int", 128, lo=8,
+       doc="Bits of the key derived from the secret (AES: 128, 192 or 256)"),
+    _p("password.encoder.iterations", "int", 4096, lo=1024, doc="PBKDF2 iterations deriving the key"),
     # --- authorizer ---
     _p("authorizer.class.name", "string", "",
        doc="The authorizer: kafka.security.authorizer.AclAuthorizer or "

@@ -22,7 +22,7 @@ Kafka's precedence (KIP-55/KIP-546) that sets it:
 entity names: a quota set for a client-id is shared by every user of that client-id, one set
 for `<default>` user is each user's own, as Kafka's metric tags make it.
 
-Rates are Kafka's windowed rate (gregor.server.rate.SampledRate) over `quota.window.num`
+Rates are Kafka's windowed rate (gregor.rate.SampledRate) over `quota.window.num`
 samples of `quota.window.size.seconds`. When recording makes a rate pass its quota the client
 is throttled for the time that brings the rate over the whole window back to the quota,
 (rate - quota) / quota x window, bounded by the full window (num x size), as Kafka's
@@ -42,8 +42,8 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from gregor.rate import SampledRate
 from gregor.security.principal import desanitize, sanitize  # noqa: F401 - re-exported to the quota handlers
-from gregor.server.rate import SampledRate
 
 PRODUCER_BYTE_RATE = "producer_byte_rate"
 CONSUMER_BYTE_RATE = "consumer_byte_rate"

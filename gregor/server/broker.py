@@ -45,6 +45,7 @@ from gregor.metadata.store import (
     BrokerInfo,
     CreateTopic,
     MetadataStore,
+    SetBrokerConfigs,
     TopicMetadata,
 )
 from gregor.metadata.zookeeper import ZooKeeperMetadataStore  # issue 10: zk
@@ -56,8 +57,11 @@ from gregor.security.tls import ServerTls, TlsSettings
 from gregor.server import throttling
 from gregor.server.dispatcher import Dispatcher
 from gregor.server.dynamic_config import (
+    ALTER_LOG_DIRS_IO,
     CLEANER,
     CONNECTION_LIMITS,
+    FETCHERS,
+    LISTENER_TLS,
     THROTTLES,
     TOPIC_DEFAULTS,
     DynamicBrokerConfig,
@@ -106,10 +110,12 @@ class Broker:
         self.log_manager = LogManager(config.log_dirs, config.log_config, topic_configs,
                                       cleaner_config=CleanerConfig.from_broker(config.get),
                                       load=False, open_files_max=config.get("log.segment.open.files.max"))
+        self.log_manager.mover.rate_bytes_per_s = config.get(ALTER_LOG_DIRS_IO)
         log.info("scanned the log dirs in %.0f ms", (time.monotonic() - t0) * 1000)
         self.topic_admin = TopicAdmin(self.store, self.metadata_cache, config)
         self.dynamic_config = DynamicBrokerConfig(config)
         self.replica_manager = ReplicaManager(config, self.store, self.log_manager, self.metadata_cache)
+        self.replica_manager.on_log_dir_failure = self._on_log_dir_failure
         self.controller = Controller(config, self.store, self.metadata_cache)  # issue 10: ctl
         self.producer_ids = ProducerIdManager(self.store)
         commits = append_via(self.replica_manager, config.get("offsets.commit.required.acks"),
@@ -141,6 +147,7 @@ class Broker:
             send_buffer_bytes=config.get("socket.send.buffer.bytes"),
             receive_buffer_bytes=config.get("socket.receive.buffer.bytes"),
         )
+        self.socket_server.set_listener_limits(self.dynamic_config.listener_connection_limits())
         self.bound_ports: list[int] = []
         # The Prometheus endpoint's counters (gregor.server.metrics): None when metrics.port is unset, and
         # then every hot-path hook is one `is None` test.
@@ -189,6 +196,7 @@ class Broker:
         if self.authorizer is not None:
             self.metadata_cache.add_listener(self.authorizer.on_metadata_change)
         self.metadata_cache.add_listener(throttling.follow_quota_configs(self.quotas, self.metadata_cache))
+        self._rotate_password_secret()
         self._apply_dynamic_configs()
         self.controller.start()  # issue 10: ctl
         self.replica_manager.sync_all()  # new partitions only: the ones on disk are still loading
@@ -289,15 +297,45 @@ class Broker:
         if self._owns_store:
             self.store.close()
 
+    def _on_log_dir_failure(self, log_dir: str, partitions: list[tuple[str, int]]) -> None:
+        """A log dir failed (on the loop): on a cluster the controller is told, so it moves the leadership of
+        these partitions and takes this broker out of their ISRs (Kafka's log dir event notification)."""
+        if not partitions:
+            return
+
+        def notify() -> None:
+            try:
+                self.store.notify_log_dir_failure(self.config.broker_id, partitions)
+            except Exception:  # the store unreachable: followers' ISR shrink still takes this broker out
+                log.exception("could not tell the controller that log dir %s failed", log_dir)
+
+        asyncio.get_running_loop().run_in_executor(None, notify)
+
     def _on_broker_configs(self, kind: str, entity: str) -> None:
         if kind == BROKER_CONFIGS and entity in (DEFAULT_ENTITY, str(self.config.broker_id)):
             self._apply_dynamic_configs()
+
+    def _rotate_password_secret(self) -> None:
+        """With password.encoder.old.secret set, this broker's stored dynamic passwords are decoded with it and
+        written back under password.encoder.secret (Kafka's rotation at start; the cluster default holds
+        no passwords). Synchronous: the start waits for it, as for the registration."""
+        mine = str(self.config.broker_id)
+        rewritten = self.dynamic_config.reencoded(self.metadata_cache.broker_configs(mine))
+        if rewritten is not None:
+            (result,) = self.store.apply([SetBrokerConfigs(mine, rewritten)])
+            if isinstance(result, int):
+                log.info("broker %d: dynamic passwords re-encrypted with the new password.encoder.secret",
+                         self.config.broker_id)
+            else:
+                log.error("broker %d: dynamic passwords not re-encrypted: %s", self.config.broker_id, result)
 
     def _apply_dynamic_configs(self) -> None:
         """This broker's dynamic configs over the cluster default's, applied at once (dynamic_config)."""
         changed = self.dynamic_config.update(self.metadata_cache.broker_configs(DEFAULT_ENTITY),
                                              self.metadata_cache.broker_configs(str(self.config.broker_id)))
         d = self.dynamic_config
+        if ALTER_LOG_DIRS_IO in changed:
+            self.log_manager.mover.rate_bytes_per_s = d.get(ALTER_LOG_DIRS_IO)
         if changed & THROTTLES:
             self.replica_manager.set_replication_throttles(d.get("leader.replication.throttled.rate"),
                                                            d.get("follower.replication.throttled.rate"))
@@ -314,10 +352,17 @@ class Broker:
             # The cleaner threads stop (a clean is aborted) and start again: off the loop, in order.
             self._cleaner_reconfig = asyncio.ensure_future(asyncio.get_running_loop().run_in_executor(
                 None, functools.partial(self.log_manager.reconfigure_cleaner, cleaner)))
-        tls_changed = {lk[0] for n in changed if (lk := listener_key(n)) is not None}
+        tls_changed = {lk[0] for n in changed if (lk := listener_key(n)) is not None and lk[1] in LISTENER_TLS}
         for name, tls in self.listener_tls.items():
             if name.lower() in tls_changed:  # new connections get the new stores; no value is logged
                 tls.reload(TlsSettings.from_config(d, name))
+        if changed & FETCHERS:
+            self.replica_manager.fetcher_manager.resize(d.get("num.replica.fetchers"))
+        if any((lk := listener_key(n)) is not None and lk[1] == "max.connections" for n in changed):
+            limits = d.listener_connection_limits()
+            log.info("broker %d: listener connection limits: %s", self.config.broker_id,
+                     ", ".join(f"{k.upper()}={v}" for k, v in sorted(limits.items())) or "none")
+            self.socket_server.set_listener_limits(limits)
         if changed & CONNECTION_LIMITS:
             log.info("broker %d: connection limits: %s", self.config.broker_id,
                      ", ".join(f"{n}={d.get(n)}" for n in sorted(CONNECTION_LIMITS)))

@@ -6,9 +6,11 @@ ZooKeeper at /config/brokers/<id> and /config/brokers/<default> as Kafka keeps t
 watches both and applies a change at once. A value is taken from, in order: this broker's dynamic
 configs, the cluster default, server.properties, the property's default.
 
-Only the properties in `APPLIED` may be altered: those this broker applies at runtime. A read-only
-property is refused as Kafka refuses it ("Cannot update these configs dynamically"); a property
-Kafka could update but this broker cannot yet apply is refused too, rather than stored and ignored.
+Only the properties in `APPLIED` may be altered: those this broker applies at runtime, and Kafka's
+dynamic configs that have no counterpart here (gregor.known_configs: accepted and stored, documented
+as having no effect). A read-only property is refused as Kafka refuses it ("Cannot update these configs
+dynamically"); a property Kafka could update and this broker has but cannot yet apply is refused too,
+rather than stored and ignored.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from gregor.config import BROKER_PROPS, LISTENER_PREFIX, READ_ONLY, BrokerConfig
-from gregor.configdef import CLUSTER_WIDE, ConfigError, Prop
+from gregor.configdef import CLUSTER_WIDE, PER_BROKER, ConfigError, Prop
+from gregor.known_configs import KNOWN_PROPS
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.security.config import listener_overridable
+from gregor.security.password_encoder import PasswordDecodeError, encoders_from_config
 from gregor.security.tls import TlsSettings, build_server_context, certificate_identity
 from gregor.server.network import parse_ip_overrides
 from gregor.storage.config import CleanerConfig, LogConfig, broker_synonym_props
@@ -39,12 +43,29 @@ CONNECTION_LIMITS = frozenset({"max.connections", "max.connections.per.ip", "max
 # The log cleaner's settings (Kafka's LogCleaner reconfigurable configs): the cleaner threads restart with them.
 CLEANER = frozenset({"log.cleaner.threads", "log.cleaner.backoff.ms", "log.cleaner.dedupe.buffer.size",
                      "log.cleaner.io.buffer.size", "log.cleaner.io.max.bytes.per.second"})
-APPLIED = THROTTLES | TOPIC_DEFAULTS | CONNECTION_LIMITS | CLEANER
+# Kafka's dynamic configs Gregor accepts and stores with no effect (gregor.known_configs): nothing to apply,
+# so storing them is all there is to do; DescribeConfigs' documentation says they have no effect.
+KNOWN_DYNAMIC = frozenset(p.name for p in KNOWN_PROPS if p.mode != READ_ONLY)
+KNOWN_PER_BROKER = frozenset(p.name for p in KNOWN_PROPS if p.mode == PER_BROKER)  # never a cluster default (Kafka's rule)
+# Thread counts (Kafka's DynamicThreadPool): num.replica.fetchers is applied (the follower's fetcher tasks are
+# re-spread, ReplicaFetcherManager.resize); the others are Kafka's pools Gregor does not have (known_configs).
+# Each is validated as Kafka validates it: at least half and at most double the current value.
+THREAD_POOLS = frozenset({"num.replica.fetchers", "num.io.threads", "num.network.threads",
+                          "num.recovery.threads.per.data.dir", "background.threads"})
+FETCHERS = frozenset({"num.replica.fetchers"})
+# The pace of moves between log dirs (AlterReplicaLogDirs; storage/log_mover.py), read at each copy step.
+ALTER_LOG_DIRS_IO = "replica.alter.log.dirs.io.max.bytes.per.second"
+APPLIED = THROTTLES | TOPIC_DEFAULTS | CONNECTION_LIMITS | CLEANER | KNOWN_DYNAMIC | FETCHERS | {ALTER_LOG_DIRS_IO}
 # A TLS listener's key store and trust store, per broker and only listener-prefixed
 # (listener.name.<listener>.ssl.keystore.location, ...): Kafka's reconfigurable SSL configs that apply to
 # PEM stores. New connections get the new context (ServerTls.reload); open ones keep theirs.
 LISTENER_TLS = frozenset({"ssl.keystore.location", "ssl.key.password", "ssl.keystore.key",
                           "ssl.keystore.certificate.chain", "ssl.truststore.location", "ssl.truststore.certificates"})
+# A listener's own connection limit (listener.name.<listener>.max.connections): applied by the socket server
+# to new connections on that listener, besides the broker-wide max.connections. Kafka's cluster-level
+# listener configs (ClusterLevelListenerConfigs): unlike the TLS stores, they may be set as the cluster default.
+LISTENER_CLUSTER_LEVEL = frozenset({"max.connections"})
+LISTENER_APPLIED = LISTENER_TLS | LISTENER_CLUSTER_LEVEL
 
 
 def listener_key(name: str) -> tuple[str, str] | None:
@@ -66,7 +87,7 @@ def prop_of(name: str) -> Prop | None:
 def applied(name: str) -> bool:
     """Whether this broker applies `name` at runtime."""
     lk = listener_key(name)
-    return lk[1] in LISTENER_TLS if lk is not None else name in APPLIED
+    return lk[1] in LISTENER_APPLIED | KNOWN_DYNAMIC if lk is not None else name in APPLIED
 
 # Where a dynamic value comes from: Kafka's ConfigSource ids.
 DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 2, 3
@@ -89,7 +110,8 @@ def validate_alter(configs: Mapping[str, str], current: DynamicBrokerConfig | No
     if later:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically (this broker does "
                                                     f"not apply them at runtime yet): {set(later)}")
-    per_broker = sorted(n for n in configs if listener_key(n) is not None)
+    per_broker = sorted(n for n in configs if n in KNOWN_PER_BROKER or (
+        (lk := listener_key(n)) is not None and lk[1] not in LISTENER_CLUSTER_LEVEL))
     if default and per_broker:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs at default cluster level, "
                                                     f"broker id must be specified: {set(per_broker)}")
@@ -124,6 +146,18 @@ def validate_alter(configs: Mapping[str, str], current: DynamicBrokerConfig | No
             raise KafkaError(ErrorCode.INVALID_CONFIG, f"Log cleaner threads cannot be reduced to less than half "
                                                        f"or increased to more than double the current value "
                                                        f"{now}: {threads}")
+    for name in sorted(THREAD_POOLS & set(parsed)):  # Kafka's DynamicThreadPool.validateReconfiguration
+        if current is None:
+            break
+        new, now = parsed[name], current.get(name)
+        if new == now:
+            continue
+        why = f"Dynamic thread count update validation failed for {name}={new}"
+        if new < now / 2:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"{why}, value should be at least half the current value {now}")
+        if new > now * 2:
+            raise KafkaError(ErrorCode.INVALID_CONFIG,
+                             f"{why}, value should not be greater than double the current value {now}")
     if current is not None and not default:
         _validate_listener_tls(current, parsed)
     return parsed
@@ -133,7 +167,11 @@ def _validate_listener_tls(current: DynamicBrokerConfig, parsed: Mapping[str, An
     """The TLS listeners an alter touches must exist and load their new stores; as in Kafka (without
     ssl.allow.dn.changes / ssl.allow.san.changes) a new key store must keep the certificate's subject
     and subject alternative names, so clients checking them are not broken by a rotation."""
-    touched = {lk[0] for n in parsed if (lk := listener_key(n)) is not None}
+    named = {lk[0] for n in parsed if (lk := listener_key(n)) is not None}
+    unknown = sorted(named - {s.name.lower() for s in current.static.listener_specs})
+    if unknown:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, f"There is no listener {unknown[0].upper()} on this broker")
+    touched = {lk[0] for n in parsed if (lk := listener_key(n)) is not None and lk[1] in LISTENER_TLS}
     tls_listeners = {s.name.lower(): s.name for s in current.static.listener_specs if s.uses_tls}
     for listener in sorted(touched):
         if listener not in tls_listeners:
@@ -173,6 +211,75 @@ class DynamicBrokerConfig:
         self.static = static
         self._mine: dict[str, Any] = {}
         self._default: dict[str, Any] = {}
+        # Kafka's PasswordEncoder: sensitive dynamic configs are stored encrypted (password_encoder).
+        self.encoder, self.old_encoder = encoders_from_config(static.get)
+
+    # --- passwords in the store (Kafka's DynamicBrokerConfig with its PasswordEncoder) ------------------
+    @staticmethod
+    def sensitive(name: str) -> bool:
+        p = prop_of(name)
+        return p is not None and p.sensitive
+
+    def decode_password(self, stored: str) -> str:
+        """A stored password in clear: the current secret first, then password.encoder.old.secret (before the
+        rotation at start rewrote it). PasswordDecodeError when neither opens it or no secret is set."""
+        if self.encoder is None:
+            raise PasswordDecodeError("password.encoder.secret is not set")
+        try:
+            return self.encoder.decode(stored)
+        except PasswordDecodeError:
+            if self.old_encoder is None:
+                raise
+            return self.old_encoder.decode(stored)
+
+    def decode_stored(self, stored: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+        """A stored entity's configs with the passwords in clear, and apart those that cannot be decoded
+        (another secret: kept as stored, never shown)."""
+        clear, opaque = {}, {}
+        for name, text in stored.items():
+            if not self.sensitive(name):
+                clear[name] = text
+                continue
+            try:
+                clear[name] = self.decode_password(text)
+            except PasswordDecodeError:
+                opaque[name] = text
+        return clear, opaque
+
+    def encode_for_store(self, configs: Mapping[str, str]) -> dict[str, str]:
+        """Configs as they are written to the store: passwords encrypted. Kafka's refusal without a secret:
+        INVALID_REQUEST "Password encoder secret not configured"."""
+        out = dict(configs)
+        secret = [n for n in configs if self.sensitive(n)]
+        if secret and self.encoder is None:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Password encoder secret not configured: cannot store the "
+                                                        f"dynamic password configs {sorted(secret)}")
+        for name in secret:
+            assert self.encoder is not None
+            out[name] = self.encoder.encode(configs[name])
+        return out
+
+    def reencoded(self, stored: Mapping[str, str]) -> dict[str, str] | None:
+        """The stored configs with every password the old secret opens encrypted with the new one (Kafka's
+        rotation at start with password.encoder.old.secret); None when nothing needs rewriting."""
+        if self.encoder is None or self.old_encoder is None:
+            return None
+        out, changed = dict(stored), False
+        for name, text in stored.items():
+            if not self.sensitive(name):
+                continue
+            try:
+                self.encoder.decode(text)
+                continue  # already under the new secret
+            except PasswordDecodeError:
+                pass
+            try:
+                out[name] = self.encoder.encode(self.old_encoder.decode(text))
+                changed = True
+            except PasswordDecodeError:
+                log.error("dynamic password config %s could not be decoded with the old or the new "
+                          "password.encoder.secret: left as stored, not applied", name)
+        return out if changed else None
 
     def stored(self, default: bool) -> dict[str, Any]:
         """The parsed dynamic configs of the cluster default (`default`) or of this broker."""
@@ -188,19 +295,27 @@ class DynamicBrokerConfig:
         names |= set(self._mine) | set(self._default)
         return {n for n in names if self.get(n) != before.get(n)}
 
-    @staticmethod
-    def _parse(stored: Mapping[str, str], whose: str) -> dict[str, Any]:
+    def _parse(self, stored: Mapping[str, str], whose: str) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for name, text in stored.items():
             prop = prop_of(name)
-            if prop is None or not applied(name) or (whose == "the cluster default" and listener_key(name)):
+            lk = listener_key(name)
+            if prop is None or not applied(name) or (whose == "the cluster default" and lk is not None
+                                                     and lk[1] not in LISTENER_CLUSTER_LEVEL):
                 shown = "[hidden]" if prop is not None and prop.sensitive else text  # passwords are never logged
                 log.warning("dynamic config %s=%s of %s is not applied by this broker", name, shown, whose)
                 continue
+            if prop.sensitive:
+                try:
+                    text = self.decode_password(text)
+                except PasswordDecodeError as e:  # never fatal; the value itself is never logged
+                    log.error("dynamic password config %s of %s could not be decoded, ignored: %s", name, whose, e)
+                    continue
             try:
                 out[name] = prop.parse(text)
             except ConfigError as e:
-                log.warning("dynamic config %s of %s ignored: %s", name, whose, e)
+                log.warning("dynamic config %s of %s ignored: %s", name, whose,
+                            "invalid value" if prop.sensitive else e)
         return out
 
     def cleaner(self) -> CleanerConfig | None:
@@ -233,7 +348,28 @@ class DynamicBrokerConfig:
         name = f"{LISTENER_PREFIX}{listener.lower()}.{key}"
         if name in self._mine:
             return self._mine[name]
+        if name in self._default:
+            return self._default[name]
         return self.static.listener_get(listener, key, mechanism)
+
+    def listener_own(self, listener: str, key: str) -> Any:
+        """A listener's own (listener-prefixed) value of `key`, dynamic or static; None when only the
+        broker-wide property applies (listener.name.<l>.max.connections: no limit of the listener's own)."""
+        name = f"{LISTENER_PREFIX}{listener.lower()}.{key}"
+        if name in self._mine:
+            return self._mine[name]
+        if name in self._default:
+            return self._default[name]
+        return self.static.listener_overrides.get((listener.lower(), "", key))
+
+    def listener_connection_limits(self) -> dict[str, int]:
+        """Each listener's own max.connections, where one is set (lower-case listener name -> limit)."""
+        out = {}
+        for spec in self.static.listener_specs:
+            v = self.listener_own(spec.name, "max.connections")
+            if v is not None:
+                out[spec.name.lower()] = v
+        return out
 
     def dynamic_names(self) -> set[str]:
         """Every name set in a dynamic layer (the listener-prefixed ones are not in BROKER_PROPS)."""

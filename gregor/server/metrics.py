@@ -59,15 +59,31 @@ TIME_METRICS = ("requestqueuetimems", "localtimems", "remotetimems", "responsese
 _ERROR_NAMES: dict[int, str] = {int(e): e.name for e in ErrorCode}
 
 
+# The same bounds in integer nanoseconds: the request path adds and compares ints (no float division per
+# request); the exposition divides once per scrape.
+TIME_BUCKETS_NS: tuple[int, ...] = tuple(round(b * 1_000_000) for b in TIME_BUCKETS_MS)
+NS_PER_MS = 1_000_000
+
+
+def _ms(value: float, unit: int) -> float:
+    """A value in 1/unit ms as ms: exact ints stay ints (so a bucket bound reads le="1", not "1.0")."""
+    if unit == 1:
+        return value
+    return value // unit if value % unit == 0 else value / unit
+
+
 class Histogram:
-    """Fixed buckets: counts per bucket (the last one +Inf), the sum and the count. Bounded by its buckets."""
+    """Fixed buckets: counts per bucket (the last one +Inf), the sum and the count. Bounded by its buckets.
+    `unit` is how many of the observed unit make a millisecond (1 for ms, NS_PER_MS for ns): exposed in ms."""
 
-    __slots__ = ("bounds", "counts", "sum")
+    __slots__ = ("bounds", "bounds_ms", "counts", "sum", "unit")
 
-    def __init__(self, bounds: tuple[float, ...]) -> None:
+    def __init__(self, bounds: tuple[float, ...], unit: int = 1) -> None:
         self.bounds = bounds
+        self.bounds_ms = bounds if unit == 1 else tuple(_ms(b, unit) for b in bounds)
         self.counts = [0] * (len(bounds) + 1)
-        self.sum = 0.0
+        self.sum: float = 0
+        self.unit = unit
 
     def observe(self, value: float) -> None:
         self.counts[bisect.bisect_left(self.bounds, value)] += 1
@@ -76,16 +92,17 @@ class Histogram:
 
 class RequestStats:
     """One API's RequestMetrics: requests, errors per code, the total time histogram and, for the parts of
-    that time (queue, local, remote, send), their sums (with `requests`, their means): one bisect a request."""
+    that time (queue, local, remote, send), their sums (with `requests`, their means): one bisect a request.
+    Times are kept as integer nanoseconds."""
 
-    __slots__ = ("errors", "name", "part_sums_ms", "requests", "total")
+    __slots__ = ("errors", "name", "part_ns", "requests", "total")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.requests = 0
         self.errors: dict[int, int] = {}  # error code -> responses (or topics, partitions) that carried it
-        self.part_sums_ms = [0.0, 0.0, 0.0, 0.0]  # queue, local, remote, send
-        self.total = Histogram(TIME_BUCKETS_MS)
+        self.part_ns = [0, 0, 0, 0]  # queue, local, remote, send
+        self.total = Histogram(TIME_BUCKETS_NS, NS_PER_MS)
 
 
 class BrokerMetrics:
@@ -124,17 +141,19 @@ class BrokerMetrics:
         """A response was handed to the socket: count it, its error codes and its times."""
         s = self.requests.get(api_key) or self.stats(api_key)
         s.requests += 1
-        parts = s.part_sums_ms
-        parts[0] += queue_ns / 1e6
-        parts[1] += local_ns / 1e6
-        parts[2] += remote_ns / 1e6
-        parts[3] += send_ns / 1e6
-        total_ms = (queue_ns + local_ns + remote_ns + send_ns) / 1e6
+        parts = s.part_ns
+        parts[0] += queue_ns
+        parts[1] += local_ns
+        parts[2] += remote_ns
+        parts[3] += send_ns
+        total = queue_ns + local_ns + remote_ns + send_ns
         h = s.total
-        h.counts[_bisect(TIME_BUCKETS_MS, total_ms)] += 1
-        h.sum += total_ms
+        h.counts[_bisect(TIME_BUCKETS_NS, total)] += 1
+        h.sum += total
         if body is not None:
-            count_errors(body, s.errors)
+            walk = _ERROR_WALKS.get(api_key)
+            if walk is None or not _count_errors_at(body, walk[0], walk[1], s.errors):
+                count_errors(body, s.errors)
 
     def record_failed_authentication(self, listener: str) -> None:
         self.failed_authentication[listener] = self.failed_authentication.get(listener, 0) + 1
@@ -145,6 +164,37 @@ _bisect = bisect.bisect_left
 
 def _dict(obj: Any) -> dict[str, Any] | None:
     return obj if type(obj) is dict else getattr(obj, "__dict__", None)
+
+
+# Where the hot APIs keep their per-partition error codes (topics array, partitions array): walked directly
+# instead of looking at every field of every partition (Kafka's errorCounts is per response type, too).
+_ERROR_WALKS: dict[int, tuple[str, str]] = {0: ("responses", "partition_responses"), 1: ("responses", "partitions")}
+
+
+def _count_errors_at(body: Any, topics_key: str, partitions_key: str, out: dict[int, int]) -> bool:
+    """count_errors for a response of the known shape {error_code?, topics_key: [{partitions_key: [{error_code}]}]}:
+    False (nothing counted) when the body is not of that shape, so the generic walk counts it."""
+    if type(body) is not dict:
+        return False
+    topics = body.get(topics_key)
+    if type(topics) is not list:
+        return False
+    counted: list[int] = []
+    for t in topics:
+        if type(t) is not dict:
+            return False
+        for p in t.get(partitions_key) or ():
+            if type(p) is not dict:
+                return False
+            code = p.get("error_code")
+            if code:
+                counted.append(code)
+    code = body.get("error_code")
+    if code:
+        counted.append(code)
+    for code in counted:
+        out[code] = out.get(code, 0) + 1
+    return True
 
 
 def count_errors(body: Any, out: dict[int, int]) -> None:
@@ -213,12 +263,12 @@ class Exposition:
         self.lines.append(f"# TYPE {name} histogram")
         for labels, h in series:
             acc = 0
-            for bound, n in zip(h.bounds, h.counts, strict=False):
+            for bound, n in zip(h.bounds_ms, h.counts, strict=False):
                 acc += n
                 self.lines.append(f"{name}_bucket{_labels({**labels, 'le': _num(bound)})} {acc}")
             acc += h.counts[-1]
             self.lines.append(f"{name}_bucket{_labels({**labels, 'le': '+Inf'})} {acc}")
-            self.lines.append(f"{name}_sum{_labels(labels)} {_num(h.sum)}")
+            self.lines.append(f"{name}_sum{_labels(labels)} {_num(_ms(h.sum, h.unit))}")
             self.lines.append(f"{name}_count{_labels(labels)} {acc}")
 
     def text(self) -> bytes:
@@ -255,7 +305,7 @@ def collect(broker: Broker) -> bytes:
         e.lines.append(f"# HELP {name} {docs[i]}")
         e.lines.append(f"# TYPE {name} summary")
         for s in reqs:
-            e.lines.append(f'{name}_sum{{request="{s.name}"}} {_num(s.part_sums_ms[i])}')
+            e.lines.append(f'{name}_sum{{request="{s.name}"}} {_num(s.part_ns[i] / NS_PER_MS)}')
             e.lines.append(f'{name}_count{{request="{s.name}"}} {s.requests}')
     e.histogram("kafka_network_requestmetrics_totaltimems",
                 "Total time from request received to response written, ms (TotalTimeMs; histogram_quantile).",
@@ -277,6 +327,9 @@ def collect(broker: Broker) -> bytes:
              [({}, under_min)])
     e.family("kafka_server_replicamanager_offlinereplicacount", "gauge",
              "Hosted partitions whose log failed to load or be created.", [({}, len(rm.offline))])
+    e.family("kafka_log_logmanager_offlinelogdirectorycount", "gauge",
+             "Log dirs of this broker that failed (JBOD: their partitions are offline here).",
+             [({}, len(broker.log_manager.offline_dirs))])
     e.family("kafka_server_replicamanager_isrshrinks_total", "counter",
              "ISR shrinks written by this broker as leader (IsrShrinksPerSec).", [({}, m.isr_shrinks)])
     e.family("kafka_server_replicamanager_isrexpands_total", "counter",

@@ -7,7 +7,7 @@ malformed frame closes only its own connection.
 
 Memory is bounded whoever connects. What the broker holds for clients, and what bounds it:
 
-- Connections: `max.connections` (broker-wide), `max.connections.per.ip` and
+- Connections: `max.connections` (broker-wide; `listener.name.<l>.max.connections` per listener), `max.connections.per.ip` and
   `max.connections.per.ip.overrides` (host:count,...); a connection over a limit is closed
   at once. `connections.max.idle.ms` closes connections with nothing in flight that sent
   nothing and were sent nothing for that long - which also ends clients that stop reading.
@@ -378,7 +378,11 @@ class Connection(asyncio.BufferedProtocol):
         if frames:
             self.backlog.extend(frames)
             if self.metrics is not None:
-                self.received_ns.extend([time.perf_counter_ns()] * len(frames))
+                now_ns = time.perf_counter_ns()
+                if len(frames) == 1:
+                    self.received_ns.append(now_ns)
+                else:
+                    self.received_ns.extend([now_ns] * len(frames))
         self._dispatch_backlog()
 
     def _may_dispatch(self) -> bool:
@@ -428,37 +432,35 @@ class Connection(asyncio.BufferedProtocol):
             return
         if m is not None:
             local_end_ns = time.perf_counter_ns()
-            timing: list[Any] | None = [api_key, None, queue_ns, local_end_ns - started_ns, 0, local_end_ns]
-        else:
-            timing = None
         if result is None:
             self._release(frame)  # no response expected (acks=0)
-            if timing is not None:
-                self._record(timing)
+            if m is not None:
+                m.record_request(api_key, None, queue_ns, local_end_ns - started_ns, 0, 0)
             return
         api, body = result
         if isinstance(body, asyncio.Future):
             slot = _Slot()
             slot.request = frame
-            slot.timing = timing
+            if m is not None:
+                slot.timing = [api_key, None, queue_ns, local_end_ns - started_ns, 0, local_end_ns]
             self.pending.append(slot)
             body.add_done_callback(lambda fut: self._complete(slot, api, version, correlation_id, fut))
             return
         chunks = encode_response(api, version, correlation_id, body)
         self.uncharge(correlation_id)
         self._release(frame)
-        if timing is not None:
-            timing[1] = body
         if not self.pending:
             self._write(chunks)
-            if timing is not None:
-                self._record(timing)
+            if m is not None:  # the common case: no list of timings, the counters at once
+                m.record_request(api_key, body, queue_ns, local_end_ns - started_ns, 0,
+                                 time.perf_counter_ns() - local_end_ns)
         else:
             slot = _Slot()
             slot.chunks = chunks
             slot.done = True
             slot.nbytes = _nbytes(chunks)
-            slot.timing = timing
+            if m is not None:
+                slot.timing = [api_key, body, queue_ns, local_end_ns - started_ns, 0, local_end_ns]
             self.queued_slot_bytes += slot.nbytes
             self.pending.append(slot)
 
@@ -654,6 +656,10 @@ class SocketServer:
         self.tls_handshake_timeout_s = 10.0
         self.connections: set[Connection] = set()
         self.per_ip: collections.Counter[str] = collections.Counter()
+        # listener.name.<listener>.max.connections (lower-case listener name -> limit) and the open
+        # connections of each listener: a listener's own limit applies besides the broker-wide one.
+        self.listener_limits: dict[str, int] = {}
+        self.per_listener: collections.Counter[str] = collections.Counter()
         self.backlogged: set[Connection] = set()  # may have bytes in their transport's buffer
         self.charged_bytes = 0  # read for responses not yet built, all connections
         self.servers: list[asyncio.AbstractServer] = []
@@ -672,6 +678,11 @@ class SocketServer:
         self.max_connections = max_connections
         self.max_connections_per_ip = per_ip
         self.connection_share_bytes = max(self._max_queued_request_bytes // max(max_connections, 1), MEDIUM_FRAME_BYTES)
+    def set_listener_limits(self, limits: dict[str, int]) -> None:
+        """Each listener's own max.connections (static or dynamic); as for the broker-wide limit, open
+        connections over a lowered limit stay open and new ones are refused."""
+        self.listener_limits = dict(limits)
+
     def loop_time(self) -> float:
         assert self._loop is not None
         return self._loop.time()
@@ -681,11 +692,16 @@ class SocketServer:
         """Count a new connection; a reason to close it if it is over a limit."""
         if len(self.connections) >= self.max_connections:
             return f"too many connections: max.connections is {self.max_connections}"
+        listener = conn.listener.name.lower()
+        own = self.listener_limits.get(listener)
+        if own is not None and self.per_listener[listener] >= own:
+            return f"too many connections on listener {conn.listener.name}: listener.name.{listener}.max.connections is {own}"
         limit = self.ip_overrides.get(conn.ip, self.max_connections_per_ip)
         if self.per_ip[conn.ip] >= limit:
             return f"too many connections from {conn.ip}: max.connections.per.ip is {limit}"
         self.connections.add(conn)
         self.per_ip[conn.ip] += 1
+        self.per_listener[listener] += 1
         return None
 
     def refused(self, peer: str, reason: str) -> None:
@@ -704,6 +720,7 @@ class SocketServer:
             self.per_ip[conn.ip] -= 1
             if self.per_ip[conn.ip] <= 0:
                 del self.per_ip[conn.ip]
+            self.per_listener[conn.listener.name.lower()] -= 1
         self.backlogged.discard(conn)
 
     def queued_output_bytes(self) -> int:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -182,6 +183,11 @@ class Partition:
                 self._make_leader_log(log_)
             self.maybe_increment_high_watermark()
 
+    def replace_log(self, log_: Log) -> None:
+        """The log moved to another log dir (AlterReplicaLogDirs): the same records, offsets, epochs and
+        producer state, now read and written in the new place."""
+        self._log = log_
+
     @property
     def high_watermark(self) -> int:
         return self._log.high_watermark if self._log is not None else 0
@@ -297,33 +303,43 @@ class Partition:
         return AppendResult(ErrorCode.NONE, info.first_offset, info.last_offset, info.log_append_time_ms,
                             info.log_start_offset, flush_due=flush_due)
 
-    def flush_after_append(self, end_offset: int, on_progress: Callable[[TopicPartition], None]
-                           ) -> asyncio.Future[None]:
+    def flush_after_append(self, end_offset: int, on_progress: Callable[[TopicPartition], None],
+                           on_flush_ms: Callable[[float], None] | None = None) -> asyncio.Future[None]:
         """flush.messages: a future done once the log is fsynced up to `end_offset` (its exception if the
         fsync failed). One flush runs at a time, on an executor thread, so the event loop goes on serving
         others; appends made meanwhile are covered by the next. `on_progress(key)` is told when the
-        HW moves once a flush is done."""
+        HW moves once a flush is done; `on_flush_ms(ms)` (the metrics' flush time histogram) how long it took."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.flush_waiters.append((end_offset, fut))
         if not self.flushing:
-            self._start_flush(on_progress)
+            self._start_flush(on_progress, on_flush_ms)
         return fut
 
-    def _start_flush(self, on_progress: Callable[[TopicPartition], None]) -> None:
+    def _start_flush(self, on_progress: Callable[[TopicPartition], None],
+                     on_flush_ms: Callable[[float], None] | None) -> None:
         lg = self.log
         target = lg.log_end_offset
         self.flushing = True
-        job = asyncio.get_running_loop().run_in_executor(None, lg.flush, target)
-        job.add_done_callback(lambda f: self._flush_finished(target, f, on_progress))
 
-    def _flush_finished(self, target: int, job: asyncio.Future[None],
-                        on_progress: Callable[[TopicPartition], None]) -> None:
+        def timed_flush() -> float:
+            t0 = time.perf_counter()
+            lg.flush(target)
+            return (time.perf_counter() - t0) * 1000.0
+
+        job = asyncio.get_running_loop().run_in_executor(None, timed_flush)
+        job.add_done_callback(lambda f: self._flush_finished(target, f, on_progress, on_flush_ms))
+
+    def _flush_finished(self, target: int, job: asyncio.Future[float],
+                        on_progress: Callable[[TopicPartition], None],
+                        on_flush_ms: Callable[[float], None] | None) -> None:
         """The fsync up to `target` finished (or failed: the appends are in the log all the same, and
         their producers are told): answer its waiters and let the HW past their appends."""
         self.flushing = False
         error = KafkaStorageError("the flush was cancelled") if job.cancelled() else job.exception()
         if error is not None:
             log.error("flush of %s-%d failed: %s", self.topic, self.index, error)
+        elif on_flush_ms is not None:
+            on_flush_ms(job.result())
         done = [w for w in self.flush_waiters if w[0] <= target]
         self.flush_waiters = [w for w in self.flush_waiters if w[0] > target]
         for _, fut in done:
@@ -341,7 +357,7 @@ class Partition:
         if self.maybe_increment_high_watermark():
             on_progress((self.topic, self.index))
         if self.flush_waiters:  # appended while this flush ran (a closed log's flush returns at once)
-            self._start_flush(on_progress)
+            self._start_flush(on_progress, on_flush_ms)
 
     def maybe_increment_high_watermark(self) -> bool:
         """HW = the smallest LEO in the ISR (a follower that has not fetched since this epoch began holds

@@ -11,6 +11,8 @@ the partition. At most one fetch is in flight per fetcher and its response is bo
 `replica.fetch.response.max.bytes`, so a slow follower never buffers more than that per leader.
 
 Everything runs on the event loop; the ReplicaManager adds and removes partitions as the metadata says.
+`num.replica.fetchers` is dynamic (a cluster-wide broker config, as in Kafka): `resize` spreads the
+partitions over the new number of fetchers without a restart.
 """
 
 from __future__ import annotations
@@ -267,6 +269,8 @@ class ReplicaFetcher:
             log.error("%s-%d: appending what leader %d sent failed: %s; retrying in %d ms",
                       key[0], key[1], self.source, e, m.backoff_ms)
             state.delayed_until = time.monotonic() + m.backoff_ms / 1000.0
+            if isinstance(e, (StorageError, OSError)) and m.on_storage_error is not None:
+                m.on_storage_error(key, e)  # an I/O error fails the log's whole dir (JBOD)
             return
         name = ErrorCode(err).name
         if err in _PAUSE:
@@ -292,6 +296,8 @@ class ReplicaFetcherManager:
         self.metadata_cache = metadata_cache
         self.partition = partition
         self.on_follower_progress = on_follower_progress
+        # Told of a storage error appending to a follower's log (the replica manager fails its log dir on I/O errors).
+        self.on_storage_error: Callable[[TopicPartition, BaseException], None] | None = None
         self.num_fetchers = config.get("num.replica.fetchers")
         self.max_wait_ms = config.get("replica.fetch.wait.max.ms")
         self.min_bytes = config.get("replica.fetch.min.bytes")
@@ -350,6 +356,41 @@ class ReplicaFetcherManager:
         if not fetcher.partitions:
             del self.fetchers[where]
             asyncio.ensure_future(fetcher.stop())
+
+    def resize(self, num_fetchers: int) -> None:
+        """A new `num.replica.fetchers` at runtime (Kafka's AbstractFetcherManager.resizeThreadPool): every
+        partition goes to fetcher hash % num_fetchers of its leader, keeping its fetch state (epoch, pause,
+        backoff); a fetcher left without partitions stops, a new one starts. A fetch in flight for a moved
+        partition is answered to the old fetcher, which no longer holds it and drops the answer (the
+        partition's new fetcher fetches again from the log end, so nothing is appended twice)."""
+        assert num_fetchers >= 1, num_fetchers
+        if num_fetchers == self.num_fetchers or self._stopped:
+            return
+        self.num_fetchers = num_fetchers
+        moved = 0
+        for key, where in list(self._where.items()):
+            new = (where[0], self.fetcher_id(key))
+            if new == where:
+                continue
+            old = self.fetchers.get(where)
+            state = old.partitions.pop(key, None) if old is not None else None
+            if state is None:  # dropped by its fetcher meanwhile (its partition is gone)
+                del self._where[key]
+                continue
+            fetcher = self.fetchers.get(new)
+            if fetcher is None:
+                fetcher = self.fetchers[new] = ReplicaFetcher(self, new[0], new[1])
+                fetcher.start()
+            fetcher.partitions[key] = state
+            self._where[key] = new
+            fetcher.wake()
+            moved += 1
+        for where, fetcher in list(self.fetchers.items()):
+            if not fetcher.partitions:
+                del self.fetchers[where]
+                asyncio.ensure_future(fetcher.stop())
+        log.info("broker %d: num.replica.fetchers=%d: %d partitions moved, %d fetchers now",
+                 self.broker_id, num_fetchers, moved, len(self.fetchers))
 
     def remove_all(self) -> None:
         for key in list(self._where):

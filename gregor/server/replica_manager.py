@@ -141,6 +141,15 @@ class ReplicaManager:
         self.loading: set[tuple[str, int]] = set()
         self.offline: dict[tuple[str, int], str] = {}
         self._deleted_while_loading: set[str] = set()
+        # Until the logs are loaded: with a log dir offline since the start, a hosted partition with no log
+        # in the online dirs may have it in the offline one, so it is offline too rather than created empty
+        # (Kafka creates a log only for a new partition, LeaderAndIsr's isNew, when a dir is offline).
+        self._starting = True
+        self._loop: asyncio.AbstractEventLoop | None = None
+        log_manager.on_dir_failure = self._dir_failed
+        log_manager.mover.on_caught_up = self._move_caught_up
+        # Told (dir, partitions) on the loop when a log dir fails (the broker tells the controller).
+        self.on_log_dir_failure: Callable[[str, list[TopicPartition]], None] | None = None
         # One purgatory for DelayedProduce and DelayedFetch, keyed by partition.
         self.purgatory = Purgatory(config.get("gregor.purgatory.max.operations"), clock)
         # Creating and deleting logs, on executor threads, chained per topic.
@@ -152,6 +161,7 @@ class ReplicaManager:
         # Replication (issue 10): followers fetch from their leaders; leaders write their own ISR changes.
         self.fetcher_manager = ReplicaFetcherManager(config, metadata_cache, self.partitions.get, self._after_progress,
                                                      self.follower_quota)
+        self.fetcher_manager.on_storage_error = lambda key, e: self.storage_failure(key[0], key[1], e)
         self.session_lost = False
         # A controlled shutdown under way: a follower the controller took out of a partition's ISR stops
         # fetching it (Kafka's StopReplica), so its leader cannot take the stopping broker back in.
@@ -208,6 +218,12 @@ class ReplicaManager:
                 if self.log_manager.is_offline(t.name, p):
                     self.offline[key] = self.log_manager.offline[key]
                     continue
+                if self._starting and self.log_manager.offline_dirs and not self.log_manager.knows(t.name, p):
+                    if key not in self.offline:
+                        log.error("%s-%d: no log in the online log dirs and %s offline: the partition is offline",
+                                  t.name, p, ", ".join(self.log_manager.offline_dirs))
+                    self.offline[key] = f"its log may be in an offline log dir ({', '.join(self.log_manager.offline_dirs)})"
+                    continue
                 self.loading.discard(key)
                 self.offline.pop(key, None)
                 lg = None if self.log_work.is_deleting(t.name) else self.log_manager.get_log(t.name, p)
@@ -263,6 +279,11 @@ class ReplicaManager:
         self._deleted_while_loading.clear()
         self.loading.clear()
         self.sync_all()
+        self._starting = False
+        if self.offline and self.log_manager.offline_dirs and self.on_log_dir_failure is not None:
+            # Replicas lost with a dir that failed before this start: the controller moves them too (Kafka's
+            # controller learns them from the LeaderAndIsr answers of a restarted broker).
+            self.on_log_dir_failure(", ".join(self.log_manager.offline_dirs), sorted(self.offline))
 
     def is_loading(self, topic: str, p: int) -> bool:
         return (topic, p) in self.loading
@@ -342,6 +363,53 @@ class ReplicaManager:
             if (topic, p) in self.partitions:
                 self._set_offline(topic, p, LogOfflineError(why))
 
+    def _dir_failed(self, d: str, tps: list[TopicPartition]) -> None:
+        """LogManager.on_dir_failure, on any thread: handled on the loop (`_on_dir_failure`)."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            self._on_dir_failure(d, tps)
+        else:
+            loop.call_soon_threadsafe(self._on_dir_failure, d, tps)
+
+    def _on_dir_failure(self, d: str, tps: list[TopicPartition]) -> None:
+        """A log dir failed: its partitions stop (parked requests answered, fetchers stopped) and answer
+        KAFKA_STORAGE_ERROR; the broker is told (on a cluster it tells the controller, to move leaders)."""
+        why = f"log dir {d} is offline"
+        for topic, p in tps:
+            self._set_offline(topic, p, LogOfflineError(why))
+        cb = self.on_log_dir_failure
+        if cb is not None:
+            cb(d, tps)
+
+    def _move_caught_up(self, tp: TopicPartition) -> None:
+        """A future replica caught up (on the mover's thread): the swap runs on the loop, between appends."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        loop.call_soon_threadsafe(self._complete_move, tp)
+
+    def _complete_move(self, tp: TopicPartition) -> None:
+        new = self.log_manager.swap_future(*tp)
+        part = self.partitions.get(tp)
+        if part is None:
+            return
+        if new is not None:
+            part.replace_log(new)
+        elif tp in self.log_manager.offline:
+            self._set_offline(tp[0], tp[1], LogOfflineError(self.log_manager.offline[tp]))
+
+    def storage_failure(self, topic: str, p: int, e: BaseException) -> None:
+        """An error met on the partition's log: an I/O error fails its whole log dir (LogManager.maybe_fail_dir)."""
+        d = self.log_manager.dir_of(topic, p)
+        if d is not None:
+            self.log_manager.maybe_fail_dir(d, e)
+
     def _set_offline(self, topic: str, p: int, e: Exception) -> None:
         key = (topic, p)
         if key not in self.offline:
@@ -386,7 +454,7 @@ class ReplicaManager:
         now_ms = int(time.time() * 1000)
         results: list[AppendResult] = []
         waiting: list[ProducePartitionStatus] = []
-        flushes: list[tuple[AppendResult, asyncio.Future[None]]] = []
+        flushes: list[tuple[AppendResult, asyncio.Future[None], str, int]] = []
         for topic, p, records, headers, client in entries:
             key = (topic, p)
             try:
@@ -395,12 +463,16 @@ class ReplicaManager:
                                                     client=client)
             except (KafkaError, StorageError, OSError) as e:
                 results.append(append_error(topic, p, e))
+                if not isinstance(e, KafkaError):
+                    self.storage_failure(topic, p, e)
                 continue
             results.append(res)
             if client and self.metrics is not None:  # Kafka's BytesInPerSec / MessagesInPerSec
                 self.metrics.record_append(topic, len(records), res.last_offset - res.base_offset + 1)
             if res.flush_due:
-                flushes.append((res, part.flush_after_append(res.last_offset + 1, self._after_progress)))
+                flushes.append((res, part.flush_after_append(
+                    res.last_offset + 1, self._after_progress,
+                    self.metrics.log_flush.observe if self.metrics is not None else None), topic, p))
             self._after_progress(key)
             if required_acks == -1:
                 waiting.append(ProducePartitionStatus(key, part, res.last_offset + 1, res))
@@ -416,10 +488,11 @@ class ReplicaManager:
             if left == 0 and not fut.done():
                 fut.set_result(results)
 
-        for res, flushed in flushes:
-            def on_flushed(f: asyncio.Future[None], res: AppendResult = res) -> None:
-                if f.exception() is not None:
-                    res.error, res.message = ErrorCode.KAFKA_STORAGE_ERROR, f"flush failed: {f.exception()}"
+        for res, flushed, topic, p in flushes:
+            def on_flushed(f: asyncio.Future[None], res: AppendResult = res, topic: str = topic, p: int = p) -> None:
+                if (exc := f.exception()) is not None:
+                    res.error, res.message = ErrorCode.KAFKA_STORAGE_ERROR, f"flush failed: {exc}"
+                    self.storage_failure(topic, p, exc)
                 one_done()
             flushed.add_done_callback(on_flushed)
         if waiting:
@@ -477,8 +550,10 @@ class ReplicaManager:
                 res, moved = ReadResult(e.code), False
             except StorageError as e:  # its log could not be opened or created, or closed under a deletion
                 res, moved = ReadResult(ErrorCode[e.error]), False
-            except OSError:
+                self.storage_failure(fp.topic, fp.partition, e)
+            except OSError as e:
                 res, moved = ReadResult(ErrorCode.KAFKA_STORAGE_ERROR), False
+                self.storage_failure(fp.topic, fp.partition, e)
             if moved:
                 self._after_progress((fp.topic, fp.partition))
             if params.replica_id >= 0 and part is not None and res.error == ErrorCode.NONE:
@@ -618,6 +693,7 @@ class ReplicaManager:
     # --- replication: the ISR, written by the leader (isr_manager.IsrManager) ----------------
     def start_replication(self) -> None:
         """Start the leader's ISR shrink check on the running loop."""
+        self._loop = asyncio.get_running_loop()
         self.isr.start()
 
     async def stop_replication(self) -> None:

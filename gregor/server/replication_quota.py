@@ -6,7 +6,7 @@ each hold one byte rate, shared by every partition replica the topic configs
 broker. Only replicas outside the ISR are held back, so a throttle never slows the replication that
 acks=all waits for: it paces copying to a new replica, which joins the ISR when it caught up.
 
-The rate is measured as Kafka measures it (gregor.server.rate.SampledRate, shared with the client
+The rate is measured as Kafka measures it (gregor.rate.SampledRate, shared with the client
 quotas): bytes in the last `replication.quota.window.num` samples of
 `replication.quota.window.size.seconds`, over the time they span, that span counted as at least
 all samples but one. So a throttle begins with that many samples' allowance, as in Kafka.
@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 
 from gregor.configdef import LONG_MAX
-from gregor.server.rate import SampledRate
+from gregor.rate import SampledRate
 
 
 class ReplicationQuota:

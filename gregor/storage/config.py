@@ -38,6 +38,29 @@ TIMESTAMP_TYPES = (CREATE_TIME, LOG_APPEND_TIME)
 CLEANUP_POLICIES = ("delete", "compact")
 COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
 
+# KIP-724: message.format.version / log.message.format.version are deprecated since Kafka 3.0 and
+# removed in 4.0. Gregor's baseline is Kafka 4.0's request versions, and its records are always format v2,
+# so the config could simply be unknown, as in 4.0. It is kept as Kafka 3.x keeps it instead: accepted,
+# validated as a Kafka version, stored, described, and ignored (3.x reports the default 3.0-IV1 and writes
+# v2 whatever the value once inter.broker.protocol.version >= 3.0, which is the only behaviour Gregor has).
+# Clients that still set it (librdkafka's tests up to 3.x, topic configs copied from a 3.x cluster) then
+# work, and nothing changes for anyone else: 4.0's clients never send it.
+MESSAGE_FORMAT_VERSION = "3.0-IV1"
+_KAFKA_RELEASES = frozenset({"0.8.0", "0.8.1", "0.8.2", "0.9.0", "0.10.0", "0.10.1", "0.10.2", "0.11.0", "1.0",
+                             "1.1", *(f"2.{i}" for i in range(9)), *(f"3.{i}" for i in range(10))})
+
+
+def valid_kafka_version(text: str) -> bool:
+    """Whether `text` names a Kafka release as Kafka 3.x's MetadataVersion.fromVersionString reads it: the
+    first three parts of a 0.x version (0.10.0.1 is 0.10.0), the first two of a later one (2.8.1 is 2.8),
+    with an optional -IVn (3.0-IV1)."""
+    parts = text.split(".")
+    n = 3 if text.startswith("0.") else 2
+    key = text if n >= len(parts) else ".".join(parts[:n])
+    release, sep, iv = key.partition("-IV")
+    return release in _KAFKA_RELEASES and (not sep or iv.isdigit())
+
+
 MS_PER_MINUTE = 60_000
 MS_PER_HOUR = 3_600_000
 
@@ -133,6 +156,11 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {t.name: t for t in [
            "follower.replication.throttled.rate (a reassignment's copying)."),
     _t("max.message.bytes", "int", 1048588, "message.max.bytes", lo=0,
        doc="The largest record batch (after compression) the partition accepts."),
+    _t("message.format.version", "string", MESSAGE_FORMAT_VERSION, "log.message.format.version",
+       doc="Deprecated, accepted with no effect: records are always stored in format v2, as Kafka 3.x does "
+           "whatever this says once inter.broker.protocol.version is 3.0 or later (KIP-724). Kafka 4.0 removed "
+           "it; Gregor keeps accepting the Kafka versions 3.x accepts (0.8.0 ... 3.9, with or without -IVn) so "
+           "tools and topic configs written for 3.x clusters still apply."),
     _t("message.timestamp.type", "string", CREATE_TIME, "log.message.timestamp.type", choices=TIMESTAMP_TYPES,
        doc="CreateTime keeps the producer's timestamps; LogAppendTime stamps the broker's time."),
     _t("message.timestamp.after.max.ms", "long", 3600000, "log.message.timestamp.after.max.ms", lo=0,
@@ -216,6 +244,7 @@ class LogConfig:
     leader_replication_throttled_replicas: str = _default("leader.replication.throttled.replicas")
     max_compaction_lag_ms: int = _default("max.compaction.lag.ms")
     max_message_bytes: int = _default("max.message.bytes")
+    message_format_version: str = _default("message.format.version")
     message_timestamp_after_max_ms: int = _default("message.timestamp.after.max.ms")
     message_timestamp_before_max_ms: int = _default("message.timestamp.before.max.ms")
     message_timestamp_type: str = _default("message.timestamp.type")
@@ -243,6 +272,10 @@ class LogConfig:
                 raise InvalidConfigError(
                     f"Invalid value {','.join(items)} for configuration {name}: it must be the literal '*' or a "
                     "list of replicas in the form [partitionId]:[brokerId],[partitionId]:[brokerId],...")
+        if not valid_kafka_version(self.message_format_version):  # Kafka 3.x's MetadataVersionValidator
+            raise InvalidConfigError(f"Invalid value {self.message_format_version} for configuration "
+                                     f"message.format.version: Version {self.message_format_version} is not a "
+                                     f"valid version")
         if self.min_compaction_lag_ms > self.max_compaction_lag_ms:  # Kafka's LogConfig.validateValues
             raise InvalidConfigError(
                 f"Invalid value {self.min_compaction_lag_ms} for configuration min.compaction.lag.ms: "

@@ -112,3 +112,15 @@ class TransactionCoordinatorFencedError(StorageError):
     """A transaction marker from a coordinator older than the one whose marker the partition saw last."""
 
     error = "TRANSACTION_COORDINATOR_FENCED"
+
+
+class LogDirNotFoundError(StorageError):
+    """AlterReplicaLogDirs named a path that is not one of this broker's log.dirs."""
+
+    error = "LOG_DIR_NOT_FOUND"
+
+
+class ReplicaNotAvailableError(StorageError):
+    """AlterReplicaLogDirs named a partition that has no replica on this broker."""
+
+    error = "REPLICA_NOT_AVAILABLE"

@@ -39,6 +39,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
+import re
 import shutil
 import time
 from collections.abc import Mapping
@@ -78,9 +79,16 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+_MOVING_DIR = re.compile(r"^(.+)\.[0-9a-f]{32}-(?:future|moved)$")
+
+
 def parse_topic_partition(dir_name: str) -> tuple[str, int]:
-    """`my.topic-name-3` -> ("my.topic-name", 3): the partition follows the last '-'."""
-    topic, sep, partition = os.path.basename(dir_name.rstrip(os.sep)).rpartition("-")
+    """`my.topic-name-3` -> ("my.topic-name", 3): the partition follows the last '-'. A replica being
+    moved to another log dir (`<topic>-<p>.<uuid>-future`, `-moved`; log_mover.py) names its partition too."""
+    name = os.path.basename(dir_name.rstrip(os.sep))
+    if (m := _MOVING_DIR.match(name)) is not None:
+        name = m.group(1)
+    topic, sep, partition = name.rpartition("-")
     if not sep or not topic or not partition.isdigit():
         raise ValueError(f"{dir_name!r} is not a <topic>-<partition> directory name")
     return topic, int(partition)

@@ -35,10 +35,20 @@ Segment files are opened lazily through a bounded cache (segment.OPEN_FILES, cap
 
 The log cleaner (cleaner.py, log compaction) is started once the logs are loaded, on its own
 threads, unless `cleaner_config.enable` (log.cleaner.enable) is false; `cleaner` is it, or None.
+
+JBOD (several log.dirs): a new log goes to the online dir with the fewest logs (Kafka's rule); at
+start each log is found in whatever dir holds it. A log dir fails as a whole, as in Kafka's
+LogDirFailureChannel: one that cannot be created, locked or listed at start, or one where a write,
+flush, roll, creation or checkpoint fails with an I/O error at runtime (`fail_dir`, or
+`maybe_fail_dir` given the error), goes into `offline_dirs`; its logs are closed and become offline
+partitions (KAFKA_STORAGE_ERROR), `on_dir_failure(dir, partitions)` tells the server, and the other
+dirs keep serving. Nothing is written to an offline dir again until a restart finds it healthy. With
+every dir offline, the broker cannot serve: LogManager refuses to start (Kafka halts).
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import itertools
 import logging
@@ -58,7 +68,7 @@ from gregor.storage.checkpoint import (
 )
 from gregor.storage.cleaner import LogCleaner
 from gregor.storage.config import CleanerConfig, LogConfig
-from gregor.storage.errors import LogDirInUseError, StorageError
+from gregor.storage.errors import LogDirInUseError, LogDirNotFoundError, ReplicaNotAvailableError, StorageError
 from gregor.storage.log import Log, now_ms
 from gregor.storage.log_dirs import (  # noqa: F401 - CLEAN_SHUTDOWN_FILE, SEGMENT_SIZES_VERSION: imported from here
     CHECKPOINTS,
@@ -75,11 +85,16 @@ from gregor.storage.log_dirs import (  # noqa: F401 - CLEAN_SHUTDOWN_FILE, SEGME
     segment_files_size,
     write_offsets,
 )
+from gregor.storage.log_mover import LogMover
 from gregor.storage.segment import OPEN_FILES, default_open_files_capacity
 
 logger = logging.getLogger(__name__)
 
 LOCK_FILE = ".lock"
+# I/O errors that say nothing about a log dir's disk: they never fail a dir (maybe_fail_dir).
+_NOT_THE_DISK = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EINTR, errno.EAGAIN})
+# Replicas not on this broker yet that AlterReplicaLogDirs placed on a dir: at most this many are remembered.
+PREFERRED_DIRS_MAX = 10_000
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
 
@@ -119,8 +134,17 @@ class LogManager:
         self.default_config = default_config
         self._topic_configs: dict[str, LogConfig] = dict(topic_configs or {})
         self._logs: dict[TopicPartition, Log] = {}
+        # Moves to another log dir (AlterReplicaLogDirs): future replicas and the thread filling them.
+        self.mover = LogMover(self)
+        self._stale_futures: list[tuple[str, TopicPartition, str]] = []  # moves the last run cut short
+        # AlterReplicaLogDirs for a replica not here yet (a reassignment's new replica): where to create it
+        # (Kafka's preferred log dir), forgotten once used. Bounded: one entry per partition asked about.
+        self._preferred_dirs: dict[TopicPartition, str] = {}
         self._lock = threading.RLock()
         self._cleaner_reconfig_lock = threading.Lock()  # one cleaner restart at a time, none after shutdown
+        # One checkpoint write at a time: two writers (the periodic checkpoint, DeleteRecords) of one file would
+        # share its `.tmp` and one rename would fail, which reads as an I/O error of the dir.
+        self._checkpoint_lock = threading.Lock()
         self._lock_fds: list[int] = []
         self._closed = False
         self.cleaner: LogCleaner | None = None
@@ -134,14 +158,27 @@ class LogManager:
         self._lazy: dict[TopicPartition, Plan] = {}
         self._pending_offsets: dict[str, dict[TopicPartition, int]] = {name: {} for name in CHECKPOINTS}
         self._unclean_dirs: set[str] = set()  # dirs whose last shutdown was not clean
+        self.offline_dirs: dict[str, str] = {}  # failed log dirs, with why (at start or at runtime)
+        # Told (dir, partitions taken offline) when a log dir fails; may be called on any thread.
+        self.on_dir_failure: Callable[[str, list[TopicPartition]], None] | None = None
         self._load_done = threading.Event()
         self._load_started = False
         self.loading = True
         OPEN_FILES.set_capacity(open_files_max if open_files_max > 0 else default_open_files_capacity())
         try:
             for d in self.log_dirs:
-                os.makedirs(d, exist_ok=True)
-                self._lock_fds.append(_lock_dir(d))
+                try:
+                    os.makedirs(d, exist_ok=True)
+                    self._lock_fds.append(_lock_dir(d))
+                    os.listdir(d)
+                except LogDirInUseError:
+                    raise
+                except OSError as e:  # only this dir's partitions are lost: the others serve
+                    self.offline_dirs[d] = f"{type(e).__name__}: {e}"
+                    logger.error("log dir %s is offline (%s): its partitions are offline until a restart finds "
+                                 "it readable", d, e)
+            if len(self.offline_dirs) == len(self.log_dirs):
+                raise StorageError(f"every log dir is offline: {self.offline_dirs}")
             self._scan()
             if load:
                 self.load_logs()
@@ -155,11 +192,14 @@ class LogManager:
 
     def _scan(self) -> None:
         """What the log dirs hold (log_dirs.scan_log_dirs): cheap, before the broker listens."""
-        found = scan_log_dirs(self.log_dirs)
+        found = scan_log_dirs(self.online_dirs())
+        for d, why in found.failed_dirs.items():
+            self.offline_dirs[d] = why
         self._plan, self._lazy, self._pending = found.plan, found.lazy, found.pending
         self._pending_offsets, self._offsets = found.pending_offsets, found.offsets
         self.offline.update(found.offline)
         self._unclean_dirs = found.unclean_dirs
+        self._stale_futures = found.futures
 
     def load_logs(self, open_lazy: bool = True) -> None:
         """Load every log found by the scan that needs recovery (its log dir was not shut down
@@ -198,6 +238,7 @@ class LogManager:
                 self.loading = False
         finally:
             self._load_done.set()
+        self._restart_moves()
         if open_lazy:
             self.open_lazy_logs()
 
@@ -229,7 +270,7 @@ class LogManager:
             if self._closed or self.cleaner is not None:
                 return opened
             if self._cleaner_config.enable:
-                self.cleaner = LogCleaner(self.log_dirs, self.logs, self._cleaner_config)
+                self.cleaner = LogCleaner(self.online_dirs(), self.logs, self._cleaner_config)
                 self.cleaner.start()
         return opened
 
@@ -241,6 +282,120 @@ class LogManager:
         if log is None:
             self.offline[tp] = reason
         return log
+
+    # --- moves between log dirs (AlterReplicaLogDirs; log_mover.py) --------------------------------
+
+    def alter_log_dir(self, topic: str, partition: int, dest: str) -> None:
+        """Move the partition's log to log dir `dest` in the background (a future replica, then a swap).
+        Raises LogDirNotFoundError for a path not in log.dirs, LogOfflineError for an offline dir or log,
+        ReplicaNotAvailableError for a partition with no log here, LogNotLoadedError while it loads."""
+        dest = os.path.abspath(dest)
+        if dest not in self.log_dirs:
+            raise LogDirNotFoundError(f"{dest} is not a log dir of this broker")
+        if dest in self.offline_dirs:
+            raise LogOfflineError(f"log dir {dest} is offline")
+        tp = (topic, partition)
+        with self._lock:
+            self._check_open()
+            if tp in self._pending:
+                raise LogNotLoadedError(f"the log of {topic}-{partition} is still loading")
+            if tp in self.offline:
+                raise LogOfflineError(f"the log of {topic}-{partition} is offline: {self.offline[tp]}")
+            if tp not in self._logs and tp not in self._lazy:
+                # Created there when it comes (Kafka's preferred log dir); the tool asks again until it is here.
+                self._preferred_dirs.pop(tp, None)
+                self._preferred_dirs[tp] = dest
+                while len(self._preferred_dirs) > PREFERRED_DIRS_MAX:  # the oldest wishes go first
+                    del self._preferred_dirs[next(iter(self._preferred_dirs))]
+                raise ReplicaNotAvailableError(f"{topic}-{partition} has no replica on this broker")
+            current = self.get_or_create_log(topic, partition)  # opens a log left unopened since a clean start
+            self.mover.start_move(tp, current, dest)
+
+    def future_replicas(self) -> dict[str, dict[TopicPartition, tuple[int, int]]]:
+        """Per log dir, the future replicas being filled there: (size in bytes, offset lag)."""
+        return self.mover.future_replicas()
+
+    def swap_future(self, topic: str, partition: int) -> Log | None:
+        """Swap the caught-up future replica in (LogMover.swap); call where no append can interleave."""
+        return self.mover.swap((topic, partition))
+
+    def _restart_moves(self) -> None:
+        """Moves a crash or shutdown cut short during the copy begin again from scratch: the stale
+        future replica is removed (the current log is intact) and a new one is made."""
+        stale, self._stale_futures = self._stale_futures, []
+        for d, (topic, p), path in stale:
+            try:
+                remove_log_dir(path, topic, p)
+                if d in self.offline_dirs or not self.knows(topic, p):
+                    continue
+                logger.info("%s-%d: restarting its move to %s, cut short by the last shutdown", topic, p, d)
+                self.alter_log_dir(topic, p, d)
+            except (StorageError, OSError) as e:
+                logger.error("%s-%d: cannot restart its move to %s: %s", topic, p, d, e)
+
+    def online_dirs(self) -> list[str]:
+        return [d for d in self.log_dirs if d not in self.offline_dirs]
+
+    def knows(self, topic: str, partition: int) -> bool:
+        """Whether the partition's log is in an online dir: open, loading, or waiting to be opened."""
+        tp = (topic, partition)
+        return tp in self._logs or tp in self._pending or tp in self._lazy
+
+    def dir_of(self, topic: str, partition: int) -> str | None:
+        """The log dir holding the partition's log, if it is known (open, loading or unopened)."""
+        tp = (topic, partition)
+        with self._lock:
+            log = self._logs.get(tp)
+            if log is not None:
+                return os.path.dirname(log.dir)
+            if tp in self._lazy:
+                return self._lazy[tp][0]
+            if tp in self._pending:
+                return os.path.dirname(self._pending[tp])
+        return None
+
+    def maybe_fail_dir(self, log_or_dir: Log | str, error: BaseException) -> bool:
+        """An error met on a log: if it is an I/O error (an OSError, or a KafkaStorageError caused by
+        one; not a log closed under a deletion), its log dir fails (`fail_dir`). Errors of the process rather
+        than the disk (too many open files, out of memory, interrupted) do not: Kafka takes a dir offline
+        for those too, a well-known way to lose every partition of a broker to a file descriptor leak.
+        Returns whether."""
+        os_error = error if isinstance(error, OSError) else error.__cause__
+        if not isinstance(os_error, OSError) or os_error.errno in _NOT_THE_DISK:
+            return False
+        d = log_or_dir if isinstance(log_or_dir, str) else os.path.dirname(log_or_dir.dir)
+        return bool(self.fail_dir(d, f"{type(error).__name__}: {error}")) or d in self.offline_dirs
+
+    def fail_dir(self, d: str, reason: str) -> list[TopicPartition]:
+        """Take log dir `d` offline (Kafka's LogDirFailureChannel): close its logs, make each an offline
+        partition, tell `on_dir_failure`. Idempotent; returns the partitions it took offline."""
+        with self._lock:
+            if d in self.offline_dirs or d not in self.log_dirs:
+                return []
+            self.offline_dirs[d] = reason
+            why = f"log dir {d} is offline: {reason}"
+            doomed = [tp for tp, log in self._logs.items() if os.path.dirname(log.dir) == d]
+            logs = [self._logs.pop(tp) for tp in doomed]
+            for tp in [tp for tp, plan in self._lazy.items() if plan[0] == d]:
+                del self._lazy[tp]
+                self._forget_pending_offsets(tp)
+                doomed.append(tp)
+            for tp in doomed:
+                self.offline[tp] = why
+            self.mover.abort_in_dir(d)
+        logger.error("log dir %s failed (%s): %d partitions offline, the other log dirs keep serving", d, reason,
+                     len(doomed))
+        if len(self.offline_dirs) == len(self.log_dirs):
+            logger.critical("every log dir is offline: this broker cannot serve any partition")
+        for log in logs:
+            try:
+                log.close()
+            except Exception as e:  # noqa: BLE001 - the dir is failing: closing is best effort
+                logger.debug("closing %s after its dir failed: %s", log.dir, e)
+        cb = self.on_dir_failure
+        if cb is not None:
+            cb(d, doomed)
+        return doomed
 
     @property
     def closed(self) -> bool:
@@ -316,6 +471,7 @@ class LogManager:
             cfg = self.topic_config(topic)
             out: list[tuple[int, Log | Exception]] = []
             created: list[tuple[TopicPartition, Log]] = []
+            failed_dirs: list[tuple[str, BaseException]] = []
             counts: dict[str, int] | None = None
             now = _now() if now_ms is None else now_ms
             try:
@@ -343,45 +499,66 @@ class LogManager:
                     if not _LEGAL_TOPIC.fullmatch(topic) or topic in (".", "..") or p < 0:
                         out.append((p, ValueError(f"illegal topic partition {topic!r} {p}")))
                         continue
-                    d = self.log_dirs[0]
-                    if len(self.log_dirs) > 1:  # counted once per batch: per creation made bulk creation quadratic
+                    online = self.online_dirs()
+                    if not online:
+                        out.append((p, LogOfflineError(f"cannot create {topic}-{p}: every log dir is offline")))
+                        continue
+                    d = online[0]
+                    preferred = self._preferred_dirs.pop(tp, None)
+                    if preferred in online:
+                        d = preferred
+                        if counts is not None:
+                            counts[d] += 1
+                    elif len(online) > 1:  # counted once per batch: per creation made bulk creation quadratic
                         if counts is None:
-                            counts = logs_per_dir(self.log_dirs, self._logs.values())
-                        d = min(self.log_dirs, key=lambda x: counts[x])  # type: ignore[index]
+                            counts = logs_per_dir(self.log_dirs, [*self._logs.values(),
+                                                                  *(m.future for m in self.mover.moves.values())])
+                            for plan in self._lazy.values():
+                                counts[plan[0]] = counts.get(plan[0], 0) + 1
+                        d = min(online, key=lambda x: counts[x])  # type: ignore[index]
                         counts[d] += 1
                     path = os.path.join(d, f"{topic}-{p}")
                     try:
                         log = create_log(path, cfg, now)
                     except (StorageError, OSError) as e:
+                        failed_dirs.append((d, e))
                         out.append((p, e))
                         continue
                     created.append((tp, log))
                     out.append((p, log))
             finally:
                 # Whatever was created so far becomes durable and known, even if a later partition raised.
-                self._commit_created(created, out)
+                fsync_failure = self._commit_created(created, out)
+                if fsync_failure is not None:
+                    failed_dirs.append(fsync_failure)
             for _, log in created:
                 logger.debug("created log %s", log.dir)  # callers summarize: one line per topic, not per partition
-            return out
+        for d, e in failed_dirs:
+            self.maybe_fail_dir(d, e)
+        return out
 
     def _commit_created(self, created: list[tuple[TopicPartition, Log]], out: list[tuple[int, Log | Exception]]
-                        ) -> None:
+                        ) -> tuple[str, OSError] | None:
         """fsync the parent dirs of the logs just created, then make them known. If the fsync fails,
-        they are closed and each gets the error instead (the next start finds their directories)."""
+        they are closed and each gets the error instead (the next start finds their directories); the
+        failed dir and the error are returned (the caller fails the dir, outside the lock)."""
         if not created:
-            return
+            return None
+        d = ""
         try:
             for d in sorted({os.path.dirname(log.dir) for _, log in created}):
                 fsync_dir(d)
         except OSError as e:
+            failure = (d, e)
             failed = {id(log) for _, log in created}
             for _, log in created:
                 log.close()
             err = StorageError(f"cannot make new logs durable: {e}")
             out[:] = [(p, err if id(r) in failed else r) for p, r in out]
-            return
+            return failure
         for tp, log in created:
             self._logs[tp] = log
+        return None
 
     def _forget_pending_offsets(self, tp: TopicPartition) -> None:
         for cname in CHECKPOINTS:
@@ -393,6 +570,7 @@ class LogManager:
         with self._lock:
             if (topic, partition) in self._pending:
                 raise LogNotLoadedError(f"the log of {topic}-{partition} is still loading")
+            self.mover.abort((topic, partition), "the log is deleted")
             log = self._logs.pop((topic, partition), None)
             lazy = self._lazy.pop((topic, partition), None) if log is None else None
             if lazy is not None:
@@ -443,6 +621,7 @@ class LogManager:
                 deleted += log.delete_old_segments(now_ms)
             except StorageError as e:
                 logger.error("retention of %s failed: %s", log.dir, e)
+                self.maybe_fail_dir(log, e)
         return deleted
 
     def flush_dirty_logs(self, now_ms: int) -> int:
@@ -464,6 +643,7 @@ class LogManager:
                         on_flush((time.perf_counter() - t0) * 1000.0)
             except StorageError as e:
                 logger.error("flush of %s failed: %s", log.dir, e)
+                self.maybe_fail_dir(log, e)
         return flushed
 
     def checkpoint(self, high_watermarks: Mapping[TopicPartition, int] | None = None) -> None:
@@ -484,7 +664,7 @@ class LogManager:
         self._write_checkpoint(REPLICATION_OFFSET_CHECKPOINT, lambda tp, log: overrides.get(tp, log.high_watermark))
 
     def _write_checkpoint(self, name: str, value: Callable[[TopicPartition, Log], int]) -> None:
-        by_dir: dict[str, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs}
+        by_dir: dict[str, dict[TopicPartition, int]] = {d: {} for d in self.online_dirs()}
         with self._lock:
             logs = dict(self._logs)
             pending = {tp: (os.path.dirname(self._pending[tp]), o)
@@ -495,7 +675,18 @@ class LogManager:
             by_dir.setdefault(d, {})[tp] = offset
         for tp, log in logs.items():
             by_dir.setdefault(os.path.dirname(log.dir), {})[tp] = value(tp, log)
-        write_offsets(name, by_dir)
+        failed: list[tuple[str, OSError]] = []
+        with self._checkpoint_lock:
+            for d, offsets in by_dir.items():
+                if d in self.offline_dirs:
+                    continue
+                try:
+                    write_offsets(name, {d: offsets})
+                except OSError as e:
+                    logger.error("cannot write %s in %s: %s", name, d, e)
+                    failed.append((d, e))
+        for d, e in failed:
+            self.maybe_fail_dir(d, e)
 
     # --- shutdown -------------------------------------------------------------------------------
 
@@ -512,6 +703,13 @@ class LogManager:
             logs = dict(self._logs)
             lazy = dict(self._lazy)
             unloaded = {os.path.dirname(path) for path in self._pending.values()}
+        self.mover.shutdown()  # a copy under way is begun again at the next start
+        with self._lock:
+            for move in list(self.mover.moves.values()):
+                try:
+                    move.future.close()
+                except StorageError as e:
+                    logger.debug("closing the future replica %s: %s", move.future.dir, e)
         if self.cleaner is not None:
             with self._cleaner_reconfig_lock:
                 self.cleaner.shutdown()  # first: a clean in progress is abandoned, its .cleaned files removed
@@ -533,7 +731,7 @@ class LogManager:
                 failed_dirs.add(os.path.dirname(log.dir))
         sizes = marker_lines(self.log_dirs, logs, lazy)
         for d in self.log_dirs:
-            if d in failed_dirs:
+            if d in failed_dirs or d in self.offline_dirs:
                 continue
             if d in unloaded and d in self._unclean_dirs:
                 logger.warning("no clean-shutdown marker for %s: some of its logs were never loaded and still "

@@ -10,12 +10,20 @@ JSON; --cancel withdraws reassignments under way. The JSON is Kafka's:
 leader.replication.throttled.rate and follower.replication.throttled.rate = B bytes/s; each topic gets
 leader.replication.throttled.replicas (the moving partitions' current replicas, which send) and
 follower.replication.throttled.replicas (their new replicas, which copy). --verify removes all of
-them once every reassignment in the file has completed."""
+them once every reassignment in the file has completed.
+
+`log_dirs` entries other than "any" (absolute paths) place replicas on log dirs, as Kafka's tool does:
+--execute sends AlterReplicaLogDirs (34) to each broker named, retrying while the replica is not there
+yet (a new replica of the reassignment; until --timeout); --verify asks each broker's DescribeLogDirs
+(35) whether the replica sits in its dir (done), is being copied there (a future replica: in progress),
+or neither."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import time
 from typing import Any
 
 from gregor.metadata.store import BrokerInfo
@@ -32,6 +40,7 @@ from gregor.tools.common import (
 from gregor.tools.controller_client import ClusterClient, error_name
 
 Assignment = dict[tuple[str, int], list[int]]
+LogDirs = dict[tuple[str, int, int], str]  # (topic, partition, broker) -> the log dir its replica goes to
 ACTIONS = ("generate", "execute", "verify", "cancel")
 
 
@@ -63,7 +72,7 @@ def parse_topics_json(doc: Any, where: str) -> list[str]:
 
 def parse_reassignment_json(doc: Any, where: str) -> Assignment:
     """Kafka's reassignment JSON, checked: version 1, each partition once, distinct integer replicas,
-    log_dirs (if given) one per replica and all "any" (replicas cannot be placed on a log dir yet)."""
+    log_dirs (if given) one per replica, each "any" or an absolute path (`parse_replica_log_dirs`)."""
     if not isinstance(doc, dict) or not isinstance(doc.get("partitions"), list):
         raise UsageError(f'{where} needs {{"version": 1, "partitions": [{{"topic": "t", "partition": 0, '
                          f'"replicas": [1, 2]}}]}}')
@@ -85,14 +94,95 @@ def parse_reassignment_json(doc: Any, where: str) -> Assignment:
         if dirs is not None:
             if not isinstance(dirs, list) or len(dirs) != len(replicas):
                 raise UsageError(f"{where}: partition {topic}-{partition}: log_dirs needs one entry per replica")
-            if any(d != "any" for d in dirs):
-                raise UsageError(f'{where}: partition {topic}-{partition}: only "any" log dirs are supported')
+            bad = [d for d in dirs if not isinstance(d, str) or (d != "any" and not os.path.isabs(d))]
+            if bad:
+                raise UsageError(f'{where}: partition {topic}-{partition}: log dir {bad[0]!r} is neither "any" nor '
+                                 f"an absolute path")
         if (topic, partition) in out:
             raise UsageError(f"{where}: partition {topic}-{partition} is listed twice")
         out[(topic, partition)] = list(replicas)
     if not out:
         raise UsageError(f"{where} names no partitions")
     return out
+
+
+def parse_replica_log_dirs(doc: Any) -> LogDirs:
+    """The replicas the reassignment JSON (already checked by parse_reassignment_json) places on a log dir."""
+    out: LogDirs = {}
+    for item in doc["partitions"]:
+        for broker, d in zip(item["replicas"], item.get("log_dirs") or [], strict=False):
+            if d != "any":
+                out[(item["topic"], item["partition"], broker)] = d
+    return out
+
+
+def _replica(key: tuple[str, int, int]) -> str:
+    """Kafka's TopicPartitionReplica as its tool prints it: topic-partition-broker."""
+    return f"{key[0]}-{key[1]}-{key[2]}"
+
+
+def move_log_dirs(client: ClusterClient, moves: LogDirs, timeout_s: float) -> list[str]:
+    """AlterReplicaLogDirs to each broker for its replicas in `moves`; a replica not on its broker yet
+    (REPLICA_NOT_AVAILABLE: the reassignment has not created it) is asked again until `timeout_s`.
+    Returns the failures as "t-p-b: ERROR" lines."""
+    pending = dict(moves)
+    failed: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    while pending:
+        by_broker: dict[int, dict[str, dict[str, list[int]]]] = {}
+        for (t, p, b), d in sorted(pending.items()):
+            by_broker.setdefault(b, {}).setdefault(d, {}).setdefault(t, []).append(p)
+        for b, dirs in by_broker.items():
+            resp = client.to_node(b, 34, {"dirs": [
+                {"path": d, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
+                for d, topics in dirs.items()]}, max_version=2)
+            for r in resp.results:
+                for part in r.partitions:
+                    key = (r.topic_name, part.partition_index, b)
+                    if part.error_code == ErrorCode.REPLICA_NOT_AVAILABLE and time.monotonic() < deadline:
+                        continue
+                    if part.error_code != ErrorCode.NONE:
+                        failed.append(f"{_replica(key)}: {error_name(part.error_code)}")
+                    pending.pop(key, None)
+        if pending:
+            time.sleep(0.2)
+    return failed
+
+
+def verify_log_dirs(client: ClusterClient, moves: LogDirs) -> bool:
+    """Print where each replica of `moves` is (DescribeLogDirs of its broker); whether all arrived."""
+    done = True
+    by_broker: dict[int, list[tuple[str, int, int]]] = {}
+    for key in sorted(moves):
+        by_broker.setdefault(key[2], []).append(key)
+    for b, keys in sorted(by_broker.items()):
+        topics: dict[str, list[int]] = {}
+        for t, p, _ in keys:
+            topics.setdefault(t, []).append(p)
+        resp = client.to_node(b, 35, {"topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]},
+                              max_version=4)
+        current: dict[tuple[str, int], str] = {}
+        future: dict[tuple[str, int], str] = {}
+        for r in resp.results:
+            if r.error_code != ErrorCode.NONE:
+                continue
+            for t in r.topics:
+                for part in t.partitions:
+                    (future if part.is_future_key else current)[(t.name, part.partition_index)] = r.log_dir
+        for t, p, _ in keys:
+            want = moves[(t, p, b)]
+            if current.get((t, p)) == want and (t, p) not in future:
+                print(f"Reassignment of replica {_replica((t, p, b))} completed successfully.")
+                continue
+            done = False
+            if future.get((t, p)) == want:
+                print(f"Reassignment of replica {_replica((t, p, b))} is still in progress.")
+            elif (t, p) not in current:
+                print(f"Partition {t}-{p} is not found in any live log dir on broker {b}. There is likely an "
+                      f"offline log directory on the broker.")
+            else:
+                print(f"Partition {t}-{p} on broker {b} is not being moved from log dir {current[(t, p)]} to {want}.")
+    return done
 
 
 def format_json(assignment: Assignment) -> str:
@@ -230,7 +320,9 @@ def cmd_reassign(args: argparse.Namespace) -> int:
     else:
         if not args.reassignment_json_file:
             raise UsageError(f"--{action} needs --reassignment-json-file FILE")
-        target = parse_reassignment_json(_read(args.reassignment_json_file), args.reassignment_json_file)
+        doc = _read(args.reassignment_json_file)
+        target = parse_reassignment_json(doc, args.reassignment_json_file)
+        dir_moves = parse_replica_log_dirs(doc)
     if args.throttle is not None and (action != "execute" or args.throttle < 0):
         raise UsageError("--throttle takes a rate in bytes/s >= 0, with --execute")
     timeout_ms = int(timeout_s(args) * 1000)
@@ -259,11 +351,24 @@ def cmd_reassign(args: argparse.Namespace) -> int:
                 print("Warning: You must run --verify periodically, until the reassignment completes, to ensure "
                       "the throttle is removed.")
                 print(f"The inter-broker throttle limit was set to {args.throttle} B/s")
-            failed = _alter(client, dict(target), timeout_ms)
-            if failed:
-                print("Error reassigning partition(s):\n" + "\n".join(failed))
-                return 1
-            print(f"Successfully started partition reassignments for {','.join(f'{t}-{p}' for t, p in sorted(target))}")
+            changing = {tp: r for tp, r in target.items() if current[tp] != r} if dir_moves else dict(target)
+            if changing:
+                failed = _alter(client, changing, timeout_ms)
+                if failed:
+                    print("Error reassigning partition(s):\n" + "\n".join(failed))
+                    return 1
+                print("Successfully started partition reassignments for "
+                      f"{','.join(f'{t}-{p}' for t, p in sorted(changing))}")
+            if dir_moves:
+                failed = move_log_dirs(client, dir_moves, timeout_s(args))
+                started = [_replica(k) for k in sorted(dir_moves) if not any(f.startswith(_replica(k) + ":")
+                                                                             for f in failed)]
+                if started:
+                    print(f"Successfully started log directory move{'s' if len(started) > 1 else ''} for: "
+                          f"{','.join(started)}")
+                if failed:
+                    print("Error moving replica(s) between log directories:\n" + "\n".join(failed))
+                    return 1
             return 0
         if action == "cancel":
             failed = _alter(client, dict.fromkeys(target), timeout_ms)
@@ -291,6 +396,10 @@ def cmd_reassign(args: argparse.Namespace) -> int:
                 print(f"There is no active reassignment of partition {name}, but replica set is {have} rather "
                       f"than {','.join(map(str, target[tp]))}.")
                 done = False
+        if dir_moves:
+            print()
+            print("Status of log directory movement:")
+            done = verify_log_dirs(client, dir_moves) and done
         if done:
             brokers = clear_throttle(client, [t for t, _ in target])
             print(f"Clearing broker-level throttles on brokers {','.join(map(str, brokers))}")

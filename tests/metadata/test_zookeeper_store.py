@@ -8,7 +8,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from kazoo.client import KazooClient
@@ -42,36 +42,7 @@ from gregor.metadata.store import (
 )
 from gregor.metadata.zookeeper import ZooKeeperMetadataStore, parse_connect
 from gregor.tools.local_zookeeper import ZooKeeperServer, free_port
-
-StoreFactory = Callable[..., ZooKeeperMetadataStore]
-
-
-@pytest.fixture
-def stores(zk_connect: str) -> Iterator[StoreFactory]:
-    made: list[ZooKeeperMetadataStore] = []
-
-    def make(broker_id: int = 1, **props: str) -> ZooKeeperMetadataStore:
-        s = ZooKeeperMetadataStore(BrokerConfig({"zookeeper.connect": zk_connect, "broker.id": str(broker_id),
-                                                 "zookeeper.session.timeout.ms": "4000", **props}))
-        made.append(s)
-        return s
-
-    yield make
-    for s in made:
-        s.close()
-
-
-@pytest.fixture
-def raw_zk(zk_connect: str) -> Iterator[KazooClient]:
-    """A plain client on the same chroot, to look at the znodes as Kafka's tools would."""
-    hosts, chroot = parse_connect(zk_connect)
-    zk = KazooClient(hosts=hosts)
-    zk.start(timeout=10)
-    zk.ensure_path(chroot)
-    zk.chroot = chroot
-    yield zk
-    zk.stop()
-    zk.close()
+from tests.conftest import StoreFactory
 
 
 def _topic(name: str, n: int = 3, replicas: list[int] | None = None) -> TopicMetadata:
@@ -452,3 +423,36 @@ def test_user_and_client_configs_reach_other_stores_through_change_notifications
             a.set_entity_configs("users", "alice/app", {"x": "1"})
     finally:
         ev.close()
+
+
+def test_change_notifications_purged_after_expiration(stores: StoreFactory, raw_zk: KazooClient,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kafka's policy for both kinds of sequential notification (/config/changes, /kafka-acl-changes): a
+    reader deletes the ones older than the expiration (15 minutes; 300 ms here) once it has read them, and
+    keeps the young ones; another broker still gets every change."""
+    from gregor.metadata import zk_watcher
+    from gregor.security.acl import (
+        AccessControlEntry,
+        AclOperation,
+        AclPermissionType,
+        PatternType,
+        ResourcePattern,
+        ResourceType,
+    )
+
+    monkeypatch.setattr(zk_watcher, "CHANGE_EXPIRATION_MS", 300)
+    a, b = stores(1), stores(2)
+    ace = AccessControlEntry("User:alice", "*", AclOperation.READ, AclPermissionType.ALLOW)
+    topic = ResourcePattern(ResourceType.TOPIC, "purged", PatternType.LITERAL)
+    a.set_entity_configs("users", "old", {"consumer_byte_rate": "1"})
+    a.alter_acls(topic, frozenset({ace}))
+    assert len(raw_zk.get_children("/config/changes")) == 1 and len(raw_zk.get_children("/kafka-acl-changes")) == 1
+    time.sleep(0.5)  # both notifications expire
+    a.set_entity_configs("users", "new", {"consumer_byte_rate": "2"})
+    a.alter_acls(topic, remove=frozenset({ace}))
+    _wait(lambda: b.snapshot().entity_configs.get("users/new") == {"consumer_byte_rate": "2"}
+          and topic not in b.snapshot().acls)
+    _wait(lambda: len(raw_zk.get_children("/config/changes")) == 1 and len(raw_zk.get_children("/kafka-acl-changes")) == 1)
+    assert b.snapshot().entity_configs["users/old"] == {"consumer_byte_rate": "1"}
+    (note,) = raw_zk.get_children("/config/changes")
+    assert json.loads(raw_zk.get(f"/config/changes/{note}")[0])["entity_path"] == "users/new"

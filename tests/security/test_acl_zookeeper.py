@@ -7,15 +7,13 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
-import pytest
 from confluent_kafka import KafkaException
 from kazoo.client import KazooClient
 
-from gregor.config import BrokerConfig
 from gregor.metadata.store import ACLS
-from gregor.metadata.zookeeper import ZooKeeperMetadataStore, parse_connect
+from gregor.metadata.zookeeper import ZooKeeperMetadataStore
 from gregor.security.acl import (
     AccessControlEntry,
     AclOperation,
@@ -25,37 +23,9 @@ from gregor.security.acl import (
     ResourceType,
 )
 from tests.broker_process import BrokerProcess
+from tests.conftest import StoreFactory
 from tests.metadata.test_zookeeper_store import Events
 from tests.wire import WireClient
-
-StoreFactory = Callable[..., ZooKeeperMetadataStore]
-
-
-@pytest.fixture
-def stores(zk_connect: str) -> Iterator[StoreFactory]:
-    made: list[ZooKeeperMetadataStore] = []
-
-    def make(broker_id: int = 1) -> ZooKeeperMetadataStore:
-        s = ZooKeeperMetadataStore(BrokerConfig({"zookeeper.connect": zk_connect, "broker.id": str(broker_id),
-                                                 "zookeeper.session.timeout.ms": "4000"}))
-        made.append(s)
-        return s
-
-    yield make
-    for s in made:
-        s.close()
-
-
-@pytest.fixture
-def raw_zk(zk_connect: str) -> Iterator[KazooClient]:
-    hosts, chroot = parse_connect(zk_connect)
-    zk = KazooClient(hosts=hosts)
-    zk.start(timeout=10)
-    zk.ensure_path(chroot)
-    zk.chroot = chroot
-    yield zk
-    zk.stop()
-    zk.close()
 
 
 def _ace(principal: str, op: AclOperation = AclOperation.READ) -> AccessControlEntry:

@@ -26,8 +26,10 @@ from kafka import KafkaConsumer, KafkaProducer
 from gregor.security.tls import PrincipalMapper, distinguished_name
 from tests.broker_process import BrokerProcess
 from tests.security.certs import Pki, make_pki
+from tests.server.test_metrics import metrics_url, scrape, value
 
 N = 200
+FAILED_AUTH = "kafka_server_socketserver_failedauthentication_total"
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +49,7 @@ def tls_broker(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[B
         "listener.name.mtls.ssl.client.auth": "required",
         "num.partitions": "1",
         "group.initial.rebalance.delay.ms": "0",
+        "metrics.port": "0",  # failed handshakes count in failed-authentication-total
     }).start()
     yield b
     b.kill()
@@ -194,11 +197,18 @@ def _refused(conf: dict[str, Any]) -> str:
 def test_refused_client_certificates(tls_broker: BrokerProcess, pki: Pki, who: str | None, client_sees: str,
                                      broker_logs: str) -> None:
     since = len(tls_broker.log_lines)
+    url = metrics_url(tls_broker)
+    failed_before = value(scrape(url), FAILED_AUTH, listener="MTLS")
     errors = _refused(_rdkafka_conf(tls_broker, pki, "MTLS", who))
     assert client_sees in errors.lower(), errors
     line = _wait_log(tls_broker, "TLS handshake with 127.0.0.1:", since, reason=broker_logs)
     assert "on listener MTLS failed" in line and broker_logs in line.lower(), line
     assert "before any" not in line
+    refused = sum(1 for ln in tls_broker.log_lines[since:] if "TLS handshake with 127.0.0.1:" in ln)
+    # Every refused handshake counts (the client retried while _refused waited); none on the other listeners.
+    samples = scrape(url)
+    assert value(samples, FAILED_AUTH, listener="MTLS") - failed_before >= refused >= 1
+    assert value(samples, FAILED_AUTH, listener="PLAINTEXT") == 0
 
 
 def test_client_refuses_a_broker_it_does_not_trust(tls_broker: BrokerProcess, pki: Pki) -> None:

@@ -104,7 +104,7 @@ def test_api_versions_every_version(broker: BrokerProcess, version: int) -> None
     assert resp.error_code == 0
     keys = {k.api_key for k in resp.api_keys}
     assert keys == {0, 1, 2, 3, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28,
-                    29, 30, 31, 32, 33, 35, 36, 37, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 60, 61, 65, 66, 68, 69}
+                    29, 30, 31, 32, 33, 34, 35, 36, 37, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 60, 61, 65, 66, 68, 69, 75}
     c.close()
 
 

@@ -120,7 +120,7 @@ def test_alter_refusals(start_broker: StartBroker) -> None:
     b = start_broker()
     for configs, code, text in [
             ({"log.retention.hours": "1"}, KafkaError.INVALID_REQUEST, "Cannot update these configs dynamically"),
-            ({"num.replica.fetchers": "2"}, KafkaError.INVALID_REQUEST, "does not apply them at runtime"),
+            ({"advertised.listeners": "PLAINTEXT://h:1"}, KafkaError.INVALID_REQUEST, "does not apply them at runtime"),
             ({"log.cleaner.min.compaction.lag.ms": "10", "log.cleaner.max.compaction.lag.ms": "5"},
              KafkaError.INVALID_CONFIG, "Invalid topic config defaults"),
             ({"max.connections.per.ip.overrides": "nocount"}, KafkaError.INVALID_CONFIG, "host:count"),
@@ -226,6 +226,28 @@ def test_cluster_default_reaches_the_other_broker_on_zookeeper(start_broker: Sta
         assert time.monotonic() < deadline, "the group config did not reach broker 1"
         time.sleep(0.1)
 
+    # DeleteGroups removes the group's /config/groups znode: an empty group (offsets committed by a consumer
+    # that never joined) with a config, deleted through the admin client.
+    from confluent_kafka import Consumer, TopicPartition
+    from kazoo.client import KazooClient
+
+    r = _group_request(b0.bootstrap, 44, 1, {"resources": [{"resource_type": 32, "resource_name": "zk-gone", "configs": [
+        {"name": "consumer.session.timeout.ms", "config_operation": 0, "value": "50000"}]}], "validate_only": False})
+    assert r.responses[0].error_code == 0, r.responses[0].error_message
+    c = Consumer({"bootstrap.servers": b0.bootstrap, "group.id": "zk-gone"})
+    try:
+        c.commit(offsets=[TopicPartition("zk-plain", 0, 0)], asynchronous=False)
+    finally:
+        c.close()
+    zk = KazooClient(hosts=zk_connect)
+    zk.start(10)
+    try:
+        assert zk.exists("/config/groups/zk-gone") is not None
+        admin.delete_consumer_groups(["zk-gone"])["zk-gone"].result(30)
+        assert zk.exists("/config/groups/zk-gone") is None
+    finally:
+        zk.stop()
+
 
 @pytest.mark.parametrize("name", ["log.retention.ms", "log.segment.bytes", "message.max.bytes", "log.cleanup.policy",
                                   "max.connections", "max.connections.per.ip"])
@@ -265,7 +287,7 @@ def test_listener_keystore_rotated_by_alter_configs(start_broker: StartBroker, t
     pki = make_pki(tmp_path / "pki")
     _signed(pki.dir, "broker-rotated", "/CN=broker/O=gregor", "evil-ca", san="IP:127.0.0.1,DNS:localhost")
     b = start_broker({"listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
-                      "ssl.keystore.location": pki.keystore("broker")})
+                      "ssl.keystore.location": pki.keystore("broker"), "password.encoder.secret": "rotate-me"})
     ssl_bootstrap = b.bootstrap_of("SSL")
     assert _served_issuer(ssl_bootstrap, pki.ca) == "gregor-test-ca"
     key = "listener.name.ssl.ssl.keystore.location"
@@ -406,3 +428,11 @@ def test_group_configs(start_broker: StartBroker) -> None:
         c.close()
     assert alter("g1", {"consumer.heartbeat.interval.ms": None, "consumer.session.timeout.ms": None}) == (0, None)
     assert describe("g1")["consumer.heartbeat.interval.ms"].config_source == 5
+
+    # A group's configs are deleted with the group (DeleteGroups): a new group of that name gets the defaults.
+    assert alter("g1", {"consumer.session.timeout.ms": "50000"}) == (0, None)
+    assert alter("g-other", {"consumer.session.timeout.ms": "50000"}) == (0, None)
+    admin.delete_consumer_groups(["g1"])["g1"].result(30)
+    e = describe("g1")["consumer.session.timeout.ms"]
+    assert (e.value, e.config_source) == ("45000", 5)
+    assert describe("g-other")["consumer.session.timeout.ms"].config_source == 8  # other groups keep theirs

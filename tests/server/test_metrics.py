@@ -107,6 +107,25 @@ def test_produce_counts_bytes_and_messages_in(mbroker: BrokerProcess) -> None:
     assert value(after, "kafka_server_socketserver_connections", listener="PLAINTEXT") >= 1
 
 
+def test_flush_messages_fsyncs_are_timed(mbroker: BrokerProcess) -> None:
+    """flush.messages=1: the produce path's own fsyncs (off the loop, before the answer) count in Kafka's
+    LogFlushRateAndTimeMs, as the periodic flushes do."""
+    url = metrics_url(mbroker)
+    topic = "metrics-flush"
+    admin = AdminClient({"bootstrap.servers": mbroker.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1, config={"flush.messages": "1"})])[topic].result(10)
+    name = "kafka_log_logflushstats_logflushrateandtimems"
+    before = value(scrape(url), f"{name}_count")
+    p = Producer({"bootstrap.servers": mbroker.bootstrap, "linger.ms": 0, "max.in.flight": 1})
+    for i in range(5):  # one request at a time: every append is its own flush
+        p.produce(topic, value=b"f%d" % i)
+        assert p.flush(10) == 0
+    s = scrape(url)
+    assert value(s, f"{name}_count") - before >= 5
+    assert value(s, f"{name}_bucket", le="+Inf") == value(s, f"{name}_count")
+    assert value(s, f"{name}_sum") > 0
+
+
 def test_fetch_bytes_out_and_consumer_lag(mbroker: BrokerProcess) -> None:
     url = metrics_url(mbroker)
     topic, group, n = "metrics-lag", "metrics-group", 300

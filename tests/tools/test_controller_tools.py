@@ -64,7 +64,7 @@ def test_reassignment_json_round_trip_and_checks() -> None:
         ({"version": 2, "partitions": []}, "version 2"),
         ({"partitions": [{"topic": "t", "partition": 0, "replicas": []}]}, "non-empty list"),
         ({"partitions": [{"topic": "t", "partition": 0, "replicas": [1, 1]}]}, "duplicate replicas"),
-        ({"partitions": [{"topic": "t", "partition": 0, "replicas": [1], "log_dirs": ["/d"]}]}, '"any"'),
+        ({"partitions": [{"topic": "t", "partition": 0, "replicas": [1], "log_dirs": ["d"]}]}, 'neither "any"'),
         ({"partitions": [{"topic": "t", "partition": 0, "replicas": [1], "log_dirs": []}]}, "one entry per replica"),
         ({"partitions": [{"topic": "t", "partition": 0, "replicas": [1]}] * 2}, "listed twice"),
     ]:

@@ -1,8 +1,12 @@
-"""DescribeLogDirs (key 35): the log dirs of a broker, and per partition hosted in each its size.
+"""AlterReplicaLogDirs (key 34): move replicas between the log dirs of one broker (JBOD);
+DescribeLogDirs (key 35): the log dirs of a broker, and per partition hosted in each its size.
 
 Kafka 4.0 serves v1-v4 (v0 was removed by KIP-896); v2+ is flexible. v3 adds a top-level
 error_code (CLUSTER_AUTHORIZATION_FAILED goes there), v4 the total and usable bytes of each dir's
 volume (KIP-827; -1 when unknown). A null `topics` asks for every partition.
+
+AlterReplicaLogDirs: Kafka 4.0 serves v1-v2 (v0 removed by KIP-896); v2 is flexible. Each entry of
+`dirs` names a destination log dir (an absolute path) and the partitions to move there.
 """
 
 from __future__ import annotations
@@ -37,6 +41,33 @@ DESCRIBE_LOG_DIRS = api(
             ]),
             f("total_bytes", INT64, "4+", default=-1),
             f("usable_bytes", INT64, "4+", default=-1),
+        ]),
+    ],
+)
+
+
+ALTER_REPLICA_LOG_DIRS = api(
+    34,
+    "AlterReplicaLogDirs",
+    versions="1-2",
+    flexible="2+",
+    request=[
+        f("dirs", [
+            f("path", STRING),
+            f("topics", [
+                f("name", STRING),
+                f("partitions", Array(INT32)),
+            ]),
+        ]),
+    ],
+    response=[
+        f("throttle_time_ms", INT32),
+        f("results", [
+            f("topic_name", STRING),
+            f("partitions", [
+                f("partition_index", INT32),
+                f("error_code", INT16),
+            ]),
         ]),
     ],
 )

@@ -45,7 +45,12 @@ from gregor.server.handlers.groups import (
     handle_sync_group,
 )
 from gregor.server.handlers.list_offsets import handle_list_offsets
-from gregor.server.handlers.log_dirs import handle_describe_log_dirs, refuse_describe_log_dirs
+from gregor.server.handlers.log_dirs import (
+    handle_alter_replica_log_dirs,
+    handle_describe_log_dirs,
+    refuse_alter_replica_log_dirs,
+    refuse_describe_log_dirs,
+)
 from gregor.server.handlers.metadata import handle_metadata
 from gregor.server.handlers.offset_for_leader_epoch import handle_offset_for_leader_epoch
 from gregor.server.handlers.produce import handle_produce
@@ -55,6 +60,7 @@ from gregor.server.handlers.scram_credentials import (
     handle_alter_user_scram_credentials,
     handle_describe_user_scram_credentials,
 )
+from gregor.server.handlers.topic_partitions import handle_describe_topic_partitions
 from gregor.server.handlers.topics import (
     handle_create_partitions,
     handle_create_topics,
@@ -103,6 +109,7 @@ HANDLERS: dict[int, Handler] = {
     31: handle_delete_acls,
     32: handle_describe_configs,
     33: handle_alter_configs,
+    34: requires_cluster(AclOperation.ALTER, handle_alter_replica_log_dirs, refuse_alter_replica_log_dirs),
     35: requires_cluster(AclOperation.DESCRIBE, handle_describe_log_dirs, refuse_describe_log_dirs),
     36: handle_sasl_authenticate,
     37: handle_create_partitions,
@@ -123,4 +130,5 @@ HANDLERS: dict[int, Handler] = {
     66: handle_list_transactions,
     68: handle_consumer_group_heartbeat,
     69: handle_consumer_group_describe,
+    75: handle_describe_topic_partitions,
 }

@@ -17,6 +17,7 @@ from typing import Any
 from gregor.config import BROKER_PROPS, READ_ONLY, TOPIC_CONFIGS, BrokerConfig, Prop, format_value
 from gregor.configdef import ConfigError
 from gregor.coordinator.group.group_configs import GROUP_CONFIGS, effective, store_name, validate_group_configs
+from gregor.known_configs import NO_EFFECT
 from gregor.metadata.store import DEFAULT_ENTITY, Change, SetBrokerConfigs, SetEntityConfigs
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.schema import Struct
@@ -59,7 +60,8 @@ def _documentation(prop: Prop, update_mode: str | None) -> str:
     if update_mode is not None:
         parts.append(f"Update mode: {update_mode}" + (" (Gregor does not apply it at runtime yet: it is read at "
                                                         "start only)." if update_mode != READ_ONLY
-                                                        and prop.name not in APPLIED else "."))
+                                                        and prop.name not in APPLIED
+                                                        and prop.name not in NO_EFFECT else "."))
     return " ".join(p for p in parts if p)
 
 
@@ -123,11 +125,10 @@ def _describe_broker(ctx: RequestContext, name: str, keys: list[str] | None, req
     (the cluster default entity) lists only what is set there, as Kafka does. Only the properties this
     broker applies at runtime are writable; the documentation names the update mode Kafka gives each."""
     broker = ctx.broker
-    if name == "":
-        return [_entry(k, v, [{"name": k, "value": _text(v), "source": 3}], BROKER_PROPS[k], False, req,
-                       BROKER_PROPS[k].mode)
+    if name == "":  # listener-prefixed cluster-level ones too (listener.name.<l>.max.connections)
+        return [_entry(k, v, [{"name": k, "value": _text(v), "source": 3}], p, False, req, p.mode)
                 for k, v in sorted(ctx.broker.metadata_cache.broker_configs(DEFAULT_ENTITY).items())
-                if k in BROKER_PROPS and (keys is None or k in keys)]
+                if (p := prop_of(k)) is not None and (keys is None or k in keys)]
     if name != str(broker.config.broker_id):
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {broker.config.broker_id}, got {name}")
     dynamic = broker.dynamic_config
@@ -281,15 +282,20 @@ def _alter_broker(ctx: RequestContext, r: Struct, incremental: bool) -> SetBroke
         entity = str(int(name))
     else:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Invalid broker id {name!r}: an id, or empty for the cluster default")
-    current = ctx.broker.metadata_cache.broker_configs(entity)
+    dynamic = ctx.broker.dynamic_config
+    # Passwords are stored encrypted (Kafka's PasswordEncoder): checked in clear, encrypted for the store. One
+    # this broker cannot decode (another secret) is kept as stored unless the alter replaces or deletes it.
+    current, opaque = dynamic.decode_stored(ctx.broker.metadata_cache.broker_configs(entity))
     if incremental:
         new = _apply_incremental(ctx, current, r.configs, BROKER_PROPS)
     else:
         new = {c.name: c.value for c in r.configs}
+        opaque = {}  # AlterConfigs replaces the entity's configs wholesale
     mine = entity == str(ctx.broker.config.broker_id)
-    validate_alter(new, ctx.broker.dynamic_config if mine or entity == DEFAULT_ENTITY else None,
-                   default=entity == DEFAULT_ENTITY)
-    return SetBrokerConfigs(entity, new)
+    validate_alter(new, dynamic if mine or entity == DEFAULT_ENTITY else None, default=entity == DEFAULT_ENTITY)
+    touched = {c.name for c in r.configs}
+    return SetBrokerConfigs(entity, {**dynamic.encode_for_store(new),
+                                     **{k: v for k, v in opaque.items() if k not in touched}})
 
 
 def _apply_incremental(ctx: RequestContext, current: dict[str, str], ops: list[Struct],

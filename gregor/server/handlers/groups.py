@@ -10,18 +10,23 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from gregor.coordinator.group.consumer_protocol import HeartbeatRequest
 from gregor.coordinator.group.coordinator import OFFSETS_TOPIC, JoinResult, SyncResult
+from gregor.coordinator.group.group_configs import store_name
 from gregor.coordinator.group.state import STABLE
+from gregor.metadata.store import SetEntityConfigs
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.schema import Struct
 from gregor.security.acl import AclOperation, ResourceType
 from gregor.server.dispatcher import RequestContext
 from gregor.server.futures import after, then
 from gregor.server.handlers.transactions import find_txn_coordinator
+
+log = logging.getLogger("gregor.groups")
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
@@ -376,8 +381,11 @@ def handle_list_groups(ctx: RequestContext, req: Struct) -> dict[str, Any]:
 
 
 @_after_offsets_topic
-def handle_delete_groups(ctx: RequestContext, req: Struct) -> dict[str, Any]:
+def handle_delete_groups(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.Future[dict[str, Any]]:
+    """Deletes each group here; a deleted group's KIP-848 configs (/config/groups/<group>) go with it, so a
+    new group of the same name starts from the broker's defaults. The answer waits for that store write."""
     results = []
+    configured = []
     for group_id in req.groups_names:
         try:
             if not _group_allowed(ctx, AclOperation.DELETE, group_id):
@@ -386,7 +394,19 @@ def handle_delete_groups(ctx: RequestContext, req: Struct) -> dict[str, Any]:
         except KafkaError as e:
             code = e.code
         results.append({"group_id": group_id, "error_code": code})
-    return {"throttle_time_ms": 0, "results": results}
+        if code == ErrorCode.NONE and ctx.broker.metadata_cache.entity_configs("groups", store_name(group_id)):
+            configured.append(group_id)
+    body = {"throttle_time_ms": 0, "results": results}
+    if not configured:
+        return body
+
+    async def drop_configs() -> dict[str, Any]:
+        errors = await ctx.broker.topic_admin.write([SetEntityConfigs("groups", store_name(g), {}) for g in configured])
+        for group_id, err in zip(configured, errors, strict=True):
+            if err is not None:  # the group is gone all the same; its configs stay until deleted by hand
+                log.warning("group %s deleted, but not its configs: %s", group_id, err.message)
+        return body
+    return asyncio.ensure_future(drop_configs())
 
 
 @_after_offsets_topic

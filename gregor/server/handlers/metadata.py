@@ -50,6 +50,25 @@ def topic_entry(t: TopicMetadata, live: frozenset[int] | set[int] | None = None,
     }
 
 
+def mark_local_partitions(broker: Any, topics: list[dict[str, Any]]) -> None:
+    """This broker's partitions not served yet (logs loading: LEADER_NOT_AVAILABLE) or at all (offline
+    logs, a failed log dir: KAFKA_STORAGE_ERROR, this broker among the offline replicas), as Kafka's
+    metadata shows a replica in an offline log dir."""
+    rm = broker.replica_manager
+    if not (rm.loading or rm.offline):
+        return
+    me = broker.config.broker_id
+    for entry in topics:
+        for part in entry.get("partitions", ()):
+            key = (entry["name"], part["partition_index"])
+            if key in rm.loading:
+                part["error_code"], part["leader_id"] = ErrorCode.LEADER_NOT_AVAILABLE, -1
+            elif key in rm.offline:
+                part["error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
+                if me not in part["offline_replicas"]:
+                    part["offline_replicas"] = [*part["offline_replicas"], me]
+
+
 def handle_metadata(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.Future[dict[str, Any]]:
     """Answered from the metadata cache at once, or, when topics are to be auto-created, once their
     creation is written and in the cache (one store write for all of them)."""
@@ -127,18 +146,7 @@ def _answer(ctx: RequestContext, req: Struct, created: dict[str, TopicMetadata |
                 out.append({"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "name": name, "partitions": []})
             else:
                 out.append(entry(t))
-    rm = broker.replica_manager
-    if rm.loading or rm.offline:  # partitions not served yet (logs loading) or at all (offline logs)
-        for entry in out:
-            for part in entry.get("partitions", ()):
-                key = (entry["name"], part["partition_index"])
-                if key in rm.loading:
-                    part["error_code"], part["leader_id"] = ErrorCode.LEADER_NOT_AVAILABLE, -1
-                elif key in rm.offline:
-                    part["error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
-                    me = broker.config.broker_id
-                    if me not in part["offline_replicas"]:
-                        part["offline_replicas"] = [*part["offline_replicas"], me]
+    mark_local_partitions(broker, out)
     body: dict[str, Any] = {
         "throttle_time_ms": 0,
         # Each broker as the client's listener reaches it; brokers without that listener are left out.

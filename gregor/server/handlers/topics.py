@@ -208,8 +208,13 @@ async def _when_logs_done(ctx: RequestContext, body: dict[str, Any], entries: li
     return body
 
 
-def handle_delete_records(ctx: RequestContext, req: Struct) -> dict[str, Any]:
+def handle_delete_records(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.Future[dict[str, Any]]:
+    """Moves each partition's log start (OFFSET_OUT_OF_RANGE beyond the HW; -1 means the HW). The new log
+    starts are checkpointed (log-start-offset-checkpoint, off the loop) before the answer, so a crash
+    right after cannot bring the deleted records back (Kafka checkpoints them only every
+    log.flush.start.offset.checkpoint.interval.ms)."""
     rm = ctx.broker.replica_manager
+    moved = False
     topics = []
     for t in req.topics:
         parts = []
@@ -230,10 +235,19 @@ def handle_delete_records(ctx: RequestContext, req: Struct) -> dict[str, Any]:
                                      "Records of partitions of a compacted-only topic cannot be deleted")
                 lg.delete_records(target)
                 entry["low_watermark"] = lg.log_start_offset
+                moved = True
             except KafkaError as e:
                 entry["error_code"] = e.code
             except StorageError as e:  # e.g. the log closed under a deletion: that partition's error only
                 entry["error_code"] = ErrorCode[e.error]
             parts.append(entry)
         topics.append({"name": t.name, "partitions": parts})
-    return {"throttle_time_ms": 0, "topics": topics}
+    body = {"throttle_time_ms": 0, "topics": topics}
+    if not moved:
+        return body
+
+    async def checkpointed() -> dict[str, Any]:
+        await asyncio.get_running_loop().run_in_executor(None, rm.log_manager.checkpoint_log_start_offsets)
+        return body
+
+    return asyncio.ensure_future(checkpointed())
