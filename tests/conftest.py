@@ -86,3 +86,71 @@ def raw_zk(zk_connect: str) -> Iterator[KazooClient]:
     yield zk
     zk.stop()
     zk.close()
+
+
+# --- how the suite is spread over pytest-xdist workers (scripts/test.sh: -n 3 --dist loadfile) ---
+
+# The groups that take longest, longest first: the workers take them before the short ones, so no
+# worker is left with a long one at the end while the others are idle. From `pytest --durations`
+# (a group missing here only runs later: the order never changes a result).
+SLOW_FIRST = (
+    "spark-pipeline",
+    "spark",
+    "tests/cluster/test_transactions_cluster.py",
+    "tests/spark/test_standalone.py",
+    "tests/clients/test_transactions.py",
+    "tests/groups/test_consumer_groups.py",
+    "tests/cluster/test_membership.py",
+    "tests/groups/test_consumer_protocol.py",
+    "tests/cluster/test_replication_inprocess.py",
+    "tests/cluster/test_acceptance_rolling.py",
+    "tests/cluster/test_acceptance_durability.py",
+    "tests/cluster/test_acceptance_isr.py",
+    "tests/cluster/test_acceptance_idempotent.py",
+    "tests/cluster/test_fault_campaign.py",
+    "tests/cluster/test_groups_cluster.py",
+    "tests/server/test_hostile_clients.py",
+    "tests/metadata/test_zookeeper_store.py",
+    "tests/security/test_sasl.py",
+    "tests/security/test_acl_broker.py",
+    "tests/server/test_durability.py",
+)
+
+# The modules under tests/spark/ share the `spark` session fixture and take minutes together: two
+# SparkSessions (5-10 s and 1 GiB each) share them, the pipelines' modules on one worker, the other
+# modules on another. test_standalone.py starts a Spark cluster of its own instead.
+SPARK_PIPELINE_MODULES = ("tests/spark/test_pipeline.py", "tests/spark/test_pipeline_cluster.py")
+SPARK_OWN_CLUSTER_MODULES = ("tests/spark/test_standalone.py",)
+
+
+def group_of(nodeid: str) -> str:
+    """The tests one worker runs together: a module (its module-scoped broker starts once), or the
+    Spark modules of one SparkSession."""
+    module = nodeid.split("::", 1)[0]
+    if module in SPARK_PIPELINE_MODULES:
+        return "spark-pipeline"
+    if module.startswith("tests/spark/") and module not in SPARK_OWN_CLUSTER_MODULES:
+        return "spark"
+    return module
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+    # A stable sort: the collection order stays within a group, and among the groups not named.
+    items.sort(key=lambda item: rank.get(group_of(item.nodeid), len(rank)))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """`--dist loadfile` by group_of: a file's tests on one worker, and the Spark modules of one
+    SparkSession too. (xdist's own `--dist loadgroup` cannot do it on pytest 9: it renames items
+    through an attribute pytest no longer reads.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class GroupScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    return GroupScheduling(config, log)

@@ -76,6 +76,7 @@ def test_consumer_reads_from_the_follower_in_its_rack(tmp_path: Path, selector: 
         c.stop()
 
 
+@pytest.mark.serial  # a median round trip under 0.4 s
 def test_follower_serves_new_records_as_its_high_watermark_moves(tmp_path: Path) -> None:
     """A consumer reading from a follower waits there (its parked fetch is answered when the follower's HW
     moves) and gets records produced after it started, promptly."""

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kazoo.client import KazooClient
 
 from gregor.config import BrokerConfig
@@ -47,6 +48,7 @@ def _wait(cond: Callable[[], bool], timeout_s: float) -> float:
     return time.monotonic() - t0
 
 
+@pytest.mark.serial  # seen by all within 1 s
 def test_three_brokers_join_and_a_topic_created_through_one_is_seen_by_all(
         start_broker: Callable[..., BrokerProcess], zk_connect: str) -> None:
     brokers = _cluster(start_broker, zk_connect)
@@ -83,9 +85,12 @@ def test_three_brokers_join_and_a_topic_created_through_one_is_seen_by_all(
 def test_a_duplicate_broker_id_refuses_to_start(start_broker: Callable[..., BrokerProcess], zk_connect: str,
                                                 tmp_path: Path) -> None:
     _cluster(start_broker, zk_connect, 1)
+    # The newcomer waits 1.5 of its own sessions (+ 2 s) for the registration to expire, as if it were
+    # its own previous incarnation's; broker 0 is alive and heartbeating, so it never does. 2 s
+    # sessions, as broker 0's: that wait is 5 s instead of 29 s with the default 18 s.
     cmd = [sys.executable, "-m", "gregor", "serve", "--override", f"log.dirs={tmp_path / 'dup'}",
-           "--override", "listeners=PLAINTEXT://127.0.0.1:0", "--override", f"zookeeper.connect={zk_connect}",
-           "--override", "broker.id=0"]
+           "--override", "listeners=PLAINTEXT://127.0.0.1:0", "--override", f"zookeeper.session.timeout.ms={SESSION_MS}",
+           "--override", f"zookeeper.connect={zk_connect}", "--override", "broker.id=0"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert out.returncode != 0
     assert "broker id 0 is already registered" in out.stderr

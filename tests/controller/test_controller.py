@@ -274,6 +274,7 @@ def test_controlled_shutdown_through_the_real_request(tmp_path: Path) -> None:
     run(main())
 
 
+@pytest.mark.serial  # 300 leaderships moved within 2 s
 def test_broker_shutdown_hands_its_leaderships_over_fast(tmp_path: Path) -> None:
     """1,000 partitions (50 topics of 20, replication factor 2) over 3 brokers; broker 2's shutdown."""
     async def main() -> None:

@@ -183,6 +183,23 @@ def test_a_replicated_topic_with_acls_on_two_brokers(zk_connect: str, tmp_path: 
                   for op in (CkOp.WRITE, CkOp.READ)]
         for f in admin.create_acls(grants).values():
             f.result(10)
+
+        def alice_may_read() -> bool:
+            """The leader's answer to alice's Fetch: the end of the empty partition once the ACLs reached it
+            (each broker learns them through its ZooKeeper watch, as in Kafka), else refused."""
+            c = Consumer({**conf("alice", "alice-pw"), "group.id": "unused", "enable.partition.eof": True})
+            try:
+                c.assign([TopicPartition("rep", 0, 0)])
+                deadline = time.monotonic() + 5
+                while time.monotonic() < deadline:
+                    m = c.poll(0.2)
+                    if m is not None and m.error() is not None:
+                        return bool(m.error().code() == KafkaError._PARTITION_EOF)
+                return False
+            finally:
+                c.close()
+
+        _wait(alice_may_read, 30)
         results: list[object] = []
         p = Producer({**conf("alice", "alice-pw"), "acks": "all", "enable.idempotence": True})
         for i in range(20):

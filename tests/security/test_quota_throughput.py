@@ -26,6 +26,8 @@ QUOTA = 1048576
 RUN_S = 30.0
 VALUE = b"q" * 1000
 
+pytestmark = pytest.mark.serial  # rates within 10%, and an unlimited producer's far above 1 MB/s
+
 
 @pytest.fixture(scope="module")
 def qbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:

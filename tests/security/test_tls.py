@@ -165,11 +165,14 @@ def test_kcat_over_tls(tls_broker: BrokerProcess, pki: Pki, listener: str, who: 
     assert out.decode().splitlines() == [f"kcat-{i}" for i in range(N)]
 
 
-def _wait_log(b: BrokerProcess, needle: str, since: int, timeout_s: float = 10.0) -> str:
+def _wait_log(b: BrokerProcess, needle: str, since: int, timeout_s: float = 10.0, reason: str = "") -> str:
+    """The first log line from `since` on with `needle` (and `reason`, in any case). A reason tells this
+    test's refusal from an earlier test's: a client keeps retrying a refused handshake, and those
+    refusals may be logged after `since`."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for line in b.log_lines[since:]:
-            if needle in line:
+            if needle in line and reason in line.lower():
                 return line
         time.sleep(0.05)
     raise AssertionError(f"no broker log line with {needle!r}:\n" + "\n".join(b.log_lines[since:]))
@@ -198,7 +201,7 @@ def test_refused_client_certificates(tls_broker: BrokerProcess, pki: Pki, who: s
     failed_before = value(scrape(url), FAILED_AUTH, listener="MTLS")
     errors = _refused(_rdkafka_conf(tls_broker, pki, "MTLS", who))
     assert client_sees in errors.lower(), errors
-    line = _wait_log(tls_broker, "TLS handshake with 127.0.0.1:", since)
+    line = _wait_log(tls_broker, "TLS handshake with 127.0.0.1:", since, reason=broker_logs)
     assert "on listener MTLS failed" in line and broker_logs in line.lower(), line
     assert "before any" not in line
     refused = sum(1 for ln in tls_broker.log_lines[since:] if "TLS handshake with 127.0.0.1:" in ln)
@@ -221,10 +224,12 @@ def test_tls_1_0_client_is_refused_and_logged(tls_broker: BrokerProcess, pki: Pk
     ctx.minimum_version = ssl.TLSVersion.TLSv1
     ctx.maximum_version = ssl.TLSVersion.TLSv1
     with socket.create_connection(("127.0.0.1", tls_broker.ports["SSL"]), timeout=10) as raw:
+        port = raw.getsockname()[1]
         with pytest.raises(ssl.SSLError) as e:
             ctx.wrap_socket(raw, server_hostname="127.0.0.1")
     assert "version" in str(e.value).lower() or "protocol" in str(e.value).lower(), e.value
-    line = _wait_log(tls_broker, "TLS handshake with 127.0.0.1:", since)
+    # This connection's line (by its port): an earlier test's refusal may be logged after `since`.
+    line = _wait_log(tls_broker, f"TLS handshake with 127.0.0.1:{port} ", since)
     assert "version" in line.lower() or "protocol" in line.lower(), line
 
 
@@ -232,6 +237,7 @@ def test_plaintext_bytes_on_a_tls_listener_close_only_that_connection(tls_broker
     since = len(tls_broker.log_lines)
     body = struct.pack(">hhih", 18, 0, 7, -1)
     with socket.create_connection(("127.0.0.1", tls_broker.ports["SSL"]), timeout=10) as s:
+        port = s.getsockname()[1]
         s.sendall(struct.pack(">i", len(body)) + body)
         s.settimeout(5)
         try:
@@ -239,7 +245,7 @@ def test_plaintext_bytes_on_a_tls_listener_close_only_that_connection(tls_broker
         except ConnectionResetError:
             data = b""
         assert not data or data[:1] == b"\x15"  # nothing but a TLS alert
-    _wait_log(tls_broker, "TLS handshake with 127.0.0.1:", since)
+    _wait_log(tls_broker, f"TLS handshake with 127.0.0.1:{port} ", since)
     conf = _rdkafka_conf(tls_broker, pki, "SSL", None)
     assert "tls-still" not in AdminClient(conf).list_topics(timeout=10).topics  # the listener still serves
 

@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from gregor.protocol.records import iter_records
 from tests.broker_process import BrokerProcess
 from tests.server.admin_wire import create_partitions, create_topic, delete_topic, fetch, metadata, produce
@@ -74,6 +76,7 @@ def _wait_for(cond: Callable[[], bool], timeout_s: float) -> bool:
     return cond()
 
 
+@pytest.mark.serial  # latencies under a bound
 def test_bulk_partition_creation_and_deletion_keep_others_served(start_broker: Callable[..., BrokerProcess],
                                                        tmp_path: Path) -> None:
     data = tmp_path / "b"
@@ -123,6 +126,7 @@ def _first_answer_after_listen(port: int, timeout_s: float) -> tuple[float, floa
     return answered - accepted, accepted
 
 
+@pytest.mark.serial  # latencies under a bound
 def test_killed_mid_creation_restart_answers_at_once(start_broker: Callable[..., BrokerProcess],
                                                      tmp_path: Path) -> None:
     data = tmp_path / "b"

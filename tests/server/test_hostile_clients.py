@@ -235,6 +235,7 @@ def test_bad_overrides_are_a_startup_error(start_broker: Any) -> None:
         start_broker({"max.connections.per.ip.overrides": "127.0.0.1"})
 
 
+@pytest.mark.serial  # a normal client's round trips under 5 s
 def test_pipelined_fetches_without_reading_are_bounded(start_broker: Any) -> None:
     """A client that pipelines 50 MiB Fetches and never reads: the broker stops reading its
     requests once its unwritten responses pass queued.max.response.bytes.per.connection, and
@@ -263,6 +264,7 @@ def test_pipelined_fetches_without_reading_are_bounded(start_broker: Any) -> Non
     assert grown < 300, f"RSS grew by {grown:.0f} MiB with two non-reading pipeliners"
 
 
+@pytest.mark.serial  # a normal client's round trips under 5 s
 def test_parked_requests_starve_only_their_sender(start_broker: Any) -> None:
     """Fetches parked for a minute hold their reservations; four connections parking 60
     each would hold 210 MiB of the 128 MiB pool, and every other client would wait for
@@ -309,6 +311,7 @@ def test_requests_are_reserved_at_their_decoded_size(start_broker: Any) -> None:
 
 # --- everything at once ----------------------------------------------------------------------
 
+@pytest.mark.serial  # a normal client's round trips under 5 s
 def test_hostile_clients_all_at_once(start_broker: Any) -> None:
     """Default settings. 32 connections send all but the last byte of maximum-size (100 MiB)
     frames, two connections pipeline 50 MiB Fetches and never read, four park 60 Fetches

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import queue
 import re
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import IO
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -122,27 +125,53 @@ def test_produce_says_how_many_failed_when_the_broker_goes_away(start_broker: Ca
     assert line.startswith("Error: 2 of 3 messages failed to reach t: "), line
 
 
+def _lines(stream: IO[str]) -> queue.Queue[str]:
+    """The lines of a child's output as they come, for reads with a timeout."""
+    q: queue.Queue[str] = queue.Queue()
+
+    def pump() -> None:
+        for line in stream:
+            q.put(line)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return q
+
+
 def test_follow_survives_a_broker_restart(start_broker: Callable[..., BrokerProcess]) -> None:
     b = start_broker()
     assert gregor("topics", "--create", "--topic", "t", "--bootstrap-server", b.bootstrap).returncode == 0
     proc = popen("consume", "t", "--follow", "--bootstrap-server", b.bootstrap)
-    assert proc.stdout is not None
+    assert proc.stdout is not None and proc.stderr is not None
+    lines = _lines(proc.stdout)
     try:
-        time.sleep(1)  # assigned at the end of the (empty) partition
+        # Assigned at the end of the (empty) partition: known once a record produced now arrives (a fixed
+        # 1 s wait was too short on a loaded machine: "back" then came before the assignment, unseen).
+        deadline = time.monotonic() + 60
+        while True:
+            assert gregor("produce", "t", "--bootstrap-server", b.bootstrap, stdin="first\n").returncode == 0
+            try:
+                assert lines.get(timeout=2) == "first\n"
+                break
+            except queue.Empty:
+                assert time.monotonic() < deadline, "the follower got nothing"
         b.kill()
         time.sleep(2)
         assert proc.poll() is None  # a follower waits for the broker to come back
         b.restart()
         assert gregor("produce", "t", "--bootstrap-server", b.bootstrap, stdin="back\n").returncode == 0
-        assert proc.stdout.readline() == "back\n"
+        got = lines.get(timeout=60)
+        while got == "first\n":  # a "first" produced again while the follower was being assigned
+            got = lines.get(timeout=60)
+        assert got == "back\n"
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=10)
+        proc.wait(10)
+        err = proc.stderr.read()
     finally:
         proc.kill()
     assert proc.returncode == 0, err
-    lines = err.splitlines()
-    assert lines[-1] == "Processed a total of 1 messages" and "Traceback" not in err, err
-    assert 1 <= len(lines) <= 3 and all(ln.startswith("Warning: ") for ln in lines[:-1]), err  # not a flood
+    lines_err = err.splitlines()
+    assert re.fullmatch(r"Processed a total of \d+ messages", lines_err[-1]) and "Traceback" not in err, err
+    assert 1 <= len(lines_err) <= 3 and all(ln.startswith("Warning: ") for ln in lines_err[:-1]), err  # not a flood
 
 
 def test_consume_into_a_closed_pipe_ends_quietly(strict: BrokerProcess) -> None:
