@@ -40,7 +40,7 @@ def _read(bootstrap: str, topic: str, partitions: int, isolation: str) -> list[b
 
 
 def test_exactly_once_survives_killing_the_coordinator_and_output_leader(
-        make_cluster: Callable[..., LocalCluster]) -> None:
+        make_cluster: Callable[..., LocalCluster], tmp_path: Path) -> None:
     c = make_cluster(3, overrides={"transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"})
     n, parts = 4000, 3
     create_topic(c.bootstrap, "eos-in", parts, 3, {"min.insync.replicas": "2"})
@@ -54,8 +54,18 @@ def test_exactly_once_survives_killing_the_coordinator_and_output_leader(
            TXN_ID, str(parts)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
 
+    log_path = tmp_path / "workers.log"
+
     def worker() -> subprocess.Popen[bytes]:
-        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # stderr to a file, not an unread pipe: librdkafka logs every failed connection to stderr while
+        # brokers are killed, and a worker blocked writing to a full 64 KiB pipe would hang. -X faulthandler:
+        # a worker that does not finish is sent SIGABRT and dumps its threads' Python stacks into the log.
+        with open(log_path, "ab") as err:
+            return subprocess.Popen([cmd[0], "-X", "faulthandler", *cmd[1:]], cwd=ROOT, env=env,
+                                    stdout=subprocess.DEVNULL, stderr=err)
+
+    def log_tail() -> str:
+        return log_path.read_bytes().decode(errors="replace")[-4000:] if log_path.exists() else ""
 
     # 1. The coordinator's broker dies under a running worker, and comes back.
     proc = worker()
@@ -87,11 +97,15 @@ def test_exactly_once_survives_killing_the_coordinator_and_output_leader(
         try:
             proc.wait(max(deadline - time.monotonic(), 1))
         except subprocess.TimeoutExpired:
-            proc.kill()
-            raise AssertionError("the worker did not finish") from None
+            proc.send_signal(signal.SIGABRT)  # faulthandler: its stacks into the log
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            raise AssertionError(f"the worker did not finish; workers' stderr:\n{log_tail()}") from None
         if len(set(_read(c.bootstrap, "eos-out", 2, "read_committed"))) >= n:
             break
-        assert time.monotonic() < deadline, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
+        assert time.monotonic() < deadline, log_tail()
         proc = worker()
     committed = _read(c.bootstrap, "eos-out", 2, "read_committed")
     values = sorted(int(v[len(b"out-"):]) for v in committed)
