@@ -29,6 +29,7 @@ from kafka.structs import TopicPartitionReplica
 
 from gregor.tools.local_broker import BrokerProcess
 from tests.storage.jbod_util import describe_dirs, values, where
+from tests.storage.util import wait_for
 from tests.tools.cli import gregor
 from tests.wire import WireClient
 
@@ -46,13 +47,6 @@ def b(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess,
         yield broker, dirs
     finally:
         broker.kill()
-
-
-def wait_for(cond, timeout_s: float = 30.0, what: str = "") -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def fill(bootstrap: str, topic: str, partition: int, first: int, n: int) -> None:
@@ -95,7 +89,7 @@ def test_move_under_load_then_consume_and_restart(b: tuple[BrokerProcess, list[s
     assert seen[src][1][("mv", 0)][2] is False  # the current replica is still where it was
     fill(broker.bootstrap, "mv", 0, 3000, 500)  # the producer goes on during the copy
     wait_for(lambda: where(dirs, "mv").get(0) == dest and ("mv", 0) not in describe_dirs(c)[src][1],
-             what="the move")
+             timeout_s=30, what="the move")
     seen = describe_dirs(c)
     assert seen[dest][1][("mv", 0)][1:] == (0, False)
     assert not [n for n in os.listdir(dest) if n.endswith(("-future", "-moved"))]
@@ -136,7 +130,8 @@ def test_sigkill_mid_copy_then_dynamic_rate(b: tuple[BrokerProcess, list[str]]) 
     dest = next(d for d in dirs if d != src)
     assert move(broker.bootstrap, "mv-kill", 0, dest) is NoError
     c = WireClient(broker.bootstrap)
-    wait_for(lambda: 0 < describe_dirs(c)[dest][1].get(("mv-kill", 0), (0, 0, True))[0], what="a partial copy")
+    wait_for(lambda: 0 < describe_dirs(c)[dest][1].get(("mv-kill", 0), (0, 0, True))[0], timeout_s=30,
+             what="a partial copy")
     broker.kill()  # SIGKILL in the middle of the copy
     assert any(n.startswith("mv-kill-0.") and n.endswith("-future") for n in os.listdir(dest))
     broker.restart()
@@ -151,7 +146,7 @@ def test_sigkill_mid_copy_then_dynamic_rate(b: tuple[BrokerProcess, list[str]]) 
     e = admin.describe_configs([res])[res].result(10)[RATE_NAME]
     assert (e.value, e.source) == ("50000000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
     wait_for(lambda: where(dirs, "mv-kill").get(0) == dest, timeout_s=15, what="the move after the restart")
-    wait_for(lambda: ("mv-kill", 0) not in describe_dirs(c)[src][1], what="the old copy to go")
+    wait_for(lambda: ("mv-kill", 0) not in describe_dirs(c)[src][1], timeout_s=30, what="the old copy to go")
     assert numbers(c, "mv-kill", 0) == list(range(4000))
 
 

@@ -5,24 +5,30 @@ short move either begins the copy again (a `-future` dir) or finishes it (a `-mo
 from __future__ import annotations
 
 import os
+import shutil
 import time
 
 import pytest
 
 from gregor.storage import LogConfig, LogManager
 from gregor.storage.errors import LogDirNotFoundError, ReplicaNotAvailableError
-from tests.storage.util import append, read_all
-
-
-def wait_for(cond, timeout_s: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
+from tests.storage.util import append, read_all, wait_for
 
 
 def where(m: LogManager, topic: str, p: int) -> str | None:
     return m.dir_of(topic, p)
+
+
+def two_dirs_with_t0(tmp_path, batches: int) -> tuple[list[str], LogManager, str, str]:  # type: ignore[no-untyped-def]
+    """Log dirs a and b, partition t-0 with `batches` batches of 5 records: (dirs, manager, its dir, the other)."""
+    dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
+    m = LogManager(dirs, LogConfig())
+    log = m.get_or_create_log("t", 0)
+    for _ in range(batches):
+        append(log, 5)
+    src = where(m, "t", 0)
+    assert src is not None
+    return dirs, m, src, next(d for d in dirs if d != src)
 
 
 def test_move_keeps_offsets_and_log_start(tmp_path) -> None:
@@ -73,13 +79,7 @@ def test_rate_limits_the_copy_and_the_lag_shows(tmp_path) -> None:
 
 
 def test_a_cut_short_copy_begins_again(tmp_path) -> None:
-    dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
-    m = LogManager(dirs, LogConfig())
-    log = m.get_or_create_log("t", 0)
-    for _ in range(20):
-        append(log, 5)
-    src = where(m, "t", 0)
-    dest = next(d for d in dirs if d != src)
+    dirs, m, src, dest = two_dirs_with_t0(tmp_path, 20)
     m.mover.rate_bytes_per_s = 1  # never finishes
     m.alter_log_dir("t", 0, dest)
     wait_for(lambda: m.future_replicas().get(dest) is not None)
@@ -93,17 +93,9 @@ def test_a_cut_short_copy_begins_again(tmp_path) -> None:
 
 
 def test_a_complete_copy_cut_short_is_finished(tmp_path) -> None:
-    dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
-    m = LogManager(dirs, LogConfig())
-    log = m.get_or_create_log("t", 0)
-    for _ in range(20):
-        append(log, 5)
-    src = where(m, "t", 0)
-    dest = next(d for d in dirs if d != src)
+    dirs, m, src, dest = two_dirs_with_t0(tmp_path, 20)
     m.shutdown()
     # As if a swap was cut short after step 1: a complete copy renamed `-moved`, the current log still there.
-    import shutil  # noqa: PLC0415
-
     shutil.copytree(os.path.join(src, "t-0"), os.path.join(dest, "t-0." + "ab" * 16 + "-moved"))
     m2 = LogManager(dirs, LogConfig())
     assert where(m2, "t", 0) == dest
