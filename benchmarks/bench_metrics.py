@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from benchmarks.bench_throughput import Measure  # noqa: E402
+from benchmarks.bench_throughput import Measure, produce_n  # noqa: E402
 from tests.broker_process import BrokerProcess  # noqa: E402
 
 
@@ -41,13 +41,7 @@ def produce(b: BrokerProcess, topic: str, n: int, value: bytes, batch_records: i
                   "queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 65536})
     assert b.proc is not None
     with Measure(b.proc.pid) as m:
-        for _ in range(n):
-            while True:
-                try:
-                    p.produce(topic, value)
-                    break
-                except BufferError:
-                    p.poll(0.005)
+        produce_n(p, topic, value, n)
         assert p.flush(120) == 0
     return m
 

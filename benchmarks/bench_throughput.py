@@ -116,6 +116,17 @@ def sequential_write(directory: Path, nbytes: int, chunk_bytes: int = 1 << 20) -
     return mb_s
 
 
+def produce_n(p: Producer, topic: str, value: bytes, n: int) -> None:
+    """Hand `n` records to the producer as fast as its local queue takes them."""
+    for _ in range(n):
+        while True:
+            try:
+                p.produce(topic, value)
+                break
+            except BufferError:  # the local queue is full: serve delivery reports, then retry
+                p.poll(0.005)
+
+
 def python_produce(bootstrap: str, topic: str, n: int, pid: int, value: bytes = VALUE,
                    compression: str = "none", acks: str = "1", baseline_mb_s: float | None = None,
                    idempotence: bool = False) -> None:
@@ -131,13 +142,7 @@ def python_produce(bootstrap: str, topic: str, n: int, pid: int, value: bytes = 
     p.produce(topic, value)
     p.flush(30)
     with Measure(pid) as m:
-        for _ in range(n):
-            while True:
-                try:
-                    p.produce(topic, value)
-                    break
-                except BufferError:  # the local queue is full: serve delivery reports, then retry
-                    p.poll(0.005)
+        produce_n(p, topic, value, n)
         p.flush(120)
     report(f"produce confluent-kafka {topic} ({compression}, acks={acks}{', idempotent' if idempotence else ''})",
            n, m, len(value))
