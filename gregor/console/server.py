@@ -34,6 +34,7 @@ from gregor.tools.common import (
     HelpFormatter,
     UsageError,
     add_bootstrap,
+    add_command_config,
     add_request_timeout,
     bootstrap,
     read_command_config,
@@ -56,7 +57,7 @@ def add_subcommands(sub: Any) -> None:
                        formatter_class=HelpFormatter)
     add_bootstrap(p)
     add_request_timeout(p)
-    p.add_argument("--command-config", metavar="FILE", help="client properties (security.protocol, ssl.*, sasl.*)")
+    add_command_config(p)
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help="HTTP port to serve on (0: any free port)")
     p.add_argument("--host", default=DEFAULT_HOST,
                    help="address to bind; the console has no login of its own, so keep it on loopback")

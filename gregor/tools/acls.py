@@ -22,6 +22,7 @@ from gregor.tools.common import (
     ToolError,
     UsageError,
     add_bootstrap,
+    add_command_config,
     add_request_timeout,
     bootstrap,
     check_reachable,
@@ -49,7 +50,7 @@ def add_subcommands(sub: Any) -> None:
                "  gregor acls --remove --force --topic orders")
     add_bootstrap(p)
     add_request_timeout(p)
-    p.add_argument("--command-config", metavar="FILE", help="client properties (security, SASL) for the admin client")
+    add_command_config(p, "client properties (security, SASL) for the admin client")
     act = p.add_mutually_exclusive_group()
     act.add_argument("--add", action="store_true", help="add the ACLs")
     act.add_argument("--remove", action="store_true", help="remove the matching ACLs")

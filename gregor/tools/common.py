@@ -80,6 +80,12 @@ def add_bootstrap(parser: argparse.ArgumentParser) -> None:
                         help="broker(s) to connect to")
 
 
+def add_command_config(parser: argparse.ArgumentParser,
+                       help: str = "client properties (security.protocol, ssl.*, sasl.*)") -> None:  # noqa: A002
+    """--command-config: the admin client's properties file, read by read_command_config."""
+    parser.add_argument("--command-config", metavar="FILE", help=help)
+
+
 def add_request_timeout(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--request-timeout-ms", type=int, default=DEFAULT_REQUEST_TIMEOUT_MS,
                         help="give up on a broker that does not answer within this time")

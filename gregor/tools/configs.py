@@ -28,6 +28,7 @@ from gregor.tools.common import (
     ToolError,
     UsageError,
     add_bootstrap,
+    add_command_config,
     add_request_timeout,
     bootstrap,
     check_reachable,
@@ -58,7 +59,7 @@ def add_subcommands(sub: Any) -> None:
                                        "(like kafka-configs.sh)", description=__doc__, formatter_class=HelpFormatter)
     add_bootstrap(p)
     add_request_timeout(p)
-    p.add_argument("--command-config", metavar="FILE", help="client properties (security.protocol, ssl.*, sasl.*)")
+    add_command_config(p)
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--describe", action="store_true", help="show configs")
     mode.add_argument("--alter", action="store_true", help="add or delete configs")

@@ -25,6 +25,7 @@ from gregor.tools.common import (
     UsageError,
     _host_port,
     add_bootstrap,
+    add_command_config,
     add_request_timeout,
     bootstrap,
     check_reachable,
@@ -43,7 +44,7 @@ def add_subcommands(sub: Any) -> None:
                        description=__doc__, formatter_class=HelpFormatter)
     add_bootstrap(p)
     add_request_timeout(p)
-    p.add_argument("--command-config", metavar="FILE", help="client properties (security.protocol, ssl.*, sasl.*)")
+    add_command_config(p)
     p.add_argument("--describe", action="store_true", required=True, help="describe the log dirs")
     p.add_argument("--topic-list", metavar="T1,T2", default="", help="only these topics (default: all)")
     p.add_argument("--broker-list", metavar="B1,B2", default="", help="only these brokers (default: all)")

@@ -31,6 +31,7 @@ from gregor.tools.common import (
     UsageError,
     _host_port,
     add_bootstrap,
+    add_command_config,
     add_request_timeout,
     bootstrap,
     check_reachable,
@@ -50,7 +51,7 @@ def add_subcommands(sub: Any) -> None:
                        description=__doc__, formatter_class=HelpFormatter)
     add_bootstrap(p)
     add_request_timeout(p)
-    p.add_argument("--command-config", metavar="FILE", help="client properties (security.protocol, ssl.*, sasl.*)")
+    add_command_config(p)
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--describe", action="store_true", help="list quotas")
     mode.add_argument("--alter", action="store_true", help="add or delete quota configs")

@@ -24,6 +24,7 @@ from gregor.tools.common import (
     ToolError,
     UsageError,
     add_bootstrap,
+    add_command_config,
     add_request_timeout,
     bootstrap,
     check_reachable,
@@ -218,8 +219,7 @@ def add_subcommands(sub: Any) -> None:
     u.add_argument("--add-config", metavar="'SCRAM-SHA-256=[iterations=N,password=P],...'",
                    help="credentials to add or replace")
     u.add_argument("--delete-config", metavar="SCRAM-SHA-256[,SCRAM-SHA-512]", help="credentials to delete")
-    u.add_argument("--command-config", metavar="FILE",
-                   help="client properties (Kafka names: security.protocol, sasl.mechanism, sasl.jaas.config, ...)")
+    add_command_config(u, "client properties (Kafka names: security.protocol, sasl.mechanism, sasl.jaas.config, ...)")
     add_bootstrap(u)
     add_request_timeout(u)
     u.set_defaults(func=cmd_users)
