@@ -75,7 +75,7 @@ def _scraper(url: str, topic: str, stop: threading.Event, out: list[float]) -> N
 def hook_cost_ns(n: int = 200_000) -> float:
     """ns of the hot-path hooks one Produce request pays with metrics on (four clock reads, the append and
     request counters with a one-partition response's error walk), measured in process."""
-    from gregor.server.metrics import BrokerMetrics
+    from gregor.metrics.registry import BrokerMetrics
     m = BrokerMetrics()
     body = {"responses": [{"name": "t", "partition_responses": [{"index": 0, "error_code": 0, "base_offset": 5}]}],
             "throttle_time_ms": 0}

@@ -67,8 +67,8 @@ def per_request_cost_us(n: int = 100_000) -> float:
     on a shared machine vary more than this cost."""
     from types import SimpleNamespace
 
+    from gregor.api import throttling
     from gregor.security.quotas import DEFAULT, ClientQuotaManager
-    from gregor.server import throttling
 
     m = ClientQuotaManager()
     m.load([((None, CLIENT_ID), {"producer_byte_rate": "1e12", "request_percentage": "1e6"}),

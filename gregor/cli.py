@@ -63,8 +63,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except (ConfigError, OSError) as e:
         print(f"gregor: configuration error: {e}", file=sys.stderr)
         return 2
-    from gregor.metadata.store import MetadataError  # issue 10: zk
-    from gregor.server.broker import run_broker
+    from gregor.broker.broker import run_broker
+    from gregor.metadata.store import MetadataError
 
     try:
         import uvloop
@@ -74,7 +74,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         pass
     try:
         asyncio.run(run_broker(config))
-    except (OSError, ConfigError, MetadataError) as e:  # issue 10: zk: an unreachable ZooKeeper, a duplicate broker.id
+    except (OSError, ConfigError, MetadataError) as e:  # an unreachable ZooKeeper, a duplicate broker.id
         print(f"gregor: cannot start: {e}", file=sys.stderr)
         return 1
     return 0

@@ -1,5 +1,5 @@
 """Kafka's windowed rate (its metrics library's `Rate` over a `SampledStat`), shared by the
-replication throttles (gregor.server.replication_quota) and the client quotas
+replication throttles (gregor.replication.quota) and the client quotas
 (gregor.security.quotas).
 
 Values are added to the newest of at most `samples` samples, each `sample_s` long; a sample

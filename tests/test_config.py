@@ -3,7 +3,8 @@ dynamic broker configs: type, default within its own bounds, documentation, Kafk
 
 from __future__ import annotations
 
-from gregor.config import BROKER_PROPS, CLUSTER_WIDE, PER_BROKER, READ_ONLY, TOPIC_CONFIGS, BrokerConfig, _p
+from gregor.config import BROKER_PROPS, CLUSTER_WIDE, PER_BROKER, READ_ONLY, TOPIC_CONFIGS, BrokerConfig
+from gregor.config.broker import _p
 from gregor.configdef import MODES
 
 # The last line of the table is left as it was so that the lines other slices append after it merge

@@ -2,8 +2,8 @@
 
 Kafka's ZooKeeper-mode AdminManager is the model: admin requests (CreateTopics, DeleteTopics,
 CreatePartitions, config changes, Metadata's auto topic creation) arrive at any broker and are
-validated and written here, by every broker. This is not the controller: the controller of issue 10
-(elections, partition state, ISR changes) will be gregor/controller/.
+validated and written here, by every broker. This is not the controller: elections, partition state
+and ISR changes are gregor/controller/'s.
 
 Checks run on the event loop against the MetadataCache plus the writes still in flight (reserved
 names and partition counts), so two requests racing for one name or for the last partitions of a

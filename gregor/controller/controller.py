@@ -16,7 +16,7 @@ shutdown.ControlledShutdown; this class is the event-driven core):
 - When the live brokers change it applies the same rules to every partition, in one batched write
   (one `update_partition_states` call per event, for all partitions).
 - ControlledShutdown, ElectLeaders, AlterPartitionReassignments and ListPartitionReassignments
-  (gregor.server.handlers.cluster_admin call the methods below); automatic preferred-leader rebalancing
+  (gregor.api.handlers.cluster_admin call the methods below); automatic preferred-leader rebalancing
   every `leader.imbalance.check.interval.seconds`.
 - On the stopping broker's side, `controlled_shutdown()` asks the controller to move its leaderships
   before the broker stops serving.

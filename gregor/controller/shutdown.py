@@ -19,10 +19,10 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from gregor.client.broker_client import BrokerClient, BrokerConnectionError
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.messages.cluster_admin import CONTROLLED_SHUTDOWN
 from gregor.security.inter_broker import client_security
-from gregor.server.broker_client import BrokerClient, BrokerConnectionError
 
 if TYPE_CHECKING:
     from gregor.controller.controller import Controller

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from gregor.security.tls import TlsSettings, build_client_context
 
 if TYPE_CHECKING:
-    from gregor.config import BrokerConfig
+    from gregor.security.listeners import BrokerListeners
 
 # Sends one request on a connection that is not authenticated yet: (api, version, body) -> response.
 RawRequest = Callable[[Any, int, Any], Awaitable[Any]]
@@ -33,7 +33,7 @@ class ClientSecurity:
     authenticate: Callable[[RawRequest], Awaitable[None]] | None = None
 
     @classmethod
-    def from_config(cls, config: BrokerConfig) -> ClientSecurity:
+    def from_config(cls, config: BrokerListeners) -> ClientSecurity:
         name = config.inter_broker_listener
         spec = config.listener(name)
         ctx = None
@@ -47,7 +47,7 @@ class ClientSecurity:
         return cls(name, spec.protocol, ctx, auth)
 
 
-def client_security(config: BrokerConfig) -> ClientSecurity:
+def client_security(config: BrokerListeners) -> ClientSecurity:
     """The broker's one ClientSecurity, built on first use (every inter-broker client shares it)."""
     sec = getattr(config, "_client_security", None)
     if sec is None:

@@ -10,13 +10,10 @@ through `inter.broker.listener.name`, or the listener whose protocol is `securit
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from gregor.configdef import ConfigError
-
-if TYPE_CHECKING:
-    from gregor.config import BrokerConfig
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 DEFAULT_PROTOCOL_MAP = {p: p for p in SECURITY_PROTOCOLS}
@@ -41,6 +38,25 @@ class ListenerSpec:
 
     def url(self, port: int | None = None) -> str:
         return f"{self.name}://{self.host}:{self.port if port is None else port}"
+
+
+class ListenerProperties(Protocol):
+    """The properties listeners are parsed from (BrokerConfig is one): values by name, and which were set."""
+
+    explicit: set[str]
+
+    def get(self, name: str) -> Any: ...
+
+
+class BrokerListeners(Protocol):
+    """A broker's parsed listeners and their per-listener properties (BrokerConfig is one)."""
+
+    listener_specs: list[ListenerSpec]
+    inter_broker_listener: str
+
+    def listener(self, name: str) -> ListenerSpec: ...
+
+    def listener_get(self, listener: str, key: str, mechanism: str | None = None) -> Any: ...
 
 
 def parse_protocol_map(entries: list[str]) -> dict[str, str]:
@@ -79,11 +95,11 @@ def parse_listener_url(spec: str, protocol_map: dict[str, str], what: str = "lis
     return ListenerSpec(name, proto, parts.hostname or "", port)
 
 
-def protocol_map(config: BrokerConfig) -> dict[str, str]:
+def protocol_map(config: ListenerProperties) -> dict[str, str]:
     return parse_protocol_map(config.get("listener.security.protocol.map"))
 
 
-def parse_listeners(config: BrokerConfig) -> list[ListenerSpec]:
+def parse_listeners(config: ListenerProperties) -> list[ListenerSpec]:
     """The broker's listeners, checked: unique names and ports (port 0, "any free port", may repeat)."""
     pmap = protocol_map(config)
     specs = [parse_listener_url(s, pmap) for s in config.get("listeners")]
@@ -99,7 +115,7 @@ def parse_listeners(config: BrokerConfig) -> list[ListenerSpec]:
     return specs
 
 
-def parse_advertised(config: BrokerConfig, listeners: list[ListenerSpec]) -> list[ListenerSpec]:
+def parse_advertised(config: ListenerProperties, listeners: list[ListenerSpec]) -> list[ListenerSpec]:
     """advertised.listeners (default: the listeners), each naming a listener the broker has."""
     raw = config.get("advertised.listeners")
     if not raw:
@@ -115,7 +131,7 @@ def parse_advertised(config: BrokerConfig, listeners: list[ListenerSpec]) -> lis
     return out
 
 
-def inter_broker_listener_name(config: BrokerConfig, listeners: list[ListenerSpec]) -> str:
+def inter_broker_listener_name(config: ListenerProperties, listeners: list[ListenerSpec]) -> str:
     """inter.broker.listener.name, or the listener whose protocol is security.inter.broker.protocol; when
     neither names a listener the broker has, the first listener (a lone broker needs none)."""
     explicit = config.get("inter.broker.listener.name")

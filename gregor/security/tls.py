@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from gregor.configdef import ConfigError
 
 if TYPE_CHECKING:
-    from gregor.config import BrokerConfig
+    from gregor.security.listeners import BrokerListeners
 
 
 class ListenerProps(Protocol):
@@ -158,7 +158,7 @@ def build_client_context(s: TlsSettings, what: str) -> ssl.SSLContext:
     return ctx
 
 
-def check_listener_tls(config: BrokerConfig) -> None:
+def check_listener_tls(config: BrokerListeners) -> None:
     """Build every TLS listener's context once: raises ConfigError naming the listener and the file."""
     for spec in config.listener_specs:
         if spec.uses_tls:

@@ -11,10 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gregor.broker.broker import Broker
 from gregor.config import BrokerConfig
 from gregor.metadata.embedded import EmbeddedMetadataStore
 from gregor.metadata.store import PartitionState, StateUpdate
-from gregor.server.broker import Broker
 
 
 class InProcessCluster:

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
+from gregor.broker.broker import Broker
 from gregor.config import BrokerConfig
 from gregor.metadata.store import SESSION
 from gregor.metadata.zookeeper import ZooKeeperMetadataStore, parse_connect
-from gregor.server.broker import Broker
 from gregor.tools.local_broker import BrokerProcess
 from tests.server.admin_wire import CREATE_TOPICS, metadata
 from tests.wire import WireClient

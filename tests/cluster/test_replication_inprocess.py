@@ -13,6 +13,8 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from gregor.broker.broker import Broker
+from gregor.client.broker_client import BrokerClient
 from gregor.config import BrokerConfig
 from gregor.metadata.embedded import EmbeddedMetadataStore
 from gregor.metadata.store import SESSION, SESSION_LOST, SESSION_RESTORED, PartitionState, StateUpdate, TopicMetadata
@@ -20,8 +22,6 @@ from gregor.protocol.errors import ErrorCode
 from gregor.protocol.messages.offsets import OFFSET_COMMIT, OFFSET_FETCH
 from gregor.protocol.messages.produce import PRODUCE
 from gregor.protocol.records import Record, build_batch
-from gregor.server.broker import Broker
-from gregor.server.broker_client import BrokerClient
 
 LAG_MS = 1000
 

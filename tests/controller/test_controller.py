@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from gregor.broker.broker import Broker
 from gregor.config import BrokerConfig
 from gregor.metadata.embedded import EmbeddedMetadataStore
 from gregor.metadata.store import (
@@ -25,7 +26,6 @@ from gregor.metadata.store import (
     StateUpdate,
 )
 from gregor.protocol.errors import ErrorCode
-from gregor.server.broker import Broker
 from tests.wire import WireClient
 
 CONTROLLED_SHUTDOWN, ELECT_LEADERS, ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS = 7, 43, 45, 46

@@ -18,7 +18,7 @@ class _Timer:
 
 
 class FakeClock:
-    """`call_later(...)` as gregor.server.purgatory.Clock, on a time of its own; `advance(ms)` fires the
+    """`call_later(...)` as gregor.replication.purgatory.Clock, on a time of its own; `advance(ms)` fires the
     timers that come due, in deadline order."""
 
     def __init__(self, start_ms: int = 1_000_000) -> None:

@@ -20,13 +20,13 @@ from typing import Any
 
 import pytest
 
+from gregor.broker.broker import Broker
 from gregor.config import BrokerConfig
 from gregor.metadata.store import BrokerInfo
 from gregor.protocol import apis
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.frames import decode_response
 from gregor.protocol.records import Record, build_batch, iter_headers
-from gregor.server.broker import Broker
 from tests.broker_process import BrokerProcess
 from tests.wire import WireClient
 

@@ -254,8 +254,8 @@ def test_cluster_default_reaches_the_other_broker_on_zookeeper(start_broker: Sta
 def test_applied_modes(name: str) -> None:
     """What is applied at runtime is what Kafka could update (never a read-only property)."""
     from gregor.config import BROKER_PROPS
+    from gregor.config.dynamic import APPLIED
     from gregor.configdef import READ_ONLY
-    from gregor.server.dynamic_config import APPLIED
 
     assert name in APPLIED and BROKER_PROPS[name].mode != READ_ONLY
     assert not any(BROKER_PROPS[n].mode == READ_ONLY for n in APPLIED)

@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from gregor.protocol.errors import ErrorCode
-from gregor.protocol.records import Record, build_batch, iter_headers
-from gregor.server.fetch_session import (
+from gregor.api.fetch_session import (
     MIN_EVICTION_MS,
     CachedPartition,
     FetchSessionCache,
     next_epoch,
 )
+from gregor.protocol.errors import ErrorCode
+from gregor.protocol.records import Record, build_batch, iter_headers
 from tests.broker_process import BrokerProcess
 from tests.wire import WireClient
 

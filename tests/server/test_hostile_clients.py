@@ -22,7 +22,7 @@ from tests.server import hostile
 from tests.wire import WireClient
 
 MIB = 1024 * 1024
-DEFAULT_BOUND_MIB = 1024  # the documented bound with default settings (gregor/server/network.py)
+DEFAULT_BOUND_MIB = 1024  # the documented bound with default settings (gregor/network/socket_server.py)
 CEILING_MIB = 2048  # the watchdog's kill line, far above any bound
 
 

@@ -172,8 +172,8 @@ def test_known_configs_table() -> None:
     """Every known config keeps Kafka's update mode and says it has no effect; none is a config Gregor
     implements (the two tables never overlap)."""
     from gregor.config import BROKER_PROPS
+    from gregor.config.dynamic import APPLIED, applied
     from gregor.known_configs import KNOWN_PROPS, NO_EFFECT
-    from gregor.server.dynamic_config import APPLIED, applied
 
     assert len(NO_EFFECT) == len(KNOWN_PROPS)
     for p in KNOWN_PROPS:

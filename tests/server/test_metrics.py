@@ -15,8 +15,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from gregor.metrics.registry import Histogram, count_errors
 from gregor.protocol.errors import ErrorCode
-from gregor.server.metrics import Histogram, count_errors
 from tests.broker_process import BrokerProcess
 
 _URL = re.compile(r"metrics endpoint listening on (http://\S+/metrics)")

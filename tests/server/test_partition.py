@@ -10,9 +10,9 @@ import pytest
 from gregor.metadata.store import PartitionState
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.records import Record, build_batch, iter_headers
-from gregor.server.delayed import DelayedProduce, ProducePartitionStatus
-from gregor.server.partition import FETCH_LOG_END, READ_UNCOMMITTED, Partition
-from gregor.server.purgatory import Purgatory
+from gregor.replication.delayed import DelayedProduce, ProducePartitionStatus
+from gregor.replication.partition import FETCH_LOG_END, READ_UNCOMMITTED, Partition
+from gregor.replication.purgatory import Purgatory
 from gregor.storage.config import LogConfig
 from gregor.storage.log import Log
 from tests.server.fakeclock import FakeClock

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gregor.server.purgatory import DelayedOperation, Purgatory, PurgatoryFullError
+from gregor.replication.purgatory import DelayedOperation, Purgatory, PurgatoryFullError
 from tests.server.fakeclock import FakeClock
 
 

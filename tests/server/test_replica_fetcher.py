@@ -13,8 +13,8 @@ import pytest
 from gregor.metadata.store import PartitionState
 from gregor.protocol.errors import KafkaError
 from gregor.protocol.records import Record, build_batch, iter_headers
-from gregor.server.partition import FETCH_LOG_END, Partition
-from gregor.server.replica_fetcher import follow_log_start, truncation_offset
+from gregor.replication.partition import FETCH_LOG_END, Partition
+from gregor.replication.replica_fetcher import follow_log_start, truncation_offset
 from gregor.storage.config import LogConfig
 from gregor.storage.leader_epoch import LeaderEpochFileCache
 from gregor.storage.log import Log

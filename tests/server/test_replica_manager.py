@@ -16,8 +16,8 @@ from gregor.metadata.embedded import EmbeddedMetadataStore
 from gregor.metadata.store import PartitionState, TopicMetadata
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.records import Record, build_batch, iter_headers
-from gregor.server.partition import FETCH_LOG_END, LATEST_TIMESTAMP, READ_UNCOMMITTED, ReadResult
-from gregor.server.replica_manager import AppendEntry, FetchParams, FetchPartition, ReplicaManager
+from gregor.replication.partition import FETCH_LOG_END, LATEST_TIMESTAMP, READ_UNCOMMITTED, ReadResult
+from gregor.replication.replica_manager import AppendEntry, FetchParams, FetchPartition, ReplicaManager
 from gregor.storage.log_manager import LogManager
 from tests.server.fakeclock import FakeClock
 

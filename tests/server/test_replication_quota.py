@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gregor.configdef import LONG_MAX
-from gregor.server.replication_quota import ReplicationQuota
+from gregor.replication.quota import ReplicationQuota
 
 
 class Clock:

@@ -346,7 +346,7 @@ def test_describe_configs_synonyms_documentation_and_broker_modes(start_broker: 
         assert set(topic) == set(TOPIC_CONFIGS)
 
         broker = describe(4, True, 4, "0", None)
-        from gregor.server.dynamic_config import APPLIED
+        from gregor.config.dynamic import APPLIED
         for name, e in broker.items():
             assert e.read_only == (name not in APPLIED) and "Update mode:" in e.documentation, name
         assert "cluster-wide" in broker["log.retention.ms"].documentation

@@ -53,7 +53,7 @@ from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.records import validate_record_set
 
 if TYPE_CHECKING:
-    from gregor.server.partition import AppendResult
+    from gregor.replication.partition import AppendResult
 
 log = logging.getLogger("gregor.group")
 

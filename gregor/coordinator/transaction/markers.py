@@ -17,10 +17,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from gregor.client.broker_client import BrokerClient, BrokerConnectionError
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.messages.transactions import WRITE_TXN_MARKERS
 from gregor.security.inter_broker import ClientSecurity
-from gregor.server.broker_client import BrokerClient, BrokerConnectionError
 
 log = logging.getLogger("gregor.txn.markers")
 

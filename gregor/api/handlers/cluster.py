@@ -1,0 +1,43 @@
+"""DescribeCluster: the admin client's view of brokers, controller and cluster id."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gregor.api.dispatcher import RequestContext
+from gregor.protocol.errors import ErrorCode
+from gregor.protocol.schema import Struct
+from gregor.security.acl import AUTHORIZED_OPERATIONS_OMITTED, AclOperation, ResourceType
+
+BROKER_ENDPOINT = 1
+
+
+def handle_describe_cluster(ctx: RequestContext, req: Struct) -> dict[str, Any]:
+    cache = ctx.broker.metadata_cache
+    endpoint_type = req.get("endpoint_type", BROKER_ENDPOINT)
+    if endpoint_type != BROKER_ENDPOINT:
+        return {
+            "error_code": ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
+            "error_message": "Only broker endpoints can be described",
+            "endpoint_type": endpoint_type,
+            "cluster_id": cache.cluster_id,
+            "controller_id": -1,
+            "brokers": [],
+        }
+    ops = AUTHORIZED_OPERATIONS_OMITTED
+    if req.include_cluster_authorized_operations:  # KIP-430: 0 without DESCRIBE on the cluster, as Kafka
+        ops = ctx.authorized_operations(ResourceType.CLUSTER) \
+            if ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER) else 0
+    return {
+        "throttle_time_ms": 0,
+        "cluster_authorized_operations": ops,
+        "error_code": ErrorCode.NONE,
+        "error_message": None,
+        "endpoint_type": BROKER_ENDPOINT,
+        "cluster_id": cache.cluster_id,
+        "controller_id": cache.controller_id,
+        "brokers": [
+            {"broker_id": b.broker_id, "host": ep[0], "port": ep[1], "rack": b.rack, "is_fenced": False}
+            for b in cache.brokers() if (ep := b.endpoint(ctx.listener.name)) is not None
+        ],
+    }

@@ -1,0 +1,334 @@
+"""Produce: validate each partition's record batches, append them as leader, answer per partition.
+
+Errors are per partition and never abort the rest of the request. acks=0 gets no response
+at all. The appends go through the ReplicaManager, which checks min.insync.replicas for acks=-1
+and has its response wait in the purgatory until the high watermark passes the batches
+(DelayedProduce; on a lone broker the HW moves at the append, so it answers at once). A
+flush.messages fsync an append makes due runs on an executor thread; the answer waits for it.
+
+Validation is gregor.protocol.validator's (Kafka's LogValidator rules). Small record sets are
+validated on the event loop. A compressed record set of gregor.validation.offload.bytes or more
+(uncompressed: 8x that), or a compressed batch that expands past 8x that, is decompressed and
+walked on a pool of gregor.validation.threads threads, and the response is a Future. Appends of one connection stay
+in request order: while a connection has a Produce validating off the loop, its later Produce
+requests (however small) wait for its appends before appending (not for its acks=all wait);
+validation itself runs concurrently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import weakref
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from gregor.admin.topic_admin import (
+    INTERNAL_TOPICS,  # only the broker appends to these (coordinators: ReplicaManager)
+)
+from gregor.api.dispatcher import RequestContext
+from gregor.futures import then
+from gregor.protocol import compression
+from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.protocol.primitives import DecodeError
+from gregor.protocol.records import (
+    HEADER_SIZE,
+    BatchHeader,
+    InvalidRecordError,
+    iter_headers,
+    read_header,
+    recompress_batch,
+)
+from gregor.protocol.schema import Struct
+from gregor.protocol.validator import (
+    BatchValidationError,
+    InlineBudgetExceeded,
+    ValidationRules,
+    validate_batches,
+)
+from gregor.replication.partition import AppendResult
+from gregor.replication.replica_manager import AppendEntry
+from gregor.security.acl import AclOperation, ResourceType
+from gregor.storage.errors import StorageError
+
+log = logging.getLogger("gregor.produce")
+
+INLINE_EXPANSION_FACTOR = 8
+_ATTRIBUTES_LOW = 22  # the low byte of the first batch's attributes: its codec bits
+"""A compressed batch validated on the event loop may expand to offload.bytes x this; past it, it
+is validated again on the pool (a 64 KiB bomb must not be inflated on the loop)."""
+
+
+def _error(index: int, code: ErrorCode, message: str | None = None) -> dict[str, Any]:
+    return {"index": index, "error_code": code, "base_offset": -1, "log_append_time_ms": -1,
+            "log_start_offset": -1, "record_errors": [], "error_message": message}
+
+
+@dataclass(frozen=True, slots=True)
+class _Settings:
+    ratio: int
+    cap: int
+    offload_bytes: int
+    threads: int
+    drop_every: int  # gregor.test.fault.drop.produce.response.after.append (0: off)
+
+
+_settings_cache: weakref.WeakKeyDictionary[Any, tuple[_Settings, ThreadPoolExecutor]] = weakref.WeakKeyDictionary()
+_rules_cache: weakref.WeakKeyDictionary[Any, tuple[object, ValidationRules]] = weakref.WeakKeyDictionary()
+_chains: weakref.WeakKeyDictionary[Any, asyncio.Future[Any]] = weakref.WeakKeyDictionary()
+_tasks: set[asyncio.Future[Any]] = set()  # acks=0 tasks have no other owner until they finish
+
+
+def _broker_settings(broker: Any) -> tuple[_Settings, ThreadPoolExecutor]:
+    got = _settings_cache.get(broker)
+    if got is None:
+        c = broker.config
+        s = _Settings(c.get("gregor.batch.decompressed.max.ratio"), c.get("gregor.batch.decompressed.max.bytes"),
+                      c.get("gregor.validation.offload.bytes"), c.get("gregor.validation.threads"),
+                      c.get("gregor.test.fault.drop.produce.response.after.append"))
+        pool = ThreadPoolExecutor(max_workers=s.threads, thread_name_prefix="gregor-validate")
+        got = _settings_cache[broker] = (s, pool)
+    return got
+
+
+def _rules(part: Any, s: _Settings) -> ValidationRules:
+    """The partition's rules, rebuilt only when its topic or log config object changes."""
+    cfg = part.log.config
+    got = _rules_cache.get(part)
+    if got is not None and got[0] is cfg:
+        return got[1]
+    rules = ValidationRules.for_topic(
+        max_message_bytes=cfg.max_message_bytes,
+        decompression_ratio=s.ratio,
+        decompression_max_bytes=s.cap,
+        compacted=cfg.compact,
+        log_append_time=cfg.log_append_time,
+        timestamp_before_max_ms=cfg.message_timestamp_before_max_ms,
+        timestamp_after_max_ms=cfg.message_timestamp_after_max_ms,
+    )
+    _rules_cache[part] = (cfg, rules)
+    return rules
+
+
+def _prepare(records: memoryview, rules: ValidationRules, compression_type: str, version: int, now_ms: int,
+             inline_budget: int | None) -> tuple[memoryview, list[BatchHeader]]:
+    """Validate one partition's record set (and recompress it for compression.type). Runs on the
+    event loop or on the validation pool. Raises BatchValidationError, KafkaError or
+    InlineBudgetExceeded."""
+    if len(records) >= HEADER_SIZE:
+        h0 = read_header(records, 0)
+        if h0.compression == compression.ZSTD and version < 7:
+            raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, "zstd needs Produce v7 or later")
+    headers = validate_batches(records, rules, now_ms, inline_decompress_bytes=inline_budget).headers
+    if len(headers) != 1:
+        raise KafkaError(ErrorCode.INVALID_RECORD,
+                         f"Produce requests with version {version} must contain exactly one record batch per partition")
+    if compression_type != "producer":
+        return _recompress(records, headers, compression_type, rules.max_decompressed_bytes)
+    return records, headers
+
+
+def _recompress(records: memoryview, headers: list[BatchHeader], compression_type: str,
+                limit: int) -> tuple[memoryview, list[BatchHeader]]:
+    """A topic with compression.type other than `producer` stores batches in its own codec."""
+    codec = compression.NONE if compression_type == "uncompressed" else compression.BY_NAME[compression_type]
+    if all(h.compression == codec for h in headers):
+        return records, headers
+    out = bytearray()
+    try:
+        for h in headers:
+            out += records[h.position : h.position + h.size] if h.compression == codec else \
+                recompress_batch(records, h, codec, limit)
+    except DecodeError as e:
+        raise BatchValidationError(f"cannot recompress the batch for compression.type={compression_type}: {e}") from None
+    buf = memoryview(out)
+    return buf, list(iter_headers(buf))
+
+
+def _answer(idx: int, exc: BaseException) -> dict[str, Any]:
+    """The partition's response for a failed validation or append."""
+    if isinstance(exc, BatchValidationError):
+        entry = _error(idx, ErrorCode[exc.error], str(exc))
+        entry["record_errors"] = [{"batch_index": i, "batch_index_error_message": m} for i, m in exc.record_errors]
+        return entry
+    if isinstance(exc, InvalidRecordError):
+        return _error(idx, ErrorCode[exc.error], str(exc))
+    if isinstance(exc, KafkaError):
+        return _error(idx, exc.code, exc.message)
+    if isinstance(exc, StorageError):
+        return _error(idx, ErrorCode[exc.error], str(exc))
+    if isinstance(exc, OSError):
+        return _error(idx, ErrorCode.KAFKA_STORAGE_ERROR, str(exc))
+    log.error("produce failed unexpectedly", exc_info=exc)
+    return _error(idx, ErrorCode.UNKNOWN_SERVER_ERROR, f"unexpected error: {exc!r}")
+
+
+# One partition of the request: a finished answer, a validated record set, or work for the pool.
+@dataclass(slots=True)
+class _Item:
+    topic: str
+    index: int
+    answer: dict[str, Any] | None = None
+    records: memoryview | None = None
+    headers: list[BatchHeader] | None = None
+    offload: Callable[[], tuple[memoryview, list[BatchHeader]]] | None = None
+
+
+def _append_all(rm: Any, plan: list[tuple[str, list[_Item]]], acks: int, timeout_ms: int
+                ) -> list[tuple[str, list[dict[str, Any]]]] | asyncio.Future[Any]:
+    """Append every validated item through the ReplicaManager (in request order) and build the answers;
+    a Future of them when the appends have to wait (acks=all for the high watermark, flush.messages for
+    its fsync, which runs off the event loop)."""
+    todo = [it for _, items in plan for it in items if it.answer is None]
+    entries = [AppendEntry(it.topic, it.index, it.records, it.headers) for it in todo]  # type: ignore[arg-type]
+    got = rm.append_records(timeout_ms, acks, entries) if entries else []
+
+    def build(results: list[AppendResult]) -> list[tuple[str, list[dict[str, Any]]]]:
+        for it, res in zip(todo, results, strict=True):
+            it.answer = {"index": it.index, "error_code": res.error, "base_offset": res.base_offset,
+                         "log_append_time_ms": res.log_append_time_ms, "log_start_offset": res.log_start_offset,
+                         "record_errors": [], "error_message": res.message}
+        return [(name, [it.answer for it in items]) for name, items in plan]  # type: ignore[misc]
+
+    return then(got, build)
+
+
+def _response(topics: list[tuple[str, list[dict[str, Any]]]]) -> dict[str, Any]:
+    return {"responses": [{"name": name, "partition_responses": parts} for name, parts in topics],
+            "throttle_time_ms": 0}
+
+
+def handle_produce(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.Future[Any] | None:
+    broker = ctx.broker
+    rm = broker.replica_manager
+    acks = req.acks
+    settings, pool = _broker_settings(broker)
+    inline_budget = max(settings.offload_bytes * INLINE_EXPANSION_FACTOR, 1)
+    now_ms = int(time.time() * 1000)
+    plan: list[tuple[str, list[_Item]]] = []
+    offloaded = False
+    z = broker.authorizer
+    denied_all: ErrorCode | None = None
+    if z is not None and req.transactional_id is not None and \
+            not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
+        denied_all = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    for td in req.topic_data:
+        items: list[_Item] = []
+        denied = denied_all
+        if denied is None and z is not None and not ctx.authorize(AclOperation.WRITE, ResourceType.TOPIC, td.name):
+            denied = ErrorCode.TOPIC_AUTHORIZATION_FAILED  # whether or not it exists (Kafka hides existence)
+        for pd in td.partition_data:
+            item = _Item(td.name, pd.index)
+            items.append(item)
+            if denied is not None:
+                item.answer = _error(pd.index, denied)
+                continue
+            if acks not in (0, 1, -1):
+                item.answer = _error(pd.index, ErrorCode.INVALID_REQUIRED_ACKS)
+                continue
+            if td.name in INTERNAL_TOPICS:
+                item.answer = _error(pd.index, ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                     f"Cannot append to internal topic {td.name}")
+                continue
+            try:
+                part = rm.get_leader_partition(td.name, pd.index)
+                records = pd.records
+                if records is None:
+                    raise KafkaError(ErrorCode.INVALID_RECORD, "null record set")
+                rules = _rules(part, settings)
+                args = (records, rules, part.compression_type, ctx.version, now_ms)
+                if _heavy(records, settings.offload_bytes):
+                    item.offload = _offload_call(args)
+                    offloaded = True
+                    continue
+                try:
+                    item.records, item.headers = _prepare(*args, inline_budget)
+                except InlineBudgetExceeded:
+                    item.offload = _offload_call(args)
+                    offloaded = True
+            except Exception as e:  # every failure is this partition's answer, never the connection's
+                item.answer = _answer(pd.index, e)
+        plan.append((td.name, items))
+    conn = ctx.connection
+    previous = _chains.get(conn)
+    if not offloaded and (previous is None or previous.done()):
+        done = _append_all(rm, plan, acks, req.timeout_ms)
+        if settings.drop_every and _fault_drop(broker, settings.drop_every):
+            conn.close("test fault: connection dropped after the Produce was appended, before its response")
+            return None
+        if acks == 0:
+            return None
+        if isinstance(done, asyncio.Future):  # acks=all waiting for the high watermark (DelayedProduce)
+            return then(done, _response)
+        return _response(done)
+    loop = asyncio.get_running_loop()
+    jobs = {id(it): loop.run_in_executor(pool, it.offload) for _, items in plan for it in items if it.offload}
+    appended: asyncio.Future[None] = loop.create_future()  # the connection's next Produce appends after it
+    task = loop.create_task(_finish(rm, plan, jobs, previous, acks, req.timeout_ms, appended))
+    _chains[conn] = appended
+    _tasks.add(task)
+    task.add_done_callback(_tasks.discard)
+    if settings.drop_every and _fault_drop(broker, settings.drop_every):
+        task.add_done_callback(lambda _t: conn.close("test fault: connection dropped after the Produce was "
+                                                     "appended, before its response"))
+        return None
+    return None if acks == 0 else task
+
+
+_fault_counts: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+
+def _fault_drop(broker: Any, every: int) -> bool:
+    """Test-only fault (gregor.test.fault.drop.produce.response.after.append=N): every Nth Produce
+    is appended and its connection then closed instead of answered, as a network failure would,
+    so the client retries a batch that is already in the log."""
+    n = _fault_counts.get(broker, 0) + 1
+    _fault_counts[broker] = n
+    return n % every == 0
+
+
+def _heavy(records: memoryview, offload_bytes: int) -> bool:
+    """Whether validating `records` may take long: compressed and at least offload.bytes, or
+    uncompressed and at least INLINE_EXPANSION_FACTOR times that (walking uncompressed records
+    costs ~11 ns each in C: a 1 MiB batch of 100-byte records takes ~0.1 ms, fine on the loop)."""
+    n = len(records)
+    if n < offload_bytes:
+        return False
+    if n >= HEADER_SIZE and records[_ATTRIBUTES_LOW] & compression.COMPRESSION_MASK:
+        return True
+    return n >= offload_bytes * INLINE_EXPANSION_FACTOR
+
+
+def _offload_call(args: tuple[Any, ...]) -> Callable[[], tuple[memoryview, list[BatchHeader]]]:
+    return lambda: _prepare(*args, None)
+
+
+async def _finish(rm: Any, plan: list[tuple[str, list[_Item]]], jobs: dict[int, asyncio.Future[Any]],
+                  previous: asyncio.Future[Any] | None, acks: int, timeout_ms: int,
+                  appended: asyncio.Future[None]) -> dict[str, Any]:
+    """Wait for this request's off-loop validations and for the connection's previous Produce,
+    then append in request order (and, for acks=all, wait for the high watermark). Never raises:
+    failures are partition answers."""
+    try:
+        if previous is not None and not previous.done():
+            try:
+                await asyncio.shield(previous)
+            except BaseException:  # the previous request's own failure is its own answer
+                pass
+        for _, items in plan:
+            for it in items:
+                if it.answer is None and it.offload is not None:
+                    try:
+                        it.records, it.headers = await jobs[id(it)]
+                    except Exception as e:
+                        it.answer = _answer(it.index, e)
+        done = _append_all(rm, plan, acks, timeout_ms)
+    finally:
+        if not appended.done():
+            appended.set_result(None)
+    if isinstance(done, asyncio.Future):
+        done = await done
+    return _response(done)
