@@ -4,12 +4,17 @@ One `Prop` describes one property, and parsing, validation and display all go th
 value accepted in one place (a CreateTopics request, server.properties) is accepted everywhere
 else (log loading, DescribeConfigs). This module is a leaf: the broker's table (gregor.config)
 and the topic-config table (gregor.storage.config) both build on it, and it imports neither.
+
+Components do not read the broker's config by string key: each declares the properties it uses as a
+`Settings` view (a frozen dataclass of typed fields, each naming its property), built from the one
+table, so a reader sees what a component depends on and a misspelt name fails when the view is built.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Protocol, Self
 
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
@@ -150,3 +155,45 @@ def format_value(v: Any) -> str:
     if isinstance(v, float):
         return repr(v)  # 0.5, 1.0, inf: what float() reads back
     return str(v)
+
+
+class PropertySource(Protocol):
+    """What typed views are built from: BrokerConfig, or the dynamic configs layered over it."""
+
+    def get(self, name: str) -> Any: ...
+
+
+def setting(name: str) -> Any:
+    """A field of a Settings view, read from the broker property `name`."""
+    return dataclasses.field(metadata={"property": name})
+
+
+class Settings:
+    """Base of a component's typed view of the broker's properties.
+
+    A subclass is a frozen dataclass whose fields each say which property they hold:
+
+        @dataclass(frozen=True, slots=True)
+        class FetcherSettings(Settings):
+            fetch_max_bytes: int = setting("replica.fetch.max.bytes")
+
+    `from_config(config)` builds it from BrokerConfig (or, for dynamic properties, from the dynamic configs
+    over it: the owner builds a new view and hands it to the component when they change). Every subclass is
+    listed in `VIEWS`, so one unit test checks every declared name and type against the broker's table.
+    """
+
+    VIEWS: ClassVar[dict[str, type[Settings]]] = {}  # "module.Class" -> the class
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # dataclass(slots=True) makes a second class of the same name: the last one is the one in use.
+        Settings.VIEWS[f"{cls.__module__}.{cls.__qualname__}"] = cls
+
+    @classmethod
+    def properties(cls) -> dict[str, str]:
+        """field name -> property name."""
+        return {f.name: f.metadata["property"] for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+
+    @classmethod
+    def from_config(cls, config: PropertySource) -> Self:
+        return cls(**{field: config.get(prop) for field, prop in cls.properties().items()})

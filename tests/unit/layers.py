@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2] / "gregor"
 
 # Bottom first. A top-level module or package of gregor/ belongs to exactly one layer.
 LAYERS: list[tuple[str, ...]] = [
-    ("configdef", "known_configs", "rate", "futures", "protocol"),
+    ("", "configdef", "known_configs", "rate", "futures", "protocol"),
     ("storage", "security"),
     ("config",),
     ("metadata", "metrics", "client"),
