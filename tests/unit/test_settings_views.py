@@ -16,7 +16,7 @@ _TYPES = {"int": (int,), "long": (int,), "bool": (bool,), "double": (float, int)
 
 def _import_all() -> None:
     for m in pkgutil.walk_packages(gregor.__path__, "gregor."):
-        if not m.name.startswith(("gregor.spark", "gregor.pipeline")):  # pyspark is an extra
+        if not m.name.startswith(("gregor.spark", "gregor.pipeline", "gregor.__main__")):  # pyspark is an extra; __main__ runs the CLI
             importlib.import_module(m.name)
 
 
