@@ -15,8 +15,9 @@ from gregor.metadata.cache import MetadataCache
 from gregor.metadata.embedded import EmbeddedMetadataStore
 from gregor.metadata.store import PartitionState, TopicMetadata
 from gregor.protocol.errors import ErrorCode
+from gregor.protocol.messages.list_offsets import LATEST_TIMESTAMP
 from gregor.protocol.records import Record, build_batch, iter_headers
-from gregor.replication.partition import FETCH_LOG_END, LATEST_TIMESTAMP, READ_UNCOMMITTED, ReadResult
+from gregor.replication.partition import FETCH_LOG_END, READ_UNCOMMITTED, ReadResult
 from gregor.replication.replica_manager import AppendEntry, FetchParams, FetchPartition, ReplicaManager
 from gregor.storage.log_manager import LogManager
 from tests.server.fakeclock import FakeClock
@@ -224,5 +225,5 @@ def test_flush_messages_fsync_runs_off_the_loop_and_the_answer_waits_for_it(tmp_
             (res,) = await also
             assert res.error == ErrorCode.NONE and res.base_offset == 4
             assert part.log.recovery_point == 5 and part.high_watermark == 5
-            assert not part.flushing and not part.flush_waiters and not part.unflushed_appends
+            assert part.flushes is None  # nothing unflushed, no answer waiting, no fsync running
     run(body)
