@@ -94,7 +94,7 @@ class ReplicaState:
     last_caught_up_time_ms: int = 0
     last_fetch_leader_log_end_offset: int = -1
     last_fetch_time_ms: int = 0
-    last_sent_high_watermark: int = -1  # the HW its last fetch response carried (KIP-392: see ReplicaManager)
+    last_sent_high_watermark: int = -1  # the HW its last fetch response carried (KIP-392: see read_path)
 
     def reset(self, now_ms: int, in_isr: bool) -> None:
         """A new leader epoch: nothing is known of the follower until it fetches again. An ISR member is

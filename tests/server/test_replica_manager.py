@@ -17,8 +17,12 @@ from gregor.metadata.store import PartitionState, TopicMetadata
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.messages.list_offsets import LATEST_TIMESTAMP
 from gregor.protocol.records import Record, build_batch, iter_headers
+from gregor.replication.append_path import AppendEntry
 from gregor.replication.partition import FETCH_LOG_END, READ_UNCOMMITTED, ReadResult
-from gregor.replication.replica_manager import AppendEntry, FetchParams, FetchPartition, ReplicaManager
+from gregor.replication.read_path import FetchParams, FetchPartition
+from gregor.replication.replica_fetcher import ReplicaFetcherSettings
+from gregor.replication.replica_manager import ReplicaManager, ReplicaManagerSettings
+from gregor.security.inter_broker import client_security
 from gregor.storage.log_manager import LogManager
 from tests.server.fakeclock import FakeClock
 
@@ -43,7 +47,8 @@ async def replica_manager(tmp_path: Path, replicas: list[int], isr: list[int],
     store = EmbeddedMetadataStore(str(data), ME)
     lm = LogManager(config.log_dirs, config.log_config)
     clock = FakeClock()
-    rm = ReplicaManager(config, store, lm, MetadataCache(), clock)
+    rm = ReplicaManager(ReplicaManagerSettings.from_config(config), ReplicaFetcherSettings.from_config(config),
+                        config.log_config, store, lm, MetadataCache(), client_security(config), clock)
     store.create_topic(TopicMetadata("t", uuid.uuid4(), {0: PartitionState(replicas, ME, 0, isr)}))
     sync(rm)
     work = rm.log_work_done("t")
