@@ -95,7 +95,7 @@ class ReplicaManager:
         self._starting = True
         # Told (dir, partitions) on the loop when a log dir fails (the broker tells the controller).
         self.on_log_dir_failure: Callable[[str, list[TopicPartition]], None] | None = None
-        self.log_dirs = LogDirEvents(log_manager, self.partitions, self._set_offline, self._log_dir_failed)
+        self.dir_events = LogDirEvents(log_manager, self.partitions, self._set_offline, self._log_dir_failed)
         self.log_configs = TopicLogConfigs(topic_defaults, log_manager, metadata_cache, self.partitions)
         # One purgatory for DelayedProduce and DelayedFetch, keyed by partition.
         self.purgatory = Purgatory(settings.purgatory_max_operations, clock)
@@ -108,7 +108,7 @@ class ReplicaManager:
         # Replication: followers fetch from their leaders; leaders write their own ISR changes.
         self.fetcher_manager = ReplicaFetcherManager(fetcher_settings, security, metadata_cache, self.partitions.get,
                                                      self._after_progress, self.follower_quota)
-        self.fetcher_manager.on_storage_error = lambda key, e: self.log_dirs.storage_failure(key[0], key[1], e)
+        self.fetcher_manager.on_storage_error = lambda key, e: self.dir_events.storage_failure(key[0], key[1], e)
         self.session_lost = False
         # A controlled shutdown under way: a follower the controller took out of a partition's ISR stops
         # fetching it (Kafka's StopReplica), so its leader cannot take the stopping broker back in.
@@ -116,10 +116,10 @@ class ReplicaManager:
         self.isr = IsrManager(self.broker_id, self.partitions, store, metadata_cache, settings.lag_time_max_ms,
                               lambda: self.session_lost, self._after_progress, self.purgatory.check_and_complete)
         self.appends = AppendPath(self.get_partition, self.partitions.get, self.purgatory, self._after_progress,
-                                  self.log_dirs.storage_failure)
+                                  self.dir_events.storage_failure)
         self.reads = ReadPath(self.broker_id, settings.replica_selector_class is not None, metadata_cache,
                               self.get_partition, self.partitions.get, self.purgatory, self.isr, self.leader_quota,
-                              self._after_progress, self.log_dirs.storage_failure)
+                              self._after_progress, self.dir_events.storage_failure)
 
     @property
     def metrics(self) -> BrokerMetrics | None:
@@ -331,7 +331,7 @@ class ReplicaManager:
 
     def take_offline_logs(self) -> None:
         """Partitions whose logs failed to open in the background opening go offline (LogDirEvents)."""
-        self.log_dirs.take_offline_logs()
+        self.dir_events.take_offline_logs()
 
     def _set_offline(self, topic: str, p: int, e: Exception) -> None:
         key = (topic, p)
@@ -395,7 +395,7 @@ class ReplicaManager:
     # --- replication: the ISR, written by the leader (isr_manager.IsrManager) ----------------
     def start_replication(self) -> None:
         """Start the leader's ISR shrink check on the running loop; log dir events are applied on it."""
-        self.log_dirs.start()
+        self.dir_events.start()
         self.isr.start()
 
     async def stop_replication(self) -> None:
