@@ -69,8 +69,11 @@ from gregor.metadata.zookeeper import ZooKeeperMetadataStore
 from gregor.metrics.registry import BrokerMetrics
 from gregor.network.socket_server import SocketServer
 from gregor.protocol.errors import ErrorCode, KafkaError
-from gregor.replication.replica_manager import ReplicaManager, log_config_for
+from gregor.replication.log_configs import log_config_for
+from gregor.replication.replica_fetcher import ReplicaFetcherSettings
+from gregor.replication.replica_manager import ReplicaManager, ReplicaManagerSettings
 from gregor.security.authorizer import create_authorizer
+from gregor.security.inter_broker import client_security
 from gregor.security.quotas import ClientQuotaManager
 from gregor.security.sasl.listener import build_sasl_listeners
 from gregor.security.tls import ServerTls, TlsSettings
@@ -106,7 +109,7 @@ class Broker:
         if self.authorizer is not None:
             self.authorizer.attach(self.metadata_cache.acls)
         # Logs open with their topics' configs, so the cleaner never sees a compacted log as delete-only.
-        topic_configs = {name: log_config_for(config, t.configs, name)
+        topic_configs = {name: log_config_for(config.log_config, t.configs)
                          for name, t in self.metadata_cache.topics().items()}
         self.log_manager = LogManager(config.log_dirs, config.log_config, topic_configs,
                                       cleaner_config=CleanerConfig.from_broker(config.get),
@@ -115,7 +118,9 @@ class Broker:
         log.info("scanned the log dirs in %.0f ms", (time.monotonic() - t0) * 1000)
         self.topic_admin = TopicAdmin(self.store, self.metadata_cache, config)
         self.dynamic_config = DynamicBrokerConfig(config)
-        self.replica_manager = ReplicaManager(config, self.store, self.log_manager, self.metadata_cache)
+        self.replica_manager = ReplicaManager(
+            ReplicaManagerSettings.from_config(config), ReplicaFetcherSettings.from_config(config), config.log_config,
+            self.store, self.log_manager, self.metadata_cache, client_security(config))
         self.replica_manager.on_log_dir_failure = self._on_log_dir_failure
         self.controller = Controller(config, self.store, self.metadata_cache)
         self.producer_ids = ProducerIdManager(self.store)
@@ -346,7 +351,7 @@ class Broker:
                 log.info("broker %d: topic config defaults changed: %s", self.config.broker_id,
                          ", ".join(f"{n}={d.get(n)}" for n in sorted(changed & TOPIC_DEFAULTS)))
                 self.config.log_config = defaults  # what every topic without an override reads
-                self.replica_manager.refresh_log_configs()
+                self.replica_manager.refresh_log_configs(defaults)
         if changed & CLEANER and (cleaner := d.cleaner()) is not None:
             log.info("broker %d: log cleaner settings: %s", self.config.broker_id,
                      ", ".join(f"{n}={d.get(n)}" for n in sorted(CLEANER)))

@@ -104,8 +104,8 @@ class LogWorkQueue:
                     continue
                 # The Partitions these logs are for: if the topic is deleted (and perhaps re-created) while
                 # the executor works, the logs belong to the deleted topic, whose deletion (queued after this
-                # work) closes them; a re-created topic's Partition must never be handed one (fuzz finding:
-                # a Fetch then met a closed log).
+                # work) closes them; a re-created topic's Partition must never be handed one (a Fetch would
+                # then meet a closed log).
                 owners = {p: self.partitions.get((topic, p)) for p in todo}
                 logs = await loop.run_in_executor(None, self._create_logs, topic, todo, cfg)
                 for p, lg in logs:

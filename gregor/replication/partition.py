@@ -15,25 +15,25 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from gregor.metadata.store import PartitionState
 from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.protocol.messages.list_offsets import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIERED_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+)
 from gregor.protocol.records import BatchHeader
+from gregor.replication.flushes import PendingFlushes
 from gregor.storage.config import LogConfig
-from gregor.storage.errors import KafkaStorageError, OffsetOutOfRangeError
+from gregor.storage.errors import OffsetOutOfRangeError
 from gregor.storage.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from gregor.storage.log import FetchDataInfo, Log
 from gregor.storage.txn_index import AbortedTxn
-
-# ListOffsets special timestamps
-LATEST_TIMESTAMP = -1
-EARLIEST_TIMESTAMP = -2
-MAX_TIMESTAMP = -3
-EARLIEST_LOCAL_TIMESTAMP = -4  # KIP-405 tiered storage: with no remote tier, the same as earliest
-LATEST_TIERED_TIMESTAMP = -5  # KIP-1005: nothing is tiered, so the earliest local offset
 
 log = logging.getLogger("gregor.partition")
 
@@ -48,6 +48,43 @@ FETCH_LOG_END = -1  # isolation of a follower's read (and a replica's ListOffset
 MAX_TRACKED_APPENDS = 10_000
 
 
+class AppendedBytes:
+    """Bytes appended through one Partition, up to its LEO (`total`) and up to its HW: what a delayed
+    fetch's fetch.min.bytes counts, where the log counts offsets. Appends above the HW are remembered as
+    (end offset, bytes appended up to it) until the HW passes them. Loop thread only."""
+
+    __slots__ = ("total", "at_high_watermark", "_above_hw")
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.at_high_watermark = 0
+        # Created on first use: an empty deque costs 760 bytes, 100,000 partitions 76 MB.
+        self._above_hw: collections.deque[tuple[int, int]] | None = None
+
+    def above_high_watermark(self, end_offset: int) -> None:
+        """The append up to `end_offset` (already counted in `total`) is above the HW: remembered until the
+        HW passes it (the oldest forgotten past MAX_TRACKED_APPENDS)."""
+        if self._above_hw is None:
+            self._above_hw = collections.deque()
+        self._above_hw.append((end_offset, self.total))
+        if len(self._above_hw) > MAX_TRACKED_APPENDS:
+            self._above_hw.popleft()
+
+    def high_watermark_moved(self, hw: int, log_end_offset: int) -> None:
+        """The HW is now `hw`: the bytes at it are those of the last remembered append it passed."""
+        if hw >= log_end_offset:
+            self._above_hw = None
+            self.at_high_watermark = self.total
+        elif self._above_hw is not None:
+            while self._above_hw and self._above_hw[0][0] <= hw:
+                self.at_high_watermark = self._above_hw.popleft()[1]
+
+    def truncated(self) -> None:
+        """The log was truncated (a follower diverged): nothing above the HW is remembered any more."""
+        self._above_hw = None
+        self.at_high_watermark = self.total
+
+
 @dataclass(slots=True)
 class ReplicaState:
     """The leader's view of one follower, from its fetches (Kafka's Replica state)."""
@@ -57,7 +94,7 @@ class ReplicaState:
     last_caught_up_time_ms: int = 0
     last_fetch_leader_log_end_offset: int = -1
     last_fetch_time_ms: int = 0
-    last_sent_high_watermark: int = -1  # the HW its last fetch response carried (KIP-392: see ReplicaManager)
+    last_sent_high_watermark: int = -1  # the HW its last fetch response carried (KIP-392: see read_path)
 
     def reset(self, now_ms: int, in_isr: bool) -> None:
         """A new leader epoch: nothing is known of the follower until it fetches again. An ISR member is
@@ -135,18 +172,10 @@ class Partition:
         self.leader_epoch = -1
         self.replicas: list[int] = []
         self.isr: list[int] = []
-        # Bytes appended through this Partition (the LEO's position) and at the HW, for fetch.min.bytes;
-        # `_above_hw` holds (end offset, bytes appended up to it) of appends the HW has not passed yet. The
-        # queues here are created on first use: an empty deque costs 760 bytes, 100,000 partitions 76 MB.
-        self.appended_bytes = 0
-        self.high_watermark_bytes = 0
-        self._above_hw: collections.deque[tuple[int, int]] | None = None
-        # flush.messages: (base, end offset) of appends whose fsync runs off the loop and has not finished;
-        # the HW stays below the first (consumers never see what a crash could take back), and the Produce
-        # answers wait for them (`flush_after_append`).
-        self.unflushed_appends: collections.deque[tuple[int, int]] | None = None
-        self.flush_waiters: list[tuple[int, asyncio.Future[None]]] = []  # (end offset, answer)
-        self.flushing = False
+        self.bytes = AppendedBytes()  # up to the LEO and the HW, for fetch.min.bytes
+        # flush.messages: the appends whose fsync runs off the loop and has not finished, and the Produce
+        # answers waiting for it (`flush_after_append`); the HW stays below the first. None while idle.
+        self.flushes: PendingFlushes | None = None
         # The LEO when this broker last became leader: a follower joins the ISR only once it fetched past it
         # (it then holds everything of the current epoch).
         self.leader_epoch_start_offset = 0
@@ -182,6 +211,15 @@ class Partition:
             if self.leader_id == self.broker_id:
                 self._make_leader_log(log_)
             self.maybe_increment_high_watermark()
+
+    def update_log_config(self, cfg: LogConfig) -> None:
+        """The topic's configs changed (its overrides or the broker's defaults): applied to the partition
+        and to its log at once."""
+        self.min_insync_replicas = cfg.min_insync_replicas
+        self.compression_type = cfg.compression_type
+        self.log_config = cfg
+        if self._log is not None and self._log.config != cfg:
+            self._log.update_config(cfg)
 
     def replace_log(self, log_: Log) -> None:
         """The log moved to another log dir (AlterReplicaLogDirs): the same records, offsets, epochs and
@@ -289,75 +327,32 @@ class Partition:
         info = lg.append_as_leader(records, headers, self.leader_epoch, now_ms, defer_flush=defer_flush, client=client)
         flush_due = defer_flush and lg.unflushed_messages >= lg.config.flush_messages
         if flush_due:
-            if self.unflushed_appends is None:
-                self.unflushed_appends = collections.deque()
-            self.unflushed_appends.append((info.first_offset, info.last_offset + 1))
-        self.appended_bytes += info.size_bytes
+            self._pending_flushes().add_append(info.first_offset, info.last_offset + 1)
+        self.bytes.total += info.size_bytes
         self.maybe_increment_high_watermark()
-        if self.high_watermark < info.last_offset + 1:  # remembered until the HW passes it
-            if self._above_hw is None:
-                self._above_hw = collections.deque()
-            self._above_hw.append((info.last_offset + 1, self.appended_bytes))
-            if len(self._above_hw) > MAX_TRACKED_APPENDS:
-                self._above_hw.popleft()
+        if self.high_watermark < info.last_offset + 1:
+            self.bytes.above_high_watermark(info.last_offset + 1)
         return AppendResult(ErrorCode.NONE, info.first_offset, info.last_offset, info.log_append_time_ms,
                             info.log_start_offset, flush_due=flush_due)
 
     def flush_after_append(self, end_offset: int, on_progress: Callable[[TopicPartition], None],
                            on_flush_ms: Callable[[float], None] | None = None) -> asyncio.Future[None]:
         """flush.messages: a future done once the log is fsynced up to `end_offset` (its exception if the
-        fsync failed). One flush runs at a time, on an executor thread, so the event loop goes on serving
-        others; appends made meanwhile are covered by the next. `on_progress(key)` is told when the
-        HW moves once a flush is done; `on_flush_ms(ms)` (the metrics' flush time histogram) how long it took."""
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.flush_waiters.append((end_offset, fut))
-        if not self.flushing:
-            self._start_flush(on_progress, on_flush_ms)
-        return fut
+        fsync failed), run off the loop (flushes.PendingFlushes). `on_progress(key)` is told when the HW
+        moves once a flush is done; `on_flush_ms(ms)` (the metrics' flush time histogram) how long it took."""
+        return self._pending_flushes().wait(end_offset, lambda: self._flushed(on_progress), on_flush_ms)
 
-    def _start_flush(self, on_progress: Callable[[TopicPartition], None],
-                     on_flush_ms: Callable[[float], None] | None) -> None:
-        lg = self.log
-        target = lg.log_end_offset
-        self.flushing = True
+    def _pending_flushes(self) -> PendingFlushes:
+        if self.flushes is None:
+            self.flushes = PendingFlushes(f"{self.topic}-{self.index}", lambda: self.log)
+        return self.flushes
 
-        def timed_flush() -> float:
-            t0 = time.perf_counter()
-            lg.flush(target)
-            return (time.perf_counter() - t0) * 1000.0
-
-        job = asyncio.get_running_loop().run_in_executor(None, timed_flush)
-        job.add_done_callback(lambda f: self._flush_finished(target, f, on_progress, on_flush_ms))
-
-    def _flush_finished(self, target: int, job: asyncio.Future[float],
-                        on_progress: Callable[[TopicPartition], None],
-                        on_flush_ms: Callable[[float], None] | None) -> None:
-        """The fsync up to `target` finished (or failed: the appends are in the log all the same, and
-        their producers are told): answer its waiters and let the HW past their appends."""
-        self.flushing = False
-        error = KafkaStorageError("the flush was cancelled") if job.cancelled() else job.exception()
-        if error is not None:
-            log.error("flush of %s-%d failed: %s", self.topic, self.index, error)
-        elif on_flush_ms is not None:
-            on_flush_ms(job.result())
-        done = [w for w in self.flush_waiters if w[0] <= target]
-        self.flush_waiters = [w for w in self.flush_waiters if w[0] > target]
-        for _, fut in done:
-            if fut.done():
-                continue
-            if error is not None:
-                fut.set_exception(error)
-            else:
-                fut.set_result(None)
-        pending = self.unflushed_appends
-        while pending and pending[0][1] <= target:
-            pending.popleft()
-        if not pending:
-            self.unflushed_appends = None
+    def _flushed(self, on_progress: Callable[[TopicPartition], None]) -> None:
+        """An fsync finished: the HW may pass what it covered."""
+        if self.flushes is not None and self.flushes.idle:
+            self.flushes = None
         if self.maybe_increment_high_watermark():
             on_progress((self.topic, self.index))
-        if self.flush_waiters:  # appended while this flush ran (a closed log's flush returns at once)
-            self._start_flush(on_progress, on_flush_ms)
 
     def maybe_increment_high_watermark(self) -> bool:
         """HW = the smallest LEO in the ISR (a follower that has not fetched since this epoch began holds
@@ -373,19 +368,14 @@ class Partition:
                 leo = f.log_end_offset if f is not None else -1
                 if leo < new_hw:
                     new_hw = leo
-        if self.unflushed_appends and self.unflushed_appends[0][0] < new_hw:
-            new_hw = self.unflushed_appends[0][0]
+        if self.flushes is not None and (unflushed := self.flushes.first_unflushed()) is not None \
+                and unflushed < new_hw:
+            new_hw = unflushed
         if new_hw <= lg.high_watermark:
             return False
         moved = lg.maybe_increment_high_watermark(new_hw)
         if moved:
-            pending = self._above_hw
-            if new_hw >= lg.log_end_offset:
-                self._above_hw = None
-                self.high_watermark_bytes = self.appended_bytes
-            elif pending is not None:
-                while pending and pending[0][0] <= new_hw:
-                    self.high_watermark_bytes = pending.popleft()[1]
+            self.bytes.high_watermark_moved(new_hw, lg.log_end_offset)
         assert lg.log_start_offset <= lg.high_watermark <= lg.log_end_offset, lg
         return moved
 
@@ -427,12 +417,8 @@ class Partition:
                              f"broker {self.broker_id} leads {self.topic}-{self.index}: it appends as leader")
         lg = self.log
         info = lg.append_as_follower(records, headers, now_ms)
-        self.appended_bytes += info.size_bytes
-        if self._above_hw is None:  # consumers reading from this follower (KIP-392) wait on these bytes
-            self._above_hw = collections.deque()
-        self._above_hw.append((lg.log_end_offset, self.appended_bytes))
-        if len(self._above_hw) > MAX_TRACKED_APPENDS:
-            self._above_hw.popleft()
+        self.bytes.total += info.size_bytes
+        self.bytes.above_high_watermark(lg.log_end_offset)  # consumers reading from this follower (KIP-392)
         self.update_follower_high_watermark(leader_high_watermark)
         return lg.log_end_offset
 
@@ -440,12 +426,7 @@ class Partition:
         """A follower's HW is the leader's, never above its own LEO (Kafka's rule). Returns it."""
         lg = self.log
         hw = lg.update_high_watermark(min(leader_high_watermark, lg.log_end_offset))
-        if hw >= lg.log_end_offset:
-            self.high_watermark_bytes = self.appended_bytes
-            self._above_hw = None
-        elif self._above_hw is not None:
-            while self._above_hw and self._above_hw[0][0] <= hw:
-                self.high_watermark_bytes = self._above_hw.popleft()[1]
+        self.bytes.high_watermark_moved(hw, lg.log_end_offset)
         return hw
 
     def truncate_to(self, offset: int, now_ms: int) -> bool:
@@ -455,8 +436,7 @@ class Partition:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "a leader's log is never truncated to follow")
         truncated = self.log.truncate_to(offset, now_ms)
         if truncated:
-            self._above_hw = None
-            self.high_watermark_bytes = self.appended_bytes
+            self.bytes.truncated()
         return truncated
 
     # --- reads ---------------------------------------------------------------------------
@@ -465,12 +445,12 @@ class Partition:
         follower, the HW for read_uncommitted, the last stable offset for read_committed (bytes -1 when
         it is below the HW: no byte position is kept for it)."""
         if isolation == FETCH_LOG_END:
-            return self.log_end_offset, self.appended_bytes
+            return self.log_end_offset, self.bytes.total
         if isolation == READ_COMMITTED:
             lso = self.log.last_stable_offset
             if lso < self.high_watermark:
                 return lso, -1
-        return self.high_watermark, self.high_watermark_bytes
+        return self.high_watermark, self.bytes.at_high_watermark
 
     def fetch_records(self, replica_id: int, fetch_offset: int, max_bytes: int, isolation: int,
                       min_one_batch: bool, now_ms: int, current_leader_epoch: int = -1,
@@ -536,6 +516,7 @@ class Partition:
                 else lg.last_stable_offset if isolation == READ_COMMITTED else lg.high_watermark)
         if timestamp == LATEST_TIMESTAMP:
             return -1, last, epoch
+        # With no remote tier (KIP-405), the earliest local offset is the earliest, and nothing is tiered (KIP-1005).
         if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP, LATEST_TIERED_TIMESTAMP):
             return -1, lg.log_start_offset, epoch
         if timestamp == MAX_TIMESTAMP:

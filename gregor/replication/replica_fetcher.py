@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gregor.client.broker_client import BrokerClient, BrokerConnectionError
-from gregor.config import BrokerConfig
+from gregor.configdef import Settings, setting
 from gregor.metadata.cache import MetadataCache
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.messages.fetch import FETCH
 from gregor.replication.quota import ReplicationQuota
-from gregor.security.inter_broker import client_security
+from gregor.security.inter_broker import ClientSecurity
 from gregor.storage.errors import StorageError
 from gregor.storage.leader_epoch import LeaderEpochFileCache
 
@@ -43,9 +43,9 @@ log = logging.getLogger("gregor.replica.fetcher")
 TopicPartition = tuple[str, int]
 FETCH_VERSION = 12
 
-# Errors after which the partition waits for our metadata to change (we are behind the leader's epoch).
 # How soon a partition held back by the follower throttle is looked at again.
 _THROTTLE_RECHECK_S = 0.1
+# Errors after which the partition waits for our metadata to change (we are behind the leader's epoch).
 _PAUSE = {ErrorCode.FENCED_LEADER_EPOCH}
 # Errors after which the partition is retried after replica.fetch.backoff.ms: the leader is behind us
 # (it has not applied the new state yet) or cannot serve it now.
@@ -76,6 +76,22 @@ def follow_log_start(part: Partition, leader_log_start_offset: int, now_ms: int)
         target = min(leader_log_start_offset, lg.high_watermark)
         if target > lg.log_start_offset:
             lg.delete_records(target, now_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaFetcherSettings(Settings):
+    """What the fetchers read of the broker's config. `num.replica.fetchers` is dynamic: this is its value
+    at start; a change reaches the manager through `resize`."""
+
+    broker_id: int = setting("broker.id")
+    num_fetchers: int = setting("num.replica.fetchers")
+    max_wait_ms: int = setting("replica.fetch.wait.max.ms")
+    min_bytes: int = setting("replica.fetch.min.bytes")
+    response_max_bytes: int = setting("replica.fetch.response.max.bytes")
+    partition_max_bytes: int = setting("replica.fetch.max.bytes")
+    backoff_ms: int = setting("replica.fetch.backoff.ms")
+    socket_timeout_ms: int = setting("replica.socket.timeout.ms")
+    message_max_bytes: int = setting("message.max.bytes")
 
 
 @dataclass(slots=True)
@@ -126,7 +142,7 @@ class ReplicaFetcher:
 
     async def _run(self) -> None:
         m = self.manager
-        backoff_s = m.config.get("replica.fetch.backoff.ms") / 1000.0
+        backoff_s = m.backoff_ms / 1000.0
         while not self._stopping:
             active = self._active()
             if not active:
@@ -163,7 +179,7 @@ class ReplicaFetcher:
                 raise BrokerConnectionError(f"broker {self.source} is not live")
             self._client = BrokerClient(info.host, info.port, f"broker-{m.broker_id}-fetcher-{self.fetcher_id}",
                                         max_in_flight=1, max_response_bytes=m.max_response_bytes,
-                                        security=client_security(m.config))
+                                        security=m.security)
         return self._client
 
     def _throttled(self, key: TopicPartition, part: Partition) -> bool:
@@ -286,28 +302,29 @@ class ReplicaFetcherManager:
     """The fetchers of this broker, by (source broker, fetcher id); created on first use, stopped when
     they have nothing left to fetch."""
 
-    def __init__(self, config: BrokerConfig, metadata_cache: MetadataCache,
+    def __init__(self, settings: ReplicaFetcherSettings, security: ClientSecurity, metadata_cache: MetadataCache,
                  partition: Callable[[TopicPartition], Partition | None],
                  on_follower_progress: Callable[[TopicPartition], None],
                  follower_quota: ReplicationQuota | None = None) -> None:
-        self.config = config
+        """`security`: how this broker connects to its peers (the broker's one inter-broker ClientSecurity)."""
+        self.security = security
         self.follower_quota = follower_quota or ReplicationQuota()
-        self.broker_id = config.broker_id
+        self.broker_id = settings.broker_id
         self.metadata_cache = metadata_cache
         self.partition = partition
         self.on_follower_progress = on_follower_progress
         # Told of a storage error appending to a follower's log (the replica manager fails its log dir on I/O errors).
         self.on_storage_error: Callable[[TopicPartition, BaseException], None] | None = None
-        self.num_fetchers = config.get("num.replica.fetchers")
-        self.max_wait_ms = config.get("replica.fetch.wait.max.ms")
-        self.min_bytes = config.get("replica.fetch.min.bytes")
-        self.response_max_bytes = config.get("replica.fetch.response.max.bytes")
-        self.partition_max_bytes = config.get("replica.fetch.max.bytes")
-        self.backoff_ms = config.get("replica.fetch.backoff.ms")
-        self.socket_timeout_s = max(config.get("replica.socket.timeout.ms"), self.max_wait_ms + 1000) / 1000.0
+        self.num_fetchers = settings.num_fetchers
+        self.max_wait_ms = settings.max_wait_ms
+        self.min_bytes = settings.min_bytes
+        self.response_max_bytes = settings.response_max_bytes
+        self.partition_max_bytes = settings.partition_max_bytes
+        self.backoff_ms = settings.backoff_ms
+        self.socket_timeout_s = max(settings.socket_timeout_ms, self.max_wait_ms + 1000) / 1000.0
         # The leader may exceed the byte bounds by one whole batch (KIP-74), at most message.max.bytes.
         self.max_response_bytes = (self.response_max_bytes + max(self.partition_max_bytes,
-                                                                 config.get("message.max.bytes")) + (1 << 16))
+                                                                 settings.message_max_bytes) + (1 << 16))
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         self._where: dict[TopicPartition, tuple[int, int]] = {}
         self._stopped = False

@@ -4,20 +4,29 @@ acks=all through the purgatory, follower fetches moving the HW, delayed fetches,
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gregor.config import BrokerConfig
 from gregor.metadata.cache import MetadataCache
 from gregor.metadata.embedded import EmbeddedMetadataStore
 from gregor.metadata.store import PartitionState, TopicMetadata
 from gregor.protocol.errors import ErrorCode
+from gregor.protocol.messages.list_offsets import LATEST_TIMESTAMP
 from gregor.protocol.records import Record, build_batch, iter_headers
-from gregor.replication.partition import FETCH_LOG_END, LATEST_TIMESTAMP, READ_UNCOMMITTED, ReadResult
-from gregor.replication.replica_manager import AppendEntry, FetchParams, FetchPartition, ReplicaManager
+from gregor.replication.append_path import AppendEntry
+from gregor.replication.log_configs import effective_topic_configs, valid_overrides
+from gregor.replication.partition import FETCH_LOG_END, READ_UNCOMMITTED, ReadResult
+from gregor.replication.read_path import FetchParams, FetchPartition
+from gregor.replication.replica_fetcher import ReplicaFetcherSettings
+from gregor.replication.replica_manager import ReplicaManager, ReplicaManagerSettings
+from gregor.security.inter_broker import client_security
 from gregor.storage.log_manager import LogManager
 from tests.server.fakeclock import FakeClock
 
@@ -42,7 +51,8 @@ async def replica_manager(tmp_path: Path, replicas: list[int], isr: list[int],
     store = EmbeddedMetadataStore(str(data), ME)
     lm = LogManager(config.log_dirs, config.log_config)
     clock = FakeClock()
-    rm = ReplicaManager(config, store, lm, MetadataCache(), clock)
+    rm = ReplicaManager(ReplicaManagerSettings.from_config(config), ReplicaFetcherSettings.from_config(config),
+                        config.log_config, store, lm, MetadataCache(), client_security(config), clock)
     store.create_topic(TopicMetadata("t", uuid.uuid4(), {0: PartitionState(replicas, ME, 0, isr)}))
     sync(rm)
     work = rm.log_work_done("t")
@@ -224,5 +234,33 @@ def test_flush_messages_fsync_runs_off_the_loop_and_the_answer_waits_for_it(tmp_
             (res,) = await also
             assert res.error == ErrorCode.NONE and res.base_offset == 4
             assert part.log.recovery_point == 5 and part.high_watermark == 5
-            assert not part.flushing and not part.flush_waiters and not part.unflushed_appends
+            assert part.flushes is None  # nothing unflushed, no answer waiting, no fsync running
+    run(body)
+
+
+def test_topic_configs_an_invalid_override_is_reported_once_and_new_defaults_reach_the_logs(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    async def body() -> None:
+        async with replica_manager(tmp_path, [ME], [ME]) as (rm, _):
+            defaults = rm.log_configs.defaults
+            overrides = {"retention.ms": "soon", "segment.bytes": "2000000"}
+            rm.store.create_topic(TopicMetadata("c", uuid.uuid4(), {0: PartitionState([ME], ME, 0, [ME])},
+                                                configs=overrides))
+            with caplog.at_level(logging.WARNING, logger="gregor.replica"):
+                sync(rm)
+                sync(rm)  # every sync derives the configs again: the warning is not repeated
+            warned = [r.getMessage() for r in caplog.records if "stored config" in r.getMessage()]
+            assert len(warned) == 1 and "topic c" in warned[0] and "retention.ms=soon" in warned[0], warned
+            part = rm.partitions[("c", 0)]
+            assert part.log_config is not None
+            assert (part.log_config.retention_ms, part.log_config.segment_bytes) == (defaults.retention_ms, 2000000)
+            assert valid_overrides(defaults, overrides) == {"segment.bytes": "2000000"}
+
+            newer = BrokerConfig({"log.dirs": str(tmp_path / "data"), "log.retention.ms": "60000",
+                                  "log.segment.bytes": "3000000"}).log_config
+            rm.refresh_log_configs(newer)  # a dynamic change of the broker's topic defaults
+            assert (part.log_config.retention_ms, part.log_config.segment_bytes) == (60000, 2000000)
+            assert part.log.config == part.log_config
+            assert rm.partitions[("t", 0)].log.config.segment_bytes == 3000000
+            assert effective_topic_configs(newer, overrides)["retention.ms"] == 60000
     run(body)

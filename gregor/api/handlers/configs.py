@@ -23,7 +23,7 @@ from gregor.known_configs import NO_EFFECT
 from gregor.metadata.store import DEFAULT_ENTITY, Change, SetBrokerConfigs, SetEntityConfigs
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.schema import Struct
-from gregor.replication.replica_manager import effective_topic_configs, valid_overrides
+from gregor.replication.log_configs import effective_topic_configs, valid_overrides
 from gregor.security.acl import AclOperation, ResourceType
 from gregor.storage.config import TopicConfigDef
 
@@ -102,8 +102,8 @@ def _describe_topic(ctx: RequestContext, name: str, keys: list[str] | None, req:
     meta = broker.metadata_cache.topic(name)
     if meta is None:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist.")
-    overrides = valid_overrides(broker.config, meta.configs)
-    values = effective_topic_configs(broker.config, overrides)
+    overrides = valid_overrides(broker.config.log_config, meta.configs)
+    values = effective_topic_configs(broker.config.log_config, overrides)
     out = []
     for k in sorted(TOPIC_CONFIGS):
         if keys is not None and k not in keys:

@@ -23,7 +23,7 @@ from gregor.config import TOPIC_CONFIGS, format_value
 from gregor.metadata.store import Change, CreateTopic, TopicMetadata
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.schema import Struct
-from gregor.replication.replica_manager import effective_topic_configs
+from gregor.replication.log_configs import effective_topic_configs
 from gregor.security.acl import AclOperation, ResourceType
 from gregor.security.quotas import UNLIMITED_MUTATIONS, ControllerMutationQuota
 from gregor.storage.errors import StorageError
@@ -99,7 +99,7 @@ def _describe_created(ctx: RequestContext, entry: dict[str, Any], meta: TopicMet
     entry["topic_id"] = meta.topic_id
     entry["num_partitions"] = len(meta.partitions)
     entry["replication_factor"] = len(meta.partitions[0].replicas)
-    values = effective_topic_configs(ctx.broker.config, meta.configs)
+    values = effective_topic_configs(ctx.broker.config.log_config, meta.configs)
     entry["configs"] = [
         {"name": k, "value": format_value(values[k]), "read_only": False,
          "config_source": DYNAMIC_TOPIC_CONFIG if k in meta.configs else DEFAULT_CONFIG, "is_sensitive": False}
