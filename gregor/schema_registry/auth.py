@@ -220,5 +220,5 @@ class AclRefresher:
             await asyncio.sleep(self.interval_ms / 1000)
             try:
                 await self.refresh()
-            except (ConnectionError, TimeoutError, ValueError, Exception) as e:  # keep the last ACLs loaded
+            except Exception as e:  # whatever failed, the ACLs read last stay in force until a refresh succeeds
                 log.warning("Reading the cluster's ACLs failed (the registry keeps the last ones read): %s", e)

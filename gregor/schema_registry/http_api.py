@@ -224,13 +224,13 @@ class RegistryApi:
     async def schema_by_id(self, request: web.Request) -> web.StreamResponse:
         schema_id = _int_id(request.match_info["id"])
         self._readable_id(request, schema_id)
-        return self._json(request, self.reads.schema_by_id(schema_id, request.query.get("format")))
+        return self._json(request, await self.reads.schema_by_id(schema_id, request.query.get("format")))
 
     async def raw_schema_by_id(self, request: web.Request) -> web.StreamResponse:
         schema_id = _int_id(request.match_info["id"])
         self._readable_id(request, schema_id)
         v = self.reads.by_id(schema_id)
-        return web.Response(text=self.reads.formatted(v, request.query.get("format")), content_type="text/plain")
+        return web.Response(text=await self.reads.formatted(v, request.query.get("format")), content_type="text/plain")
 
     async def id_subjects(self, request: web.Request) -> web.StreamResponse:
         schema_id = _int_id(request.match_info["id"])
@@ -255,14 +255,14 @@ class RegistryApi:
     async def get_version(self, request: web.Request) -> web.StreamResponse:
         subject = request.match_info["subject"]
         self._require(request, AclOperation.READ, subject)
-        return self._json(request, self.reads.get_version(subject, request.match_info["version"],
+        return self._json(request, await self.reads.get_version(subject, request.match_info["version"],
                                                           _flag(request, "deleted"), request.query.get("format")))
 
     async def raw_version(self, request: web.Request) -> web.StreamResponse:
         subject = request.match_info["subject"]
         self._require(request, AclOperation.READ, subject)
         v = self.reads.version(subject, request.match_info["version"], _flag(request, "deleted"))
-        return web.Response(text=self.reads.formatted(v, request.query.get("format")), content_type="text/plain")
+        return web.Response(text=await self.reads.formatted(v, request.query.get("format")), content_type="text/plain")
 
     async def referenced_by(self, request: web.Request) -> web.StreamResponse:
         subject = request.match_info["subject"]
@@ -273,7 +273,7 @@ class RegistryApi:
         subject = request.match_info["subject"]
         self._require(request, AclOperation.READ, subject)
         req = schema_request(await self._body(request))
-        return self._json(request, self.reads.lookup(subject, req, _flag(request, "normalize"), _flag(request, "deleted")))
+        return self._json(request, await self.reads.lookup(subject, req, _flag(request, "normalize"), _flag(request, "deleted")))
 
     async def register(self, request: web.Request) -> web.StreamResponse:
         subject = request.match_info["subject"]
@@ -300,7 +300,7 @@ class RegistryApi:
         subject = request.match_info["subject"]
         self._require(request, AclOperation.READ, subject)
         req = schema_request(await self._body(request))
-        return self._json(request, self.reads.compatibility(subject, request.match_info.get("version"), req,
+        return self._json(request, await self.reads.compatibility(subject, request.match_info.get("version"), req,
                                                             _flag(request, "normalize"), _flag(request, "verbose")))
 
     # --- config and mode ----------------------------------------------------------------------------

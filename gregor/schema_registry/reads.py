@@ -54,10 +54,10 @@ class RegistryReads:
         return {"mode": self.mode(subject)}
 
     # --- schemas by id ------------------------------------------------------------------------------
-    def formatted(self, v: SchemaValue, fmt: str | None) -> str:
+    async def formatted(self, v: SchemaValue, fmt: str | None) -> str:
         if not fmt:
             return v.schema
-        return self.schemas.parse_stored(v).formatted(fmt) or v.schema
+        return (await self.schemas.parse_stored(v)).formatted(fmt) or v.schema
 
     def by_id(self, schema_id: int) -> SchemaValue:
         holders = self.state.subjects_of(schema_id, deleted=True)
@@ -65,9 +65,9 @@ class RegistryReads:
             raise errors.schema_not_found(schema_id)
         return holders[0]
 
-    def schema_by_id(self, schema_id: int, fmt: str | None) -> dict[str, Any]:
+    async def schema_by_id(self, schema_id: int, fmt: str | None) -> dict[str, Any]:
         v = self.by_id(schema_id)
-        return schema_json(v, self.formatted(v, fmt), with_subject=False)
+        return schema_json(v, await self.formatted(v, fmt), with_subject=False)
 
     def id_versions(self, schema_id: int, deleted: bool) -> list[dict[str, Any]]:
         self.by_id(schema_id)
@@ -114,33 +114,33 @@ class RegistryReads:
             raise errors.version_not_found(n)
         return v
 
-    def get_version(self, subject: str, version_text: str, deleted: bool, fmt: str | None) -> dict[str, Any]:
+    async def get_version(self, subject: str, version_text: str, deleted: bool, fmt: str | None) -> dict[str, Any]:
         v = self.version(subject, version_text, deleted)
-        return schema_json(v, self.formatted(v, fmt))
+        return schema_json(v, await self.formatted(v, fmt))
 
     def referenced_by(self, subject: str, version_text: str) -> list[int]:
         v = self.version(subject, version_text, deleted=True)
         return self.state.referenced_by(subject, v.version)
 
-    def stored_text(self, req: SchemaRequest, normalize: bool) -> tuple[ParsedSchema, str]:
-        parsed = self.schemas.parse(req.schema_type, req.schema, req.references)
+    async def stored_text(self, req: SchemaRequest, normalize: bool) -> tuple[ParsedSchema, str]:
+        parsed = await self.schemas.parse(req.schema_type, req.schema, req.references)
         return parsed, parsed.normalized() if normalize else parsed.canonical()
 
-    def lookup(self, subject: str, req: SchemaRequest, normalize: bool, deleted: bool) -> dict[str, Any]:
+    async def lookup(self, subject: str, req: SchemaRequest, normalize: bool, deleted: bool) -> dict[str, Any]:
         """POST /subjects/{subject}: the version of the subject holding this schema."""
         versions = self.state.versions(subject, deleted)
         if not versions:
             raise errors.subject_not_found(subject)
-        parsed, text = self.stored_text(req, normalize)
+        parsed, text = await self.stored_text(req, normalize)
         normal = parsed.normalized()
         for v in reversed(versions):
             if v.schema_type != req.schema_type or v.references != req.references:
                 continue
-            if v.schema == text or (normalize and self.schemas.parse_stored(v).normalized() == normal):
+            if v.schema == text or (normalize and (await self.schemas.parse_stored(v)).normalized() == normal):
                 return schema_json(v)
         raise errors.schema_not_found()
 
-    def compatibility(self, subject: str, version_text: str | None, req: SchemaRequest, normalize: bool,
+    async def compatibility(self, subject: str, version_text: str | None, req: SchemaRequest, normalize: bool,
                       verbose: bool) -> dict[str, Any]:
         """POST /compatibility/subjects/{subject}/versions[/{version}]."""
         if version_text is None:
@@ -149,8 +149,8 @@ class RegistryReads:
         else:
             previous = [self.version(subject, version_text, deleted=False)]
             level = self.level(subject).removesuffix("_TRANSITIVE")
-        parsed, _ = self.stored_text(req, normalize)
-        problems = self.schemas.compatibility_errors(level, parsed, previous)
+        parsed, _ = await self.stored_text(req, normalize)
+        problems = await self.schemas.compatibility_errors(level, parsed, previous)
         out: dict[str, Any] = {"is_compatible": not problems}
         if verbose:
             out["messages"] = problems

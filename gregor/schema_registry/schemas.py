@@ -9,6 +9,7 @@ not only the latest. NONE asks nothing.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 from dataclasses import dataclass
 from typing import Any
@@ -120,32 +121,39 @@ class Schemas:
                                         f"which does not exist")
         return v
 
-    def parse(self, schema_type: str, schema: str, refs: tuple[Reference, ...]) -> ParsedSchema:
+    async def parse(self, schema_type: str, schema: str, refs: tuple[Reference, ...]) -> ParsedSchema:
+        """The parsed schema, from the cache or parsed in a worker thread: a large schema (or protoc) must not
+        hold up the event loop, which a registry may share with a broker."""
         key = (schema_type, schema, refs)
         parsed = self._cache.get(key)
         if parsed is not None:
             self._cache.move_to_end(key)
             return parsed
-        parsed = parse(schema_type, schema, refs, self.dependencies(refs))
+        deps = self.dependencies(refs)  # on the loop: the state is only ever read there
+        parsed = await asyncio.to_thread(parse, schema_type, schema, refs, deps)
         self._cache[key] = parsed
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
         return parsed
 
-    def parse_stored(self, v: SchemaValue) -> ParsedSchema:
-        return self.parse(v.schema_type, v.schema, v.references)
+    async def parse_stored(self, v: SchemaValue) -> ParsedSchema:
+        return await self.parse(v.schema_type, v.schema, v.references)
 
-    def compatibility_errors(self, level: str, new: ParsedSchema, previous: list[SchemaValue]) -> list[str]:
+    async def compatibility_errors(self, level: str, new: ParsedSchema, previous: list[SchemaValue]) -> list[str]:
         """Why `new` breaks `level` against the live versions `previous` (oldest first); empty when it does not."""
         if level == "NONE" or not previous:
             return []
         targets = previous if level.endswith("_TRANSITIVE") else previous[-1:]
         base = level.removesuffix("_TRANSITIVE")
-        out: list[str] = []
-        for v in reversed(targets):
-            old = self.parse_stored(v)
-            if base in ("BACKWARD", "FULL"):
-                out.extend(f"{m} (version {v.version}, backward)" for m in new.reader_errors(old))
-            if base in ("FORWARD", "FULL"):
-                out.extend(f"{m} (version {v.version}, forward)" for m in old.reader_errors(new))
-        return out
+        olds = [(v.version, await self.parse_stored(v)) for v in reversed(targets)]
+
+        def compare() -> list[str]:  # parsed schemas are immutable: comparing them off the loop is safe
+            out: list[str] = []
+            for version, old in olds:
+                if base in ("BACKWARD", "FULL"):
+                    out.extend(f"{m} (version {version}, backward)" for m in new.reader_errors(old))
+                if base in ("FORWARD", "FULL"):
+                    out.extend(f"{m} (version {version}, forward)" for m in old.reader_errors(new))
+            return out
+
+        return await asyncio.to_thread(compare)

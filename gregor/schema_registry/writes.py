@@ -68,7 +68,7 @@ class RegistryWrites:
 
     async def _register(self, subject: str, req: SchemaRequest, normalize: bool) -> dict[str, Any]:
         mode = self._check_mode(subject, req)
-        parsed, text = self.reads.stored_text(req, normalize)
+        parsed, text = await self.reads.stored_text(req, normalize)
         content = (req.schema_type, text, req.references)
         all_versions = self.state.versions(subject, deleted=True)
         live = [v for v in all_versions if not v.deleted]
@@ -98,7 +98,7 @@ class RegistryWrites:
             raise errors.not_permitted(f"The registry holds {len(self.state.subjects)} subjects: the limit is "
                                        f"{self.config.max_subjects} (schema.registry.max.subjects)")
         if mode != "IMPORT":
-            problems = self.schemas.compatibility_errors(self.reads.level(subject), parsed, live)
+            problems = await self.schemas.compatibility_errors(self.reads.level(subject), parsed, live)
             if problems:
                 raise errors.incompatible(problems)
         value = SchemaValue(subject, version, schema_id, req.schema_type, text, req.references, False)
