@@ -11,7 +11,7 @@ from typing import Any
 from gregor.schema_registry import errors
 from gregor.schema_registry.config import RegistryConfig
 from gregor.schema_registry.formats import ParsedSchema
-from gregor.schema_registry.records import AVRO, SCHEMA_TYPES, SchemaValue
+from gregor.schema_registry.records import AVRO, PROTOBUF, SCHEMA_TYPES, SchemaValue
 from gregor.schema_registry.schemas import SchemaRequest, Schemas, parse_version
 from gregor.schema_registry.state import RegistryState
 
@@ -55,9 +55,11 @@ class RegistryReads:
 
     # --- schemas by id ------------------------------------------------------------------------------
     async def formatted(self, v: SchemaValue, fmt: str | None) -> str:
-        if not fmt:
+        """The schema as `?format=` asks; without one, as stored (a Protobuf schema registered serialized is
+        shown as .proto text, as Confluent shows it)."""
+        if not fmt and v.schema_type != PROTOBUF:
             return v.schema
-        return (await self.schemas.parse_stored(v)).formatted(fmt) or v.schema
+        return (await self.schemas.parse_stored(v)).formatted(fmt or "") or v.schema
 
     def by_id(self, schema_id: int) -> SchemaValue:
         holders = self.state.subjects_of(schema_id, deleted=True)

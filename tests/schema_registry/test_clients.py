@@ -166,9 +166,13 @@ def test_protobuf_serializer_pair_with_a_reference(start_registry: Callable[...,
     got = [read_v2(v, ctx(topic)) for v in raw]
     assert (got[0].page.url, got[0].n, got[0].at.seconds, got[0].who) == ("/x", 7, 1_700_000_000, "")
     assert (got[1].page.url, got[1].n, got[1].who) == ("/y", 8, "bo")
-    # curl sees the serialized form the deserializers ask for, and the schema as sent without ?format.
+    # The serializer registered base64 descriptors: curl sees .proto text, the deserializers' ?format=serialized
+    # the base64 they sent.
     sid = int.from_bytes(a[1:5], "big")
-    assert http("GET", f"{reg.url}/schemas/ids/{sid}?format=serialized").json["schemaType"] == "PROTOBUF"
+    text = http("GET", f"{reg.url}/schemas/ids/{sid}").json["schema"]
+    assert text.startswith('syntax = "proto3";\npackage demo;\nimport "common.proto";') and "int32 n = 3;" in text
+    serialized = http("GET", f"{reg.url}/schemas/ids/{sid}?format=serialized").json
+    assert serialized["schemaType"] == "PROTOBUF" and serialized["schema"] == client.get_schema(sid, fmt="serialized").schema_str
 
 
 def test_a_restarted_registry_reads_its_state_back(start_registry: Callable[..., RegistryProcess]) -> None:

@@ -187,3 +187,43 @@ def test_protobuf_required_package_and_forms() -> None:
     dep_changed = Dependency("common.proto", "PROTOBUF", 'syntax = "proto3";\npackage c;\nmessage Page { int32 url = 1; }')
     other = parse("PROTOBUF", 'syntax = "proto3";\nimport "common.proto";\nmessage M { c.Page p = 1; }', ref, [dep_changed])
     assert "FIELD_NAMED_TYPE_CHANGED" in kinds(other.reader_errors(with_ref))
+
+
+def test_protobuf_written_back_as_text() -> None:
+    """A serialized descriptor is shown as .proto text that compiles back to the same descriptor."""
+    src = """syntax = "proto3";
+package demo.v1;
+import "google/protobuf/timestamp.proto";
+option java_package = "com.demo";
+message Click {
+  reserved 9, 12 to 14;
+  reserved "old";
+  string url = 1 [deprecated = true];
+  google.protobuf.Timestamp at = 2;
+  map<string, int64> counts = 3;
+  oneof who { string user = 4; int64 uid = 5; }
+  optional int32 maybe = 6;
+  repeated Inner inners = 7;
+  message Inner { enum Kind { A = 0; B = 1; } Kind kind = 1; }
+}
+enum Color { option allow_alias = true; RED = 0; CRIMSON = 0; }
+service S { rpc Get (Click) returns (stream Click); }
+"""
+    text = parse("PROTOBUF", src, (), [])
+    serialized = parse("PROTOBUF", text.formatted("serialized") or "", (), [])
+    shown = serialized.formatted("") or ""
+    assert "map<string, int64> counts = 3;" in shown and "oneof who {" in shown and "optional int32 maybe = 6;" in shown
+    assert text.formatted("") is None  # text is shown as it was sent
+    again = parse("PROTOBUF", shown, (), [])
+    assert again.normalized() == text.normalized() == serialized.normalized()
+    proto2 = parse("PROTOBUF", 'syntax = "proto2";\npackage x;\nmessage M { required int32 a = 1 [default = 5]; '
+                               'optional string s = 2 [default = "q\\"x"]; extensions 100 to max; }\n'
+                               "extend M { optional int32 e = 100; }", (), [])
+    back = parse("PROTOBUF", parse("PROTOBUF", proto2.formatted("serialized") or "", (), []).formatted("") or "", (), [])
+    assert back.normalized() == proto2.normalized()
+    # A .proto text schema importing a reference that was registered serialized.
+    dep = Dependency("common.proto", "PROTOBUF", parse("PROTOBUF", 'syntax = "proto3"; package c; message Page { '
+                                                                   'string url = 1; }', (), []).formatted("serialized") or "")
+    m = parse("PROTOBUF", 'syntax = "proto3"; import "common.proto"; message M { c.Page p = 1; }',
+              (Reference("common.proto", "common", 1),), [dep])
+    assert m.reader_errors(m) == []

@@ -35,6 +35,7 @@ from google.protobuf.message import DecodeError
 from gregor.schema_registry.errors import invalid_schema
 from gregor.schema_registry.formats.base import Dependency, ParsedSchema
 from gregor.schema_registry.formats.protobuf_compat import ProtobufDiff, TypeIndex
+from gregor.schema_registry.formats.protobuf_text import to_text
 from gregor.schema_registry.records import PROTOBUF, Reference
 
 MAIN_FILE = "schema.proto"  # the name a registered schema compiles under (its references keep theirs)
@@ -118,24 +119,34 @@ class ProtobufSchema:
     schema_type = PROTOBUF
 
     def __init__(self, text: str, main: descriptor_pb2.FileDescriptorProto,
-                 files: dict[str, descriptor_pb2.FileDescriptorProto]) -> None:
+                 files: dict[str, descriptor_pb2.FileDescriptorProto], serialized: bool) -> None:
         self._text = text
         self.main = main
         self.files = files  # every file the schema needs, the well-known ones included
         self.index = TypeIndex(main, files)
+        self.was_serialized = serialized
+        try:
+            self._printed: str | None = to_text(main)
+        except ValueError:
+            self._printed = None
 
     def canonical(self) -> str:
         return self._text
 
     def normalized(self) -> str:
-        return self._text
+        """The .proto text written from the descriptor: the same for a schema sent as text or serialized."""
+        return self._printed or self._text
 
     def serialized(self) -> str:
         return base64.b64encode(self.main.SerializeToString(deterministic=True)).decode("ascii")
 
     def formatted(self, fmt: str) -> str | None:
+        """`serialized`: base64 of the descriptor; "" (no format): .proto text, written from the descriptor
+        when the schema was registered serialized."""
         if fmt == "serialized":
             return self.serialized()
+        if fmt == "" and self.was_serialized:
+            return self._printed
         return None
 
     def reader_errors(self, writer: ParsedSchema) -> list[str]:
@@ -191,10 +202,13 @@ def parse_protobuf(text: str, references: tuple[Reference, ...], deps: list[Depe
         else:
             texts[dep.name] = dep.schema
     main = _decode_serialized(text)
+    serialized = main is not None
     if main is None:
-        if files:
-            raise invalid_schema(f"the references {sorted(files)} were registered as serialized descriptors: register a "
-                                 f"schema importing them serialized too, or register them as .proto text")
+        for name, fdp in files.items():  # protoc reads text only: serialized references are written out as text
+            try:
+                texts[name] = to_text(fdp)
+            except ValueError as e:
+                raise invalid_schema(f"reference {name} cannot be imported by a .proto text schema: {e}") from None
         compiled = _compile(text, texts)
         main = compiled.pop(MAIN_FILE)
         files.update(compiled)
@@ -208,4 +222,4 @@ def parse_protobuf(text: str, references: tuple[Reference, ...], deps: list[Depe
             main.name = MAIN_FILE
     _with_builtins(files, [*main.dependency, *(d for f in list(files.values()) for d in f.dependency)])
     _check_in_pool(files, main)
-    return ProtobufSchema(text, main, files)
+    return ProtobufSchema(text, main, files, serialized)
