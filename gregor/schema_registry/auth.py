@@ -27,12 +27,13 @@ import hashlib
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from gregor.client.broker_client import BrokerClient, BrokerConnectionError
 from gregor.protocol.apis import BY_KEY
 from gregor.protocol.errors import ErrorCode
+from gregor.protocol.schema import Api, Struct
 from gregor.security.acl import (
     CLUSTER_NAME,
     AccessControlEntry,
@@ -82,8 +83,15 @@ class KafkaLogin:
         self.mechanism = mechanism
         self.security = security
         self.timeout_s = timeout_s
+        # Logins in flight: credentials nobody has checked yet cost a connection each, so a flood of wrong
+        # passwords waits here instead of opening connections to the broker without end.
+        self._logins = asyncio.Semaphore(8)
 
     async def check(self, user: str, password: str) -> bool:
+        async with self._logins:
+            return await self._login(user, password)
+
+    async def _login(self, user: str, password: str) -> bool:
         mech = self.mechanism
 
         async def authenticate(request: RawRequest) -> None:
@@ -182,7 +190,8 @@ class SubjectAcls:
 class AclRefresher:
     """Keeps a standalone registry's AclAuthorizer loaded with the cluster's TOPIC and CLUSTER ACLs."""
 
-    def __init__(self, send: Callable[..., Any], authorizer: AclAuthorizer, interval_ms: int) -> None:
+    def __init__(self, send: Callable[[Api, dict[str, Any]], Awaitable[tuple[Struct, int]]], authorizer: AclAuthorizer,
+                 interval_ms: int) -> None:
         self.send = send  # KafkaClient.send
         self.authorizer = authorizer
         self.interval_ms = interval_ms

@@ -19,9 +19,12 @@ import asyncio
 import logging
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gregor.configdef import ConfigError
+
+if TYPE_CHECKING:
+    from gregor.security.inter_broker import ClientSecurity
 
 DEFAULT_LISTENER = "http://127.0.0.1:8081"
 CLIENT_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -44,7 +47,7 @@ def add_subcommands(sub: Any) -> None:
     p.set_defaults(func=run_command)
 
 
-def client_security(props: dict[str, str]) -> Any:
+def client_security(props: dict[str, str]) -> ClientSecurity | None:
     """The ClientSecurity for --command-config properties, None for PLAINTEXT. Raises ConfigError."""
     from gregor.schema_registry.auth import SASL_AUTHENTICATE, SASL_HANDSHAKE
     from gregor.security.inter_broker import ClientSecurity, RawRequest

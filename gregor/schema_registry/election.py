@@ -29,6 +29,7 @@ from typing import Any
 from gregor.client.broker_client import BrokerConnectionError
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.messages.groups import HEARTBEAT, JOIN_GROUP, LEAVE_GROUP, SYNC_GROUP
+from gregor.protocol.schema import Api, Struct
 from gregor.schema_registry.kafka import KafkaClient, KafkaRequestError
 
 log = logging.getLogger("gregor.schema_registry.election")
@@ -150,7 +151,7 @@ class PrimaryElector:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
 
-    async def _request(self, api: Any, body: dict[str, Any]) -> Any:
+    async def _request(self, api: Api, body: dict[str, Any]) -> Struct:
         resp, _ = await self.kafka.send(api, body, self._coordinator)
         return resp
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 from gregor.client.broker_client import BrokerClient, BrokerConnectionError
 from gregor.protocol import records as rec
@@ -42,6 +42,7 @@ RETRIABLE = frozenset({
     ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH,
     ErrorCode.NETWORK_EXCEPTION, ErrorCode.NOT_CONTROLLER,
 })
+T = TypeVar("T")
 _BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
 _FETCH_MAX_BYTES = 8 << 20
 
@@ -156,7 +157,7 @@ class KafkaClient:
             client.close()
             raise
 
-    async def _retrying(self, what: str, attempt: Any) -> Any:
+    async def _retrying(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
         """Run `attempt()` until it returns, retrying connection errors and retriable codes until the timeout."""
         deadline = time.monotonic() + self.request_timeout_s
         i = 0
@@ -198,8 +199,7 @@ class KafkaClient:
                     return len(t.partitions)
             return None
 
-        result: int | None = await self._retrying(f"metadata of {topic}", attempt)
-        return result
+        return await self._retrying(f"metadata of {topic}", attempt)
 
     async def create_topic(self, topic: str, partitions: int, replication_factor: int, configs: dict[str, str]) -> bool:
         """Create the topic; False if it exists already."""
@@ -217,8 +217,7 @@ class KafkaClient:
                 raise KafkaRequestError(result.error_code, result.get("error_message") or f"creating {topic}")
             return True
 
-        created: bool = await self._retrying(f"creating {topic}", attempt)
-        return created
+        return await self._retrying(f"creating {topic}", attempt)
 
     async def live_brokers(self) -> int:
         await self.metadata([])
@@ -249,8 +248,7 @@ class KafkaClient:
             offset: int = p.base_offset
             return offset
 
-        result: int = await self._retrying(f"producing to {topic}-{partition}", attempt)
-        return result
+        return await self._retrying(f"producing to {topic}-{partition}", attempt)
 
     async def list_offset(self, topic: str, partition: int, latest: bool = True) -> int:
         """The partition's end offset (high watermark), or its log start offset."""
@@ -266,8 +264,7 @@ class KafkaClient:
             offset: int = p.offset
             return offset
 
-        result: int = await self._retrying(f"offsets of {topic}-{partition}", attempt)
-        return result
+        return await self._retrying(f"offsets of {topic}-{partition}", attempt)
 
     async def fetch(self, topic: str, partition: int, offset: int, max_wait_ms: int) -> tuple[list[rec.Record], int, int]:
         """Records from `offset` on (waiting up to max_wait_ms for some), the offset to fetch next, and the
@@ -302,8 +299,7 @@ class KafkaClient:
                 out.extend(r for r in rec.decode_records(memoryview(data), h) if r.offset >= offset)
             return out, next_offset, p.high_watermark
 
-        result: tuple[list[rec.Record], int, int] = await self._retrying(f"fetching {topic}-{partition}", attempt)
-        return result
+        return await self._retrying(f"fetching {topic}-{partition}", attempt)
 
     # --- groups -------------------------------------------------------------------------------------
     async def find_coordinator(self, group: str) -> int:
@@ -319,5 +315,4 @@ class KafkaClient:
             self._brokers[node] = (host, port)
             return int(node)
 
-        result: int = await self._retrying(f"finding the coordinator of group {group}", attempt)
-        return result
+        return await self._retrying(f"finding the coordinator of group {group}", attempt)
