@@ -97,7 +97,7 @@ def client_security(props: dict[str, str]) -> ClientSecurity | None:
 async def serve(props: dict[str, str], bootstrap: str, client_props: dict[str, str]) -> int:
     from gregor.schema_registry.config import RegistryConfig
     from gregor.schema_registry.errors import RegistryError
-    from gregor.schema_registry.kafka import KafkaClient
+    from gregor.schema_registry.kafka import KafkaClient, KafkaRequestError
     from gregor.schema_registry.server import SchemaRegistry
 
     config = RegistryConfig.from_properties(props)
@@ -110,11 +110,12 @@ async def serve(props: dict[str, str], bootstrap: str, client_props: dict[str, s
         loop.add_signal_handler(sig, stopping.set)
     try:
         await registry.start()
-    except (RegistryError, OSError) as e:
-        print(f"gregor schema-registry: cannot start: {e}", file=sys.stderr)
+    except (RegistryError, KafkaRequestError, ConfigError, OSError) as e:
+        kind = "configuration error" if isinstance(e, ConfigError) else "cannot start"
+        print(f"gregor schema-registry: {kind}: {e}", file=sys.stderr)
         await registry.stop()
         await kafka.close()
-        return 1
+        return 2 if isinstance(e, ConfigError) else 1
     print(f"Schema registry listening on {', '.join(registry.urls)}", file=sys.stderr, flush=True)
     await stopping.wait()
     await registry.stop()
