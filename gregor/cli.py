@@ -136,6 +136,10 @@ def main(argv: list[str] | None = None) -> int:
 
     pipeline_cli.add_subcommands(sub)
 
+    from gregor.schema_registry import cli as schema_registry_cli
+
+    schema_registry_cli.add_subcommands(sub)
+
     args, extra = parser.parse_known_args(argv)
     if extra and hasattr(args, "take_words"):
         extra = args.take_words(args, extra)

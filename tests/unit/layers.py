@@ -18,7 +18,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("storage", "security"),
     ("config",),
     ("metadata", "metrics", "client"),
-    ("network", "admin"),
+    ("network", "admin", "schema_registry"),
     ("replication",),
     ("coordinator", "controller"),
     ("api",),
