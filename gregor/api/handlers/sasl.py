@@ -23,7 +23,7 @@ import logging
 import time
 from typing import Any
 
-from gregor.api.dispatcher import RequestContext
+from gregor.api.context import RequestContext
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.schema import Struct
 from gregor.security.principal import KafkaPrincipal
@@ -35,8 +35,7 @@ CLOSE_GRACE_S = 0.5  # how long a refused connection stays open after its answer
 
 
 def _listener_sasl(ctx: RequestContext) -> ListenerSasl | None:
-    listeners: dict[str, ListenerSasl] = getattr(ctx.broker, "sasl_listeners", None) or {}
-    return listeners.get(ctx.connection.listener.name)
+    return ctx.services.sasl_listeners.get(ctx.connection.listener.name)
 
 
 def _now_ms() -> int:
@@ -98,7 +97,7 @@ def _finish(ctx: RequestContext, auth: SaslServerAuthenticator | None, reply: Sa
     if reply.failed:
         log.warning("Failed authentication with %s (listener %s, SASL mechanism %s): %s", conn.peer,
                     conn.listener.name, mechanism, reply.log_detail or reply.error_message)
-        metrics = getattr(ctx.broker, "metrics", None)
+        metrics = ctx.services.metrics
         if metrics is not None:
             metrics.record_failed_authentication(conn.listener.name)
         if auth is not None:
