@@ -115,13 +115,13 @@ class Broker:
         log.info("scanned the log dirs in %.0f ms", (time.monotonic() - t0) * 1000)
         self.topic_admin = TopicAdmin(self.store, self.metadata_cache, config)
         self.dynamic_config = DynamicBrokerConfig(config)
+        # The one ClientSecurity of this broker: every inter-broker client (transaction markers, replica
+        # fetchers, controlled shutdown) connects with it; client_security() hands this same object out.
+        self.client_security = client_security(config)
         self.replica_manager = ReplicaManager(config, self.store, self.log_manager, self.metadata_cache)
         self.replica_manager.on_log_dir_failure = self._on_log_dir_failure
         self.controller = Controller(config, self.store, self.metadata_cache)
         self.producer_ids = ProducerIdManager(self.store)
-        # The one ClientSecurity of this broker: every inter-broker client (transaction markers, replica
-        # fetchers, controlled shutdown) connects with it; client_security() hands this same object out.
-        self.client_security = client_security(config)
         self.coordinators = BrokerCoordinators(config, self.replica_manager, self.log_manager, self.topic_admin,
                                                self.metadata_cache, self.producer_ids, self.client_security)
         self.quotas = ClientQuotaManager(throttling.QuotaWindowSettings.from_config(config).quota_settings())
