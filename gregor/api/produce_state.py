@@ -38,6 +38,8 @@ class ProduceSettings(Settings):
 
 
 class ProduceState:
+    """The Produce path's state of one broker (see the module's docstring); `shutdown` at the broker's."""
+
     def __init__(self, settings: ProduceSettings, faults: ProduceFaults | None = None) -> None:
         self.settings = settings
         self.faults = faults

@@ -43,6 +43,8 @@ class CoordinatorSettings(Settings):
 
 
 class BrokerCoordinators:
+    """The coordinators of one broker and their internal topics (see the module's docstring)."""
+
     def __init__(self, config: BrokerConfig, replica_manager: ReplicaManager, log_manager: LogManager,
                  topic_admin: TopicAdmin, metadata_cache: MetadataCache, producer_ids: ProducerIdManager,
                  security: ClientSecurity) -> None:

@@ -55,6 +55,8 @@ def _values(d: PropertySource, names: frozenset[str] | set[str]) -> str:
 
 
 class DynamicConfigApplier:
+    """Applies this broker's dynamic configs as they change (see the module's docstring)."""
+
     def __init__(self, config: BrokerConfig, dynamic_config: DynamicBrokerConfig, store: MetadataStore,
                  metadata_cache: MetadataCache, log_manager: LogManager, replica_manager: ReplicaManager,
                  socket_server: SocketServer, listener_tls: Mapping[str, ServerTls]) -> None:

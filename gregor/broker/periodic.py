@@ -40,6 +40,8 @@ class PeriodicSettings(Settings):
 
 
 class PeriodicJobs:
+    """The periodic jobs of one broker: `start` once the logs are loaded, `stop` at shutdown."""
+
     def __init__(self, settings: PeriodicSettings, log_manager: LogManager, group_coordinator: GroupCoordinator,
                  txn_coordinator: TransactionCoordinator, listener_tls: Mapping[str, ServerTls]) -> None:
         self.settings = settings
