@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from gregor.api.context import Handler, RequestContext
+from gregor.api.context import Handler, RequestContext, ResponseBody
 from gregor.metadata.store import AlterAcls
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.schema import Struct
@@ -167,7 +167,7 @@ def requires_cluster(operation: AclOperation, handler: Handler,
     when the principal may not do `operation` on the cluster, as Kafka's KafkaApis gates these APIs."""
 
     @functools.wraps(handler)
-    def gated(ctx: RequestContext, req: Struct) -> Any:
+    def gated(ctx: RequestContext, req: Struct) -> ResponseBody | None:
         if not ctx.authorize(operation, ResourceType.CLUSTER):
             return refuse(req)
         return handler(ctx, req)

@@ -9,7 +9,7 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any
 
-from gregor.api.context import RequestContext
+from gregor.api.context import RequestContext, ResponseBody
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.schema import Struct
 from gregor.security.acl import AclOperation, ResourceType
@@ -25,7 +25,7 @@ def _later(coro: Coroutine[Any, Any, dict[str, Any]]) -> asyncio.Future[dict[str
     return task
 
 
-def handle_controlled_shutdown(ctx: RequestContext, req: Struct) -> Any:
+def handle_controlled_shutdown(ctx: RequestContext, req: Struct) -> ResponseBody:
     if not ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER):
         return {"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "remaining_partitions": []}
 
@@ -38,7 +38,7 @@ def handle_controlled_shutdown(ctx: RequestContext, req: Struct) -> Any:
     return _later(run())
 
 
-def handle_elect_leaders(ctx: RequestContext, req: Struct) -> Any:
+def handle_elect_leaders(ctx: RequestContext, req: Struct) -> ResponseBody:
     wanted = req.topic_partitions
     partitions = None if wanted is None else [(t.topic, p) for t in wanted for p in t.partitions]
 
@@ -72,7 +72,7 @@ def handle_elect_leaders(ctx: RequestContext, req: Struct) -> Any:
     return _later(run())
 
 
-def handle_alter_partition_reassignments(ctx: RequestContext, req: Struct) -> Any:
+def handle_alter_partition_reassignments(ctx: RequestContext, req: Struct) -> ResponseBody:
     wanted = {t.name: {p.partition_index: (None if p.replicas is None else list(p.replicas))
                        for p in t.partitions} for t in req.topics}
     if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER):

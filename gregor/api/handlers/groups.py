@@ -14,10 +14,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from gregor.api.context import RequestContext
+from gregor.api.context import RequestContext, ResponseBody
 from gregor.api.handlers.transactions import find_txn_coordinator
 from gregor.coordinator.group.consumer_protocol import HeartbeatRequest
-from gregor.coordinator.group.coordinator import OFFSETS_TOPIC, JoinResult, SyncResult
+from gregor.coordinator.group.coordinator import OFFSETS_TOPIC, GroupCoordinator, JoinResult, SyncResult
 from gregor.coordinator.group.group_configs import store_name
 from gregor.coordinator.group.state import STABLE
 from gregor.futures import after, then
@@ -44,13 +44,13 @@ def _after_offsets_topic(handler: Callable[[RequestContext, Struct], Any]) -> Ca
     for that creation rather than failing with COORDINATOR_NOT_AVAILABLE."""
 
     @functools.wraps(handler)
-    def run(ctx: RequestContext, req: Struct) -> Any:
+    def run(ctx: RequestContext, req: Struct) -> ResponseBody | None:
         return after(ctx.services.coordinators.offsets_topic_creation(), lambda: handler(ctx, req))
 
     return run
 
 
-def _coordinator(ctx: RequestContext, group_id: str | None = None) -> Any:
+def _coordinator(ctx: RequestContext, group_id: str | None = None) -> GroupCoordinator:
     """The group coordinator, creating __consumer_offsets on first use as Kafka does. With a group id:
     NOT_COORDINATOR unless this broker leads the group's partition (clients then find the coordinator
     again: in a cluster it is the leader of that __consumer_offsets partition)."""
@@ -61,7 +61,7 @@ def _coordinator(ctx: RequestContext, group_id: str | None = None) -> Any:
     return gc
 
 
-def handle_find_coordinator(ctx: RequestContext, req: Struct) -> Any:
+def handle_find_coordinator(ctx: RequestContext, req: Struct) -> ResponseBody:
     """Answered once __consumer_offsets (groups) or __transaction_state (transactions) exists: its first
     creation is waited for, not failed."""
     if req.key_type == KEY_TYPE_TRANSACTION:
@@ -128,7 +128,7 @@ def _client_host(ctx: RequestContext) -> str:
 
 
 @_after_offsets_topic
-def handle_join_group(ctx: RequestContext, req: Struct) -> Any:
+def handle_join_group(ctx: RequestContext, req: Struct) -> ResponseBody:
     try:
         if not _group_allowed(ctx, AclOperation.READ, req.group_id):
             raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
@@ -158,7 +158,7 @@ def handle_join_group(ctx: RequestContext, req: Struct) -> Any:
 
 
 @_after_offsets_topic
-def handle_sync_group(ctx: RequestContext, req: Struct) -> Any:
+def handle_sync_group(ctx: RequestContext, req: Struct) -> ResponseBody:
     try:
         if not _group_allowed(ctx, AclOperation.READ, req.group_id):
             raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)

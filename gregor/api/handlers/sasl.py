@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from gregor.api.context import RequestContext
+from gregor.network.connection import Connection
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.schema import Struct
 from gregor.security.principal import KafkaPrincipal
@@ -139,7 +140,7 @@ def _authenticated(ctx: RequestContext, auth: SaslServerAuthenticator, name: str
                   conn.listener.name)
 
 
-def _session_expired(conn: Any, auth: SaslServerAuthenticator) -> None:
+def _session_expired(conn: Connection, auth: SaslServerAuthenticator) -> None:
     """KIP-368: the session lifetime passed without a completed re-authentication."""
     auth.expiry_timer = None  # type: ignore[attr-defined]
     if conn.closed or conn.sasl is not auth or not auth.session_expired(_now_ms()):

@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from gregor.api.context import RequestContext
+from gregor.api.context import RequestContext, ResponseBody
 from gregor.coordinator.group.metadata_manager import OFFSETS_TOPIC
 from gregor.coordinator.transaction.coordinator import TransactionCoordinator
 from gregor.coordinator.transaction.marker_writer import append_markers
@@ -71,7 +71,7 @@ def _txn_id_denied(ctx: RequestContext, transactional_id: str) -> bool:
     return not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
 
 
-def handle_add_partitions_to_txn(ctx: RequestContext, req: Struct) -> Any:
+def handle_add_partitions_to_txn(ctx: RequestContext, req: Struct) -> ResponseBody:
     if ctx.version <= 3:
         tps = [(t.name, p) for t in req.v3_and_below_topics for p in t.partitions]
 
@@ -117,7 +117,7 @@ def _for_version(code: ErrorCode, version: int) -> ErrorCode:
     return ErrorCode.INVALID_PRODUCER_EPOCH if code == ErrorCode.PRODUCER_FENCED and version < 2 else code
 
 
-def handle_add_offsets_to_txn(ctx: RequestContext, req: Struct) -> Any:
+def handle_add_offsets_to_txn(ctx: RequestContext, req: Struct) -> ResponseBody:
     if _txn_id_denied(ctx, req.transactional_id):
         return {"throttle_time_ms": 0, "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
     if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, req.group_id):
@@ -133,7 +133,7 @@ def handle_add_offsets_to_txn(ctx: RequestContext, req: Struct) -> Any:
                             lambda code: {"throttle_time_ms": 0, "error_code": _for_version(code, ctx.version)})
 
 
-def handle_end_txn(ctx: RequestContext, req: Struct) -> Any:
+def handle_end_txn(ctx: RequestContext, req: Struct) -> ResponseBody:
     def answer(code: ErrorCode) -> dict[str, Any]:
         return {"throttle_time_ms": 0, "error_code": _for_version(code, ctx.version)}
     if _txn_id_denied(ctx, req.transactional_id):
@@ -143,7 +143,7 @@ def handle_end_txn(ctx: RequestContext, req: Struct) -> Any:
         answer, answer)
 
 
-def handle_write_txn_markers(ctx: RequestContext, req: Struct) -> Any:
+def handle_write_txn_markers(ctx: RequestContext, req: Struct) -> ResponseBody:
     """A coordinator's markers for partitions this broker leads (errors per partition, retried by it)."""
     timeout_ms = ctx.services.settings.request_timeout_ms
     if not ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER):
@@ -167,7 +167,7 @@ def handle_write_txn_markers(ctx: RequestContext, req: Struct) -> Any:
     return then(gather(results), answer)
 
 
-def handle_txn_offset_commit(ctx: RequestContext, req: Struct) -> Any:
+def handle_txn_offset_commit(ctx: RequestContext, req: Struct) -> ResponseBody:
     topics_meta = ctx.services.metadata_cache.topics()
     unknown: set[TopicPartition] = set()
     offsets = []
@@ -217,7 +217,7 @@ def handle_txn_offset_commit(ctx: RequestContext, req: Struct) -> Any:
     return then(result, answer)
 
 
-def handle_describe_transactions(ctx: RequestContext, req: Struct) -> Any:
+def handle_describe_transactions(ctx: RequestContext, req: Struct) -> ResponseBody:
     """The state of transactional ids this broker coordinates (admin clients ask each id's coordinator)."""
     def describe(tc: TransactionCoordinator | None, load_error: ErrorCode | None = None) -> dict[str, Any]:
         out = []
