@@ -77,7 +77,7 @@ def per_request_cost_us(n: int = 100_000) -> float:
 
     conn = SimpleNamespace(quota_client=None, throttle=lambda ms: None, principal=ANONYMOUS)
     ctx: Any = SimpleNamespace(connection=conn,
-                               broker=SimpleNamespace(quotas=m), header=SimpleNamespace(client_id=CLIENT_ID))
+                               services=SimpleNamespace(quotas=m), header=SimpleNamespace(client_id=CLIENT_ID))
     req = SimpleNamespace(topic_data=[SimpleNamespace(partition_data=[SimpleNamespace(records=b"x" * 2000)])])
     resp = {"throttle_time_ms": 0}
     t = time.perf_counter()

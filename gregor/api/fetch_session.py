@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import random
 import time
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gregor.configdef import Settings, setting
 from gregor.protocol.errors import ErrorCode
 
 INVALID_SESSION_ID = 0
@@ -117,8 +117,15 @@ class FetchSession:
         return (self.privileged, len(self.partitions), self.session_id)
 
 
+@dataclass(frozen=True, slots=True)
+class FetchSessionSettings(Settings):
+    max_sessions: int = setting("max.incremental.fetch.session.cache.slots")
+    max_partitions: int = setting("gregor.fetch.session.cache.max.partitions")
+
+
 class FetchSessionCache:
-    """At most `max_sessions` sessions holding at most `max_partitions` partitions in all."""
+    """At most `max_sessions` sessions holding at most `max_partitions` partitions in all: one per
+    broker, created by it (`from_settings`)."""
 
     def __init__(self, max_sessions: int, max_partitions: int, clock_ms: Callable[[], int] | None = None,
                  rng: random.Random | None = None) -> None:
@@ -129,6 +136,10 @@ class FetchSessionCache:
         self.clock_ms = clock_ms or (lambda: int(time.monotonic() * 1000))
         self.rng = rng or random.Random()
         self.evictions = 0
+
+    @classmethod
+    def from_settings(cls, settings: FetchSessionSettings) -> FetchSessionCache:
+        return cls(settings.max_sessions, settings.max_partitions)
 
     def get(self, session_id: int) -> FetchSession | None:
         return self.sessions.get(session_id)
@@ -279,15 +290,3 @@ def resolve(cache: FetchSessionCache, req: Any, version: int, privileged: bool =
     cache.touch(session)
     return FetchContext(session_id=session_id, incremental=True, session=session, read=session.read_list())
 
-
-_caches: weakref.WeakKeyDictionary[Any, FetchSessionCache] = weakref.WeakKeyDictionary()
-
-
-def cache_for(broker: Any) -> FetchSessionCache:
-    """The broker's session cache, sized by its config on first use."""
-    cache = _caches.get(broker)
-    if cache is None:
-        c = broker.config
-        cache = _caches[broker] = FetchSessionCache(c.get("max.incremental.fetch.session.cache.slots"),
-                                                    c.get("gregor.fetch.session.cache.max.partitions"))
-    return cache

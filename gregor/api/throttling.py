@@ -11,7 +11,7 @@ processed) for that long, as Kafka does since KIP-219; a Fetch over its quota is
 Exempt, as in Kafka: ApiVersions and the SASL exchange, and what brokers send each other
 (follower Fetches, controller and transaction-marker requests).
 
-Nothing here runs while no quota is configured: callers check `broker.quotas.enabled` first.
+Nothing here runs while no quota is configured: callers check `quotas.enabled` first.
 """
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gregor.configdef import Settings, setting
 from gregor.futures import then
 from gregor.metadata.store import ENTITY_CONFIGS
 from gregor.security.quotas import (
@@ -29,15 +31,17 @@ from gregor.security.quotas import (
     UNLIMITED_MUTATIONS,
     ClientQuotaManager,
     ControllerMutationQuota,
+    Entity,
     QuotaSettings,
     entity_from_store,
     sanitize,
 )
 
 if TYPE_CHECKING:
-    from gregor.api.dispatcher import RequestContext
-    from gregor.config import BrokerConfig
+    from gregor.api.context import RequestContext
     from gregor.metadata.cache import MetadataCache
+    from gregor.network.connection import ResponseBody
+    from gregor.protocol.schema import Struct
 
 # Never throttled by request_percentage (Kafka: ApiVersions, the SASL exchange and the
 # cluster actions brokers send each other). Follower Fetches are exempt too (replica_id >= 0).
@@ -52,15 +56,26 @@ FETCH_API_KEY = 1
 THROTTLING_QUOTA_EXCEEDED_MESSAGE = "The throttling quota has been exceeded."
 
 
-def quota_settings(config: BrokerConfig) -> QuotaSettings:
-    return QuotaSettings(
-        window_num=config.get("quota.window.num"),
-        window_size_s=float(config.get("quota.window.size.seconds")),
-        controller_window_num=config.get("controller.quota.window.num"),
-        controller_window_size_s=float(config.get("controller.quota.window.size.seconds")),
-        sensor_expiration_s=float(config.get("gregor.quota.inactive.sensor.expiration.seconds")),
-        max_sensors=config.get("gregor.quota.sensors.max"),
-    )
+@dataclass(frozen=True, slots=True)
+class QuotaWindowSettings(Settings):
+    """The broker properties the quota manager is built with (gregor.security.quotas.QuotaSettings)."""
+
+    window_num: int = setting("quota.window.num")
+    window_size_seconds: int = setting("quota.window.size.seconds")
+    controller_window_num: int = setting("controller.quota.window.num")
+    controller_window_size_seconds: int = setting("controller.quota.window.size.seconds")
+    sensor_expiration_seconds: int = setting("gregor.quota.inactive.sensor.expiration.seconds")
+    max_sensors: int = setting("gregor.quota.sensors.max")
+
+    def quota_settings(self) -> QuotaSettings:
+        return QuotaSettings(
+            window_num=self.window_num,
+            window_size_s=float(self.window_size_seconds),
+            controller_window_num=self.controller_window_num,
+            controller_window_size_s=float(self.controller_window_size_seconds),
+            sensor_expiration_s=float(self.sensor_expiration_seconds),
+            max_sensors=self.max_sensors,
+        )
 
 
 def follow_quota_configs(quotas: ClientQuotaManager, cache: MetadataCache) -> Callable[[str, str], None]:
@@ -68,7 +83,7 @@ def follow_quota_configs(quotas: ClientQuotaManager, cache: MetadataCache) -> Ca
     listener that keeps them current (ENTITY_CONFIGS events name the entity's path: "users/alice",
     "users/alice/clients/app", "clients/<default>")."""
 
-    def entities() -> list[tuple[Any, dict[str, str]]]:
+    def entities() -> list[tuple[Entity, dict[str, str]]]:
         out = []
         for entity_type in ("users", "clients"):
             for name, configs in cache.entities(entity_type).items():
@@ -109,7 +124,7 @@ def _now() -> float:
     return time.monotonic()
 
 
-def produce_bytes(req: Any) -> int:
+def produce_bytes(req: Struct) -> int:
     """A Produce request's record batch bytes (what producer_byte_rate counts)."""
     nbytes = 0
     for td in req.topic_data:
@@ -122,7 +137,7 @@ def produce_bytes(req: Any) -> int:
 def fetch_window_bytes(ctx: RequestContext) -> int | None:
     """The most a consumer's Fetch response may carry under its consumer_byte_rate (None: no quota)."""
     user, client = client_of(ctx)
-    return ctx.broker.quotas.fetch_window_bytes(user, client)
+    return ctx.services.quotas.fetch_window_bytes(user, client)
 
 
 def record_fetch(ctx: RequestContext, nbytes: int) -> int:
@@ -130,7 +145,7 @@ def record_fetch(ctx: RequestContext, nbytes: int) -> int:
     (the caller answers empty instead, as Kafka does), the connection is muted, and the throttle
     time in ms is returned."""
     user, client = client_of(ctx)
-    quotas = ctx.broker.quotas
+    quotas = ctx.services.quotas
     now = _now()
     ms = quotas.record_fetch(user, client, nbytes, now)
     if ms:
@@ -141,7 +156,7 @@ def record_fetch(ctx: RequestContext, nbytes: int) -> int:
 
 def mutation_quota(ctx: RequestContext, strict: bool) -> ControllerMutationQuota:
     """The request's controller_mutation_rate (unlimited when no quota is configured)."""
-    quotas = ctx.broker.quotas
+    quotas = ctx.services.quotas
     if not quotas.enabled:
         return UNLIMITED_MUTATIONS
     user, client = client_of(ctx)
@@ -156,7 +171,8 @@ def finish_mutations(ctx: RequestContext, quota: ControllerMutationQuota, body: 
     return body
 
 
-def after_request(ctx: RequestContext, api_key: int, req: Any, resp: Any, elapsed_ns: int) -> Any:
+def after_request(ctx: RequestContext, api_key: int, req: Struct, resp: ResponseBody | None,
+                  elapsed_ns: int) -> ResponseBody | None:
     """Record the time spent on a request (request_percentage) and, for Produce, its record bytes
     (producer_byte_rate); carry the larger throttle (or the one the handler set: Fetch bytes,
     mutations) in the response's throttle_time_ms and mute the connection for it. Produce is
@@ -164,7 +180,7 @@ def after_request(ctx: RequestContext, api_key: int, req: Any, resp: Any, elapse
     if api_key in EXEMPT_API_KEYS or (api_key == FETCH_API_KEY and req.replica_id >= 0):
         return resp
     user, client = client_of(ctx)
-    quotas = ctx.broker.quotas
+    quotas = ctx.services.quotas
     now = _now()
     types = quotas.types
     ms = quotas.record_request_time(user, client, elapsed_ns, now) if REQUEST_PERCENTAGE in types else 0

@@ -15,13 +15,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
+from gregor.controller.controller import Controller
+from gregor.coordinator.group.coordinator import GroupCoordinator
+from gregor.metadata.cache import MetadataCache
+from gregor.metadata.store import PartitionState
 from gregor.metrics.registry import _ERROR_NAMES, NS_PER_MS, TIME_METRICS, BrokerMetrics, Exposition, _num
-
-if TYPE_CHECKING:
-    from gregor.broker.broker import Broker
+from gregor.network.connection import Connection
+from gregor.replication.purgatory import DelayedOperation, Purgatory
+from gregor.replication.replica_manager import ReplicaManager
+from gregor.storage.log_manager import LogManager
 
 log = logging.getLogger("gregor.metrics")
 
@@ -30,10 +35,23 @@ METRICS_MAX_REQUEST_BYTES = 8192  # request line and headers of one GET
 METRICS_REQUEST_TIMEOUT_S = 10.0
 
 
-def collect(broker: Broker) -> bytes:
+@dataclass(frozen=True, slots=True)
+class MetricsSources:
+    """What a scrape reads: the hot path's counters and the broker's components, as they are at scrape time."""
+
+    metrics: BrokerMetrics
+    replica_manager: ReplicaManager
+    log_manager: LogManager
+    controller: Controller
+    metadata_cache: MetadataCache
+    group_coordinator: GroupCoordinator
+    listener_names: tuple[str, ...]
+    connections: Callable[[], Iterable[Connection]]  # the open client connections
+
+
+def collect(src: MetricsSources) -> bytes:
     """Every metric, as Prometheus text: the hot path's counters and what the broker's state says now."""
-    m: BrokerMetrics | None = broker.metrics
-    assert m is not None
+    m = src.metrics
     e = Exposition()
     e.family("kafka_server_brokertopicmetrics_bytesin_total", "counter",
              "Record batch bytes appended by Produce requests, per topic (Kafka's BytesInPerSec).",
@@ -66,7 +84,7 @@ def collect(broker: Broker) -> bytes:
                 "Total time from request received to response written, ms (TotalTimeMs; histogram_quantile).",
                 (({"request": s.name}, s.total) for s in reqs))
 
-    rm = broker.replica_manager
+    rm = src.replica_manager
     parts = list(rm.partitions.values())
     leaders = [p for p in parts if p.is_leader]
     under = sum(1 for p in leaders if len(p.isr) < len(p.replicas))
@@ -84,16 +102,16 @@ def collect(broker: Broker) -> bytes:
              "Hosted partitions whose log failed to load or be created.", [({}, len(rm.offline))])
     e.family("kafka_log_logmanager_offlinelogdirectorycount", "gauge",
              "Log dirs of this broker that failed (JBOD: their partitions are offline here).",
-             [({}, len(broker.log_manager.offline_dirs))])
+             [({}, len(src.log_manager.offline_dirs))])
     e.family("kafka_server_replicamanager_isrshrinks_total", "counter",
              "ISR shrinks written by this broker as leader (IsrShrinksPerSec).", [({}, m.isr_shrinks)])
     e.family("kafka_server_replicamanager_isrexpands_total", "counter",
              "ISR expansions written by this broker as leader (IsrExpandsPerSec).", [({}, m.isr_expands)])
 
-    active = bool(getattr(broker.controller, "active", False))
+    active = bool(getattr(src.controller, "active", False))
     offline = 0
     if active:
-        offline = sum(1 for st in _partition_states(broker) if st.leader < 0)
+        offline = sum(1 for st in _partition_states(src) if st.leader < 0)
     e.family("kafka_controller_kafkacontroller_activecontrollercount", "gauge",
              "1 on the active controller, 0 elsewhere (the cluster's sum must be 1).", [({}, int(active))])
     e.family("kafka_controller_kafkacontroller_offlinepartitionscount", "gauge",
@@ -122,8 +140,8 @@ def collect(broker: Broker) -> bytes:
              "Requests parked in the purgatory, per kind of delayed operation.",
              (({"delayedOperation": k}, v) for k, v in sorted(kinds.items())))
 
-    per_listener: dict[str, int] = {spec.name: 0 for spec in broker.config.listener_specs}
-    for conn in list(broker.socket_server.connections):
+    per_listener: dict[str, int] = dict.fromkeys(src.listener_names, 0)
+    for conn in list(src.connections()):
         name = conn.listener.name
         per_listener[name] = per_listener.get(name, 0) + 1
     e.family("kafka_server_socketserver_connections", "gauge", "Open client connections, per listener.",
@@ -136,27 +154,27 @@ def collect(broker: Broker) -> bytes:
 
     e.family("kafka_consumergroup_lag", "gauge",
              "Records a group's committed offset is behind the high watermark, per partition this broker leads "
-             "(as kafka-exporter's).", _group_lag(broker))
+             "(as kafka-exporter's).", _group_lag(src))
     return e.text()
 
 
-def _partition_states(broker: Broker) -> Iterable[Any]:
-    for md in list(broker.metadata_cache.topics().values()):
+def _partition_states(src: MetricsSources) -> Iterable[PartitionState]:
+    for md in list(src.metadata_cache.topics().values()):
         yield from md.partitions.values()
 
 
-def _parked_operations(purgatory: Any) -> set[Any]:
-    ops: set[Any] = set()
+def _parked_operations(purgatory: Purgatory) -> set[DelayedOperation]:
+    ops: set[DelayedOperation] = set()
     for watchers in list(purgatory._watchers.values()):
         ops.update(op for op in watchers if not op.completed)
     return ops
 
 
-def _group_lag(broker: Broker) -> list[tuple[dict[str, object], float]]:
+def _group_lag(src: MetricsSources) -> list[tuple[dict[str, object], float]]:
     """Committed offsets of every group this broker coordinates, against the HW of partitions it leads
     (a partition led elsewhere is that broker's to report: labels stay bounded by what is hosted here)."""
-    gc = broker.group_coordinator
-    rm = broker.replica_manager
+    gc = src.group_coordinator
+    rm = src.replica_manager
     out: list[tuple[dict[str, object], float]] = []
     for gid, g in sorted(list(gc.groups.items())):
         for (topic, index), om in sorted(list(getattr(g, "offsets", {}).items())):
@@ -174,8 +192,8 @@ def _group_lag(broker: Broker) -> list[tuple[dict[str, object], float]]:
 class MetricsServer:
     """GET /metrics over HTTP/1.0-style single requests, in the broker's loop."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, sources: MetricsSources) -> None:
+        self.sources = sources
         self.server: asyncio.AbstractServer | None = None
         self.open = 0
         self.port = -1
@@ -207,7 +225,7 @@ class MetricsServer:
             elif line[1].split(b"?", 1)[0] not in (b"/metrics", b"/"):
                 status, ctype, body = "404 Not Found", "text/plain", b"try /metrics\n"
             else:
-                status, ctype, body = "200 OK", "text/plain; version=0.0.4; charset=utf-8", collect(self.broker)
+                status, ctype, body = "200 OK", "text/plain; version=0.0.4; charset=utf-8", collect(self.sources)
             writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
                          f"Connection: close\r\n\r\n".encode())
             if line and line[0] != b"HEAD":

@@ -370,6 +370,15 @@ class DynamicBrokerConfig:
                 out[spec.name.lower()] = v
         return out
 
+    def static_value(self, name: str) -> Any:
+        """`name` as server.properties (or the property's default) sets it, beneath the dynamic layers:
+        what DescribeConfigs shows as its static synonym."""
+        return self.static.get(name)
+
+    def set_statically(self, name: str) -> bool:
+        """Whether server.properties sets `name` (DescribeConfigs' STATIC_BROKER_CONFIG source)."""
+        return name in self.static.explicit
+
     def dynamic_names(self) -> set[str]:
         """Every name set in a dynamic layer (the listener-prefixed ones are not in BROKER_PROPS)."""
         return set(self._mine) | set(self._default)

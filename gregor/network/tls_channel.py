@@ -15,13 +15,33 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from gregor.network.socket_server import Connection
+    from gregor.metrics.registry import BrokerMetrics
+    from gregor.security.listeners import ListenerSpec
     from gregor.security.tls import ServerTls
 
 log = logging.getLogger("gregor.network")
+
+
+class TlsApp(Protocol):
+    """What the channel drives: the connection above it (gregor.network.connection.Connection), which
+    sees the channel as its transport and receives the decrypted bytes into its own buffer."""
+
+    closed: bool
+    peer: str
+    listener: ListenerSpec
+    metrics: BrokerMetrics | None
+
+    def connection_made(self, transport: Any) -> None: ...
+    def connection_lost(self, exc: Exception | None) -> None: ...
+    def pause_writing(self) -> None: ...
+    def resume_writing(self) -> None: ...
+    def get_buffer(self, sizehint: int) -> memoryview: ...
+    def buffer_updated(self, nbytes: int) -> None: ...
+    def tls_established(self, sslobj: ssl.SSLObject, tls: ServerTls) -> None: ...
+    def close_quietly(self) -> None: ...
 
 
 def _reason(e: BaseException) -> str:
@@ -32,7 +52,9 @@ def _reason(e: BaseException) -> str:
 
 
 class TlsChannel(asyncio.Protocol):
-    def __init__(self, app: Connection, tls: ServerTls, handshake_timeout_s: float) -> None:
+    """The socket's protocol on a TLS listener, and the transport its connection writes to."""
+
+    def __init__(self, app: TlsApp, tls: ServerTls, handshake_timeout_s: float) -> None:
         self.app = app
         self.tls = tls
         self.handshake_timeout_s = handshake_timeout_s

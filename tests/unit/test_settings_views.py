@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import pkgutil
+import types
 import typing
 
 import gregor
@@ -16,7 +17,8 @@ _TYPES = {"int": (int,), "long": (int,), "bool": (bool,), "double": (float, int)
 
 def _import_all() -> None:
     for m in pkgutil.walk_packages(gregor.__path__, "gregor."):
-        if not m.name.startswith(("gregor.spark", "gregor.pipeline", "gregor.__main__")):  # pyspark is an extra; __main__ runs the CLI
+        # pyspark is an extra; gregor.__main__ runs the command line when imported
+        if not m.name.startswith(("gregor.spark", "gregor.pipeline", "gregor.__main__")):
             importlib.import_module(m.name)
 
 
@@ -30,7 +32,8 @@ def test_every_view_names_known_properties_of_its_types() -> None:
             assert prop is not None, f"{name}.{f.name}: {f.metadata['property']} is not a broker property"
             allowed = _TYPES[prop.type]
             hint = hints[f.name]
-            args = typing.get_args(hint) or (hint,)
+            union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+            args = typing.get_args(hint) if union else (hint,)
             origins = {typing.get_origin(a) or a for a in args} - {type(None)}
             assert origins & set(allowed), f"{name}.{f.name}: {hint} does not hold a {prop.type} ({prop.name})"
             if prop.default is None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gregor.api.dispatcher import Handler
+from gregor.api.context import Handler
 from gregor.api.handlers.acls import (
     handle_create_acls,
     handle_delete_acls,

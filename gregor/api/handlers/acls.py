@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from gregor.api.dispatcher import Handler, RequestContext
+from gregor.api.context import Handler, RequestContext, ResponseBody
 from gregor.metadata.store import AlterAcls
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.schema import Struct
@@ -56,7 +56,7 @@ def handle_describe_acls(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     def fail(code: int, message: str) -> dict[str, Any]:
         return {"throttle_time_ms": 0, "error_code": code, "error_message": message, "resources": []}
 
-    if ctx.broker.authorizer is None:
+    if ctx.services.authorizer is None:
         return fail(ErrorCode.SECURITY_DISABLED, SECURITY_DISABLED_MESSAGE)
     if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER):
         return fail(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
@@ -65,7 +65,7 @@ def handle_describe_acls(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     if bad is not None:
         return fail(ErrorCode.INVALID_REQUEST, bad)
     by_pattern: dict[ResourcePattern, list[AccessControlEntry]] = defaultdict(list)
-    for b in ctx.broker.metadata_cache.acls.bindings(flt):
+    for b in ctx.services.metadata_cache.acls.bindings(flt):
         by_pattern[b.pattern].append(b.entry)
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None, "resources": [
         {"resource_type": p.resource_type, "resource_name": p.name, "pattern_type": p.pattern_type,
@@ -79,7 +79,7 @@ def handle_create_acls(ctx: RequestContext, req: Struct) -> dict[str, Any] | asy
         return {"throttle_time_ms": 0, "results": [{"error_code": code, "error_message": message}
                                                    for _ in req.creations]}
 
-    if ctx.broker.authorizer is None:
+    if ctx.services.authorizer is None:
         return all_fail(ErrorCode.SECURITY_DISABLED, SECURITY_DISABLED_MESSAGE)
     if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER):
         return all_fail(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
@@ -101,7 +101,7 @@ def handle_create_acls(ctx: RequestContext, req: Struct) -> dict[str, Any] | asy
     patterns = list(adds)
 
     async def write() -> dict[str, Any]:
-        errors = await ctx.broker.topic_admin.write([AlterAcls(p, frozenset(adds[p])) for p in patterns])
+        errors = await ctx.services.topic_admin.write([AlterAcls(p, frozenset(adds[p])) for p in patterns])
         failed = {p: e for p, e in zip(patterns, errors, strict=True) if e is not None}
         for r, p in zip(results, where, strict=True):
             if p is not None and p in failed:
@@ -123,11 +123,11 @@ def handle_delete_acls(ctx: RequestContext, req: Struct) -> dict[str, Any] | asy
         return {"throttle_time_ms": 0, "filter_results": [
             {"error_code": code, "error_message": message, "matching_acls": []} for _ in req.filters]}
 
-    if ctx.broker.authorizer is None:
+    if ctx.services.authorizer is None:
         return all_fail(ErrorCode.SECURITY_DISABLED, SECURITY_DISABLED_MESSAGE)
     if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER):
         return all_fail(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
-    index = ctx.broker.metadata_cache.acls
+    index = ctx.services.metadata_cache.acls
     out: list[dict[str, Any]] = []
     removes: dict[ResourcePattern, set[AccessControlEntry]] = defaultdict(set)
     matched: list[list[AclBinding]] = []
@@ -146,7 +146,7 @@ def handle_delete_acls(ctx: RequestContext, req: Struct) -> dict[str, Any] | asy
     patterns = list(removes)
 
     async def write() -> dict[str, Any]:
-        errors = await ctx.broker.topic_admin.write([AlterAcls(p, remove=frozenset(removes[p])) for p in patterns])
+        errors = await ctx.services.topic_admin.write([AlterAcls(p, remove=frozenset(removes[p])) for p in patterns])
         failed = {p: e for p, e in zip(patterns, errors, strict=True) if e is not None}
         for row, found in zip(out, matched, strict=True):
             for b in found:
@@ -167,7 +167,7 @@ def requires_cluster(operation: AclOperation, handler: Handler,
     when the principal may not do `operation` on the cluster, as Kafka's KafkaApis gates these APIs."""
 
     @functools.wraps(handler)
-    def gated(ctx: RequestContext, req: Struct) -> Any:
+    def gated(ctx: RequestContext, req: Struct) -> ResponseBody | None:
         if not ctx.authorize(operation, ResourceType.CLUSTER):
             return refuse(req)
         return handler(ctx, req)

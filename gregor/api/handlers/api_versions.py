@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gregor.api.dispatcher import RequestContext
+from gregor.api.context import RequestContext
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.schema import Api, Struct
 
@@ -14,7 +14,7 @@ def handle_api_versions(ctx: RequestContext, req: Struct) -> dict[str, Any]:
         "error_code": ErrorCode.NONE,
         "api_keys": [
             {"api_key": a.key, "min_version": _advertised_min(a), "max_version": a.max_version}
-            for a in ctx.broker.dispatcher.supported()
+            for a in ctx.services.supported_apis
         ],
         "throttle_time_ms": 0,
     }

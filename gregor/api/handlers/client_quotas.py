@@ -18,7 +18,7 @@ import asyncio
 import logging
 from typing import Any
 
-from gregor.api.dispatcher import RequestContext
+from gregor.api.context import RequestContext
 from gregor.metadata.store import SetEntityConfigs
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.messages.client_quotas import MATCH_DEFAULT, MATCH_EXACT, MATCH_SPECIFIED
@@ -54,7 +54,7 @@ def handle_describe_client_quotas(ctx: RequestContext, req: Struct) -> dict[str,
         matches: list[tuple[Entity, dict[str, float]]] = []  # no IP quotas are kept here
     else:
         exact_s = {t: None if n is None else sanitize(n) for t, n in exact.items()}
-        matches = ctx.broker.quotas.describe(exact_s, any_of, req.strict)
+        matches = ctx.services.quotas.describe(exact_s, any_of, req.strict)
     entries = [{"entity": _entity_out(entity), "values": [{"key": k, "value": v} for k, v in sorted(values.items())]}
                for entity, values in sorted(matches, key=lambda m: (m[0][0] or "", m[0][1] or ""))]
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None, "entries": entries}
@@ -130,7 +130,7 @@ def _entity_in(parts: list[Any]) -> Entity:
 
 
 def handle_alter_client_quotas(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.Future[dict[str, Any]]:
-    cache = ctx.broker.metadata_cache
+    cache = ctx.services.metadata_cache
     results: list[dict[str, Any]] = []
     pending: dict[tuple[str, str], dict[str, str]] = {}  # store key -> its configs after this request
     owners: dict[tuple[str, str], list[dict[str, Any]]] = {}  # store key -> the result entries writing it
@@ -176,7 +176,7 @@ def handle_alter_client_quotas(ctx: RequestContext, req: Struct) -> dict[str, An
 
     async def write() -> dict[str, Any]:
         try:
-            errors: list[KafkaError | None] = await ctx.broker.topic_admin.write(
+            errors: list[KafkaError | None] = await ctx.services.topic_admin.write(
                 [SetEntityConfigs(t, n, pending[(t, n)]) for t, n in keys])
         except Exception as e:  # the store refused what validation let through: each entity's answer
             log.exception("AlterClientQuotas could not write the entity configs")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gregor.api.dispatcher import RequestContext
+from gregor.api.context import RequestContext
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.schema import Struct
 from gregor.security.acl import AUTHORIZED_OPERATIONS_OMITTED, AclOperation, ResourceType
@@ -13,7 +13,7 @@ BROKER_ENDPOINT = 1
 
 
 def handle_describe_cluster(ctx: RequestContext, req: Struct) -> dict[str, Any]:
-    cache = ctx.broker.metadata_cache
+    cache = ctx.services.metadata_cache
     endpoint_type = req.get("endpoint_type", BROKER_ENDPOINT)
     if endpoint_type != BROKER_ENDPOINT:
         return {

@@ -9,7 +9,7 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any
 
-from gregor.api.dispatcher import RequestContext
+from gregor.api.context import RequestContext, ResponseBody
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.schema import Struct
 from gregor.security.acl import AclOperation, ResourceType
@@ -25,12 +25,12 @@ def _later(coro: Coroutine[Any, Any, dict[str, Any]]) -> asyncio.Future[dict[str
     return task
 
 
-def handle_controlled_shutdown(ctx: RequestContext, req: Struct) -> Any:
+def handle_controlled_shutdown(ctx: RequestContext, req: Struct) -> ResponseBody:
     if not ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER):
         return {"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "remaining_partitions": []}
 
     async def run() -> dict[str, Any]:
-        code, remaining = await ctx.broker.controller.handle_controlled_shutdown(
+        code, remaining = await ctx.services.controller.handle_controlled_shutdown(
             req.broker_id, req.get("broker_epoch", -1))
         return {"error_code": code,
                 "remaining_partitions": [{"topic_name": t, "partition_index": p} for t, p in remaining]}
@@ -38,7 +38,7 @@ def handle_controlled_shutdown(ctx: RequestContext, req: Struct) -> Any:
     return _later(run())
 
 
-def handle_elect_leaders(ctx: RequestContext, req: Struct) -> Any:
+def handle_elect_leaders(ctx: RequestContext, req: Struct) -> ResponseBody:
     wanted = req.topic_partitions
     partitions = None if wanted is None else [(t.topic, p) for t in wanted for p in t.partitions]
 
@@ -53,7 +53,7 @@ def handle_elect_leaders(ctx: RequestContext, req: Struct) -> Any:
         return answer({tp: (e.code, e.message) for tp in (partitions or [])}, e.code)
 
     # What needs no election is answered at once: not the controller, no partition that exists.
-    ctl, cache = ctx.broker.controller, ctx.broker.metadata_cache
+    ctl, cache = ctx.services.controller, ctx.services.metadata_cache
     if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER):
         return refused(KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed."))
     if not ctl.active:
@@ -72,7 +72,7 @@ def handle_elect_leaders(ctx: RequestContext, req: Struct) -> Any:
     return _later(run())
 
 
-def handle_alter_partition_reassignments(ctx: RequestContext, req: Struct) -> Any:
+def handle_alter_partition_reassignments(ctx: RequestContext, req: Struct) -> ResponseBody:
     wanted = {t.name: {p.partition_index: (None if p.replicas is None else list(p.replicas))
                        for p in t.partitions} for t in req.topics}
     if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER):
@@ -81,7 +81,7 @@ def handle_alter_partition_reassignments(ctx: RequestContext, req: Struct) -> An
 
     async def run() -> dict[str, Any]:
         try:
-            results = await ctx.broker.controller.alter_reassignments(wanted)
+            results = await ctx.services.controller.alter_reassignments(wanted)
         except KafkaError as e:
             return {"throttle_time_ms": 0, "error_code": e.code, "error_message": e.message, "responses": []}
         return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None, "responses": [
@@ -99,7 +99,7 @@ def handle_list_partition_reassignments(ctx: RequestContext, req: Struct) -> dic
         return {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                 "error_message": "Cluster authorization failed.", "topics": []}
     try:
-        found = ctx.broker.controller.list_reassignments(topics)
+        found = ctx.services.controller.list_reassignments(topics)
     except KafkaError as e:
         return {"throttle_time_ms": 0, "error_code": e.code, "error_message": e.message, "topics": []}
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None, "topics": [

@@ -12,18 +12,17 @@ dynamic configs to the metadata store, for the properties this broker applies at
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 
-from gregor.api.dispatcher import RequestContext
-from gregor.config import BROKER_PROPS, READ_ONLY, TOPIC_CONFIGS, BrokerConfig, Prop, format_value
-from gregor.config.dynamic import APPLIED, listener_key, prop_of, validate_alter
+from gregor.api.context import RequestContext
+from gregor.config import BROKER_PROPS, READ_ONLY, TOPIC_CONFIGS, Prop, format_value
+from gregor.config.dynamic import APPLIED, DynamicBrokerConfig, listener_key, prop_of, validate_alter
 from gregor.configdef import ConfigError
 from gregor.coordinator.group.group_configs import GROUP_CONFIGS, effective, store_name, validate_group_configs
 from gregor.known_configs import NO_EFFECT
 from gregor.metadata.store import DEFAULT_ENTITY, Change, SetBrokerConfigs, SetEntityConfigs
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.schema import Struct
-from gregor.replication.log_configs import effective_topic_configs, valid_overrides
 from gregor.security.acl import AclOperation, ResourceType
 from gregor.storage.config import TopicConfigDef
 
@@ -65,11 +64,11 @@ def _documentation(prop: Prop, update_mode: str | None) -> str:
     return " ".join(p for p in parts if p)
 
 
-def _broker_synonyms(config: BrokerConfig, names: list[str]) -> list[dict[str, Any]]:
+def _broker_synonyms(dynamic: DynamicBrokerConfig, names: list[str]) -> list[dict[str, Any]]:
     """Kafka's order: every synonym set in server.properties (STATIC_BROKER_CONFIG), finest first,
     then every synonym with a default (DEFAULT_CONFIG); values in each synonym's own unit."""
-    out = [{"name": n, "value": _text(config.get(n)), "source": STATIC_BROKER_CONFIG}
-           for n in names if n in config.explicit]
+    out = [{"name": n, "value": _text(dynamic.static_value(n)), "source": STATIC_BROKER_CONFIG}
+           for n in names if dynamic.set_statically(n)]
     out += [{"name": n, "value": _text(BROKER_PROPS[n].default), "source": DEFAULT_CONFIG}
             for n in names if BROKER_PROPS[n].default is not None]
     return out
@@ -98,12 +97,12 @@ def _describe_topic(ctx: RequestContext, name: str, keys: list[str] | None, req:
     """Every topic config (read_only false: all are dynamic), with its source and synonyms: the
     topic's own override, then its broker synonyms. A stored override that no longer validates is
     not in effect, so it is shown as absent (the broker warned about it at load)."""
-    broker = ctx.broker
-    meta = broker.metadata_cache.topic(name)
+    services = ctx.services
+    meta = services.metadata_cache.topic(name)
     if meta is None:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist.")
-    overrides = valid_overrides(broker.config.log_config, meta.configs)
-    values = effective_topic_configs(broker.config.log_config, overrides)
+    overrides = services.topic_configs.valid_overrides(meta.configs)
+    values = services.topic_configs.effective(overrides)
     out = []
     for k in sorted(TOPIC_CONFIGS):
         if keys is not None and k not in keys:
@@ -113,9 +112,9 @@ def _describe_topic(ctx: RequestContext, name: str, keys: list[str] | None, req:
         if k in overrides:
             syn.append({"name": k, "value": _text(values[k]), "source": DYNAMIC_TOPIC_CONFIG})
         # Kafka's order: every synonym's per-broker value, then every synonym's cluster default, then static.
-        layers = [(src, s.name, v) for s in t.synonyms for src, v in broker.dynamic_config.layers(s.name)]
+        layers = [(src, s.name, v) for s in t.synonyms for src, v in services.dynamic_config.layers(s.name)]
         syn += [{"name": n, "value": _text(v), "source": src} for src, n, v in sorted(layers, key=lambda x: x[0])]
-        syn += _broker_synonyms(broker.config, [s.name for s in t.synonyms])
+        syn += _broker_synonyms(services.dynamic_config, [s.name for s in t.synonyms])
         out.append(_entry(k, values[k], syn, t.prop, not t.dynamic, req))
     return out
 
@@ -124,21 +123,22 @@ def _describe_broker(ctx: RequestContext, name: str, keys: list[str] | None, req
     """Every broker property with its value here, dynamic ones first among its synonyms; the empty name
     (the cluster default entity) lists only what is set there, as Kafka does. Only the properties this
     broker applies at runtime are writable; the documentation names the update mode Kafka gives each."""
-    broker = ctx.broker
+    services = ctx.services
+    dynamic = services.dynamic_config
     if name == "":  # listener-prefixed cluster-level ones too (listener.name.<l>.max.connections)
         return [_entry(k, v, [{"name": k, "value": _text(v), "source": 3}], p, False, req, p.mode)
-                for k, v in sorted(ctx.broker.metadata_cache.broker_configs(DEFAULT_ENTITY).items())
+                for k, v in sorted(services.metadata_cache.broker_configs(DEFAULT_ENTITY).items())
                 if (p := prop_of(k)) is not None and (keys is None or k in keys)]
-    if name != str(broker.config.broker_id):
-        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {broker.config.broker_id}, got {name}")
-    dynamic = broker.dynamic_config
+    broker_id = services.settings.broker_id
+    if name != str(broker_id):
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {broker_id}, got {name}")
     out = []
     for k, prop in sorted(BROKER_PROPS.items()):
         if keys is not None and k not in keys:
             continue
         t = _TOPIC_OF_SYNONYM.get(k)
         names = [s.name for s in t.synonyms] if t is not None else [k]
-        syn = _broker_synonyms(broker.config, names[names.index(k):])
+        syn = _broker_synonyms(dynamic, names[names.index(k):])
         while syn and syn[0]["name"] != k:  # Kafka's rule: a property's synonyms start with itself
             syn.pop(0)
         syn = [{"name": k, "value": _text(v), "source": src} for src, v in dynamic.layers(k)] + syn
@@ -158,15 +158,16 @@ def _describe_group(ctx: RequestContext, name: str, keys: list[str] | None, req:
     the broker property as a synonym). Described whether or not the group exists, as in Kafka."""
     if not name:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Group name must not be empty")
-    stored = ctx.broker.metadata_cache.entity_configs("groups", store_name(name))
-    values = effective(stored, ctx.broker.dynamic_config.get)
+    stored = ctx.services.metadata_cache.entity_configs("groups", store_name(name))
+    dynamic = ctx.services.dynamic_config
+    values = effective(stored, dynamic.get)
     out = []
     for k, d in sorted(GROUP_CONFIGS.items()):
         if keys is not None and k not in keys:
             continue
         syn = [{"name": k, "value": stored[k], "source": GROUP_CONFIG}] if k in stored else []
-        syn.append({"name": d.broker_default, "value": _text(ctx.broker.dynamic_config.get(d.broker_default)),
-                    "source": STATIC_BROKER_CONFIG if d.broker_default in ctx.broker.config.explicit else DEFAULT_CONFIG})
+        syn.append({"name": d.broker_default, "value": _text(dynamic.get(d.broker_default)),
+                    "source": STATIC_BROKER_CONFIG if dynamic.set_statically(d.broker_default) else DEFAULT_CONFIG})
         out.append(_entry(k, values[k], syn, d.prop, False, req))
     return out
 
@@ -176,13 +177,13 @@ def _alter_group(ctx: RequestContext, r: Struct, incremental: bool) -> SetEntity
     if not r.resource_name:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Group name must not be empty")
     entity = store_name(r.resource_name)
-    current = ctx.broker.metadata_cache.entity_configs("groups", entity)
+    current = ctx.services.metadata_cache.entity_configs("groups", entity)
     if incremental:
         new = _apply_incremental(ctx, current, r.configs, GROUP_CONFIGS)
     else:
         new = {c.name: c.value for c in r.configs}
     try:
-        validate_group_configs(new, ctx.broker.dynamic_config.get)
+        validate_group_configs(new, ctx.services.dynamic_config.get)
     except ConfigError as e:
         raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
     return SetEntityConfigs("groups", entity, new)
@@ -225,7 +226,7 @@ def handle_describe_configs(ctx: RequestContext, req: Struct) -> dict[str, Any]:
 
 def _alter(ctx: RequestContext, req: Struct, incremental: bool) -> dict[str, Any] | asyncio.Future[dict[str, Any]]:
     """Checks on the loop, then one store write for the request's topics, answered once the cache has it."""
-    admin = ctx.broker.topic_admin
+    admin = ctx.services.topic_admin
     writes: list[tuple[dict[str, Any], Change]] = []
     responses = []
     for r in req.resources:
@@ -241,7 +242,7 @@ def _alter(ctx: RequestContext, req: Struct, incremental: bool) -> dict[str, Any
                 continue
             if r.resource_type != TOPIC:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {r.resource_type}")
-            meta = ctx.broker.metadata_cache.topic(r.resource_name)
+            meta = ctx.services.metadata_cache.topic(r.resource_name)
             if meta is None:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {r.resource_name} does not exist.")
             if incremental:
@@ -282,16 +283,16 @@ def _alter_broker(ctx: RequestContext, r: Struct, incremental: bool) -> SetBroke
         entity = str(int(name))
     else:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Invalid broker id {name!r}: an id, or empty for the cluster default")
-    dynamic = ctx.broker.dynamic_config
+    dynamic = ctx.services.dynamic_config
     # Passwords are stored encrypted (Kafka's PasswordEncoder): checked in clear, encrypted for the store. One
     # this broker cannot decode (another secret) is kept as stored unless the alter replaces or deletes it.
-    current, opaque = dynamic.decode_stored(ctx.broker.metadata_cache.broker_configs(entity))
+    current, opaque = dynamic.decode_stored(ctx.services.metadata_cache.broker_configs(entity))
     if incremental:
         new = _apply_incremental(ctx, current, r.configs, BROKER_PROPS)
     else:
         new = {c.name: c.value for c in r.configs}
         opaque = {}  # AlterConfigs replaces the entity's configs wholesale
-    mine = entity == str(ctx.broker.config.broker_id)
+    mine = entity == str(ctx.services.settings.broker_id)
     validate_alter(new, dynamic if mine or entity == DEFAULT_ENTITY else None, default=entity == DEFAULT_ENTITY)
     touched = {c.name for c in r.configs}
     return SetBrokerConfigs(entity, {**dynamic.encode_for_store(new),
@@ -321,8 +322,12 @@ def _apply_incremental(ctx: RequestContext, current: dict[str, str], ops: list[S
             if (t if kind == "broker" else t.prop).type != "list":
                 raise KafkaError(ErrorCode.INVALID_CONFIG, f"Config value append is not allowed for config key: {c.name}")
             base = new.get(c.name)
-            items = [x.strip() for x in base.split(",") if x.strip()] if base is not None else list(
-                ctx.broker.config.topic_default(c.name) if kind == "topic" else ctx.broker.config.get(c.name) or [])
+            if base is not None:
+                items = [x.strip() for x in base.split(",") if x.strip()]
+            elif kind == "topic":  # a list-typed config: its default is a list
+                items = list(cast("list[str]", ctx.services.topic_configs.default(c.name)))
+            else:
+                items = list(ctx.services.dynamic_config.static_value(c.name) or [])
             given = [x.strip() for x in (c.value or "").split(",") if x.strip()]
             if op == APPEND:
                 items += [x for x in given if x not in items]

@@ -10,7 +10,7 @@ import asyncio
 from typing import Any
 
 from gregor.api import fetch_session, throttling
-from gregor.api.dispatcher import RequestContext
+from gregor.api.context import RequestContext
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.schema import Struct
 from gregor.replication.partition import READ_COMMITTED, ReadResult
@@ -48,9 +48,9 @@ def handle_fetch(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.F
     partition comes whole even when larger (KIP-74), unless this connection already has responses
     waiting to be written to it."""
     conn = ctx.connection
-    fetch_max = ctx.broker.config.get("fetch.max.bytes")
+    fetch_max = ctx.services.settings.fetch_max_bytes
     req_max = req.max_bytes if ctx.version >= 3 else 2**31 - 1
-    quota = ctx.broker.quotas.enabled and req.replica_id < 0  # consumer_byte_rate (followers are exempt)
+    quota = ctx.services.quotas.enabled and req.replica_id < 0  # consumer_byte_rate (followers are exempt)
     if quota:  # a response carries at most what the quota window allows (Kafka's getMaxValueInQuotaWindow)
         window = throttling.fetch_window_bytes(ctx)
         if window is None:
@@ -62,13 +62,13 @@ def handle_fetch(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.F
         room, may_exceed = conn.response_room()
         return min(req_max, fetch_max, room), may_exceed
 
-    session = fetch_session.resolve(fetch_session.cache_for(ctx.broker), req, ctx.version,
+    session = fetch_session.resolve(ctx.services.fetch_sessions, req, ctx.version,
                                     privileged=req.replica_id >= 0)
     if session.error:
         return {"throttle_time_ms": 0, "error_code": session.error, "session_id": 0, "responses": []}
     grouped = session.read if session.read is not None else unique_partitions(req)
     denied: set[str] = set()
-    if ctx.broker.authorizer is not None:  # a follower needs CLUSTER_ACTION, a consumer READ on each topic
+    if ctx.services.authorizer is not None:  # a follower needs CLUSTER_ACTION, a consumer READ on each topic
         if req.replica_id >= 0:
             if not ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER):
                 denied = {topic for topic, _ in grouped}
@@ -81,7 +81,7 @@ def handle_fetch(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.F
     params = FetchParams(req.replica_id, req.max_wait_ms, req.min_bytes, req.isolation_level, limits, client_rack)
     read_committed = req.isolation_level == READ_COMMITTED
     correlation_id = ctx.header.correlation_id
-    metrics = getattr(ctx.broker, "metrics", None) if req.replica_id < 0 else None  # BytesOutPerSec: consumers' reads
+    metrics = ctx.services.metrics if req.replica_id < 0 else None  # BytesOutPerSec: consumers' reads
 
     def respond(results: list[ReadResult]) -> dict[str, Any]:
         topics = []
@@ -122,7 +122,7 @@ def handle_fetch(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.F
         return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "session_id": session.session_id,
                 "responses": session.filter(topics)}
 
-    return ctx.broker.replica_manager.fetch_messages(params, requests, respond)
+    return ctx.services.replica_manager.fetch_messages(params, requests, respond)
 
 
 def _aborted(r: ReadResult) -> list[dict[str, int]]:

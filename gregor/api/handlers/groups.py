@@ -14,10 +14,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from gregor.api.dispatcher import RequestContext
+from gregor.api.context import RequestContext, ResponseBody
 from gregor.api.handlers.transactions import find_txn_coordinator
 from gregor.coordinator.group.consumer_protocol import HeartbeatRequest
-from gregor.coordinator.group.coordinator import OFFSETS_TOPIC, JoinResult, SyncResult
+from gregor.coordinator.group.coordinator import OFFSETS_TOPIC, GroupCoordinator, JoinResult, SyncResult
 from gregor.coordinator.group.group_configs import store_name
 from gregor.coordinator.group.state import STABLE
 from gregor.futures import after, then
@@ -44,30 +44,28 @@ def _after_offsets_topic(handler: Callable[[RequestContext, Struct], Any]) -> Ca
     for that creation rather than failing with COORDINATOR_NOT_AVAILABLE."""
 
     @functools.wraps(handler)
-    def run(ctx: RequestContext, req: Struct) -> Any:
-        pending = None if ctx.broker.log_manager.loading else ctx.broker.offsets_topic_creation()
-        return after(pending, lambda: handler(ctx, req))
+    def run(ctx: RequestContext, req: Struct) -> ResponseBody | None:
+        return after(ctx.services.coordinators.offsets_topic_creation(), lambda: handler(ctx, req))
 
     return run
 
 
-def _coordinator(ctx: RequestContext, group_id: str | None = None) -> Any:
+def _coordinator(ctx: RequestContext, group_id: str | None = None) -> GroupCoordinator:
     """The group coordinator, creating __consumer_offsets on first use as Kafka does. With a group id:
     NOT_COORDINATOR unless this broker leads the group's partition (clients then find the coordinator
     again: in a cluster it is the leader of that __consumer_offsets partition)."""
-    gc = ctx.broker.group_coordinator_ready()
+    gc = ctx.services.coordinators.group_coordinator_ready()
     if group_id is not None and not gc.is_local(group_id):
-        raise KafkaError(ErrorCode.NOT_COORDINATOR, f"broker {ctx.broker.config.broker_id} is not the coordinator "
+        raise KafkaError(ErrorCode.NOT_COORDINATOR, f"broker {ctx.services.settings.broker_id} is not the coordinator "
                          f"of group {group_id!r}")
     return gc
 
 
-def handle_find_coordinator(ctx: RequestContext, req: Struct) -> Any:
+def handle_find_coordinator(ctx: RequestContext, req: Struct) -> ResponseBody:
     """Answered once __consumer_offsets (groups) or __transaction_state (transactions) exists: its first
     creation is waited for, not failed."""
     if req.key_type == KEY_TYPE_TRANSACTION:
-        pending = None if ctx.broker.log_manager.loading else ctx.broker.txn_topic_creation()
-        return after(pending, lambda: _find_coordinator(ctx, req))
+        return after(ctx.services.coordinators.txn_topic_creation(), lambda: _find_coordinator(ctx, req))
     if req.key_type != KEY_TYPE_GROUP:
         return _find_coordinator(ctx, req)
     return _after_offsets_topic(_find_coordinator)(ctx, req)
@@ -75,8 +73,8 @@ def handle_find_coordinator(ctx: RequestContext, req: Struct) -> Any:
 
 def _find_coordinator(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     keys = list(req.coordinator_keys) if ctx.version >= 4 else [req.key]
-    broker = ctx.broker
-    me = broker.metadata_cache.broker(broker.config.broker_id)
+    services = ctx.services
+    me = services.metadata_cache.broker(services.settings.broker_id)
     entries = []
     for key in keys:
         entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1,
@@ -107,8 +105,8 @@ def _find_coordinator(ctx: RequestContext, req: Struct) -> dict[str, Any]:
                 gc = _coordinator(ctx)
                 # The coordinator is the leader of the group's __consumer_offsets partition.
                 p = gc.partition_for(key)
-                state = broker.metadata_cache.partition_state(OFFSETS_TOPIC, p)
-                leader = broker.metadata_cache.broker(state.leader) if state is not None else None
+                state = services.metadata_cache.partition_state(OFFSETS_TOPIC, p)
+                leader = services.metadata_cache.broker(state.leader) if state is not None else None
                 ep = leader.endpoint(ctx.listener.name) if leader is not None else None
                 if leader is None or ep is None:
                     raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
@@ -130,7 +128,7 @@ def _client_host(ctx: RequestContext) -> str:
 
 
 @_after_offsets_topic
-def handle_join_group(ctx: RequestContext, req: Struct) -> Any:
+def handle_join_group(ctx: RequestContext, req: Struct) -> ResponseBody:
     try:
         if not _group_allowed(ctx, AclOperation.READ, req.group_id):
             raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
@@ -160,7 +158,7 @@ def handle_join_group(ctx: RequestContext, req: Struct) -> Any:
 
 
 @_after_offsets_topic
-def handle_sync_group(ctx: RequestContext, req: Struct) -> Any:
+def handle_sync_group(ctx: RequestContext, req: Struct) -> ResponseBody:
     try:
         if not _group_allowed(ctx, AclOperation.READ, req.group_id):
             raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
@@ -212,7 +210,7 @@ def handle_leave_group(ctx: RequestContext, req: Struct) -> dict[str, Any]:
 
 @_after_offsets_topic
 def handle_offset_commit(ctx: RequestContext, req: Struct) -> dict[str, Any]:
-    topics_meta = ctx.broker.metadata_cache.topics()
+    topics_meta = ctx.services.metadata_cache.topics()
     unknown: set[tuple[str, int]] = set()
     denied: dict[tuple[str, int], ErrorCode] = {}
     offsets = []
@@ -394,14 +392,14 @@ def handle_delete_groups(ctx: RequestContext, req: Struct) -> dict[str, Any] | a
         except KafkaError as e:
             code = e.code
         results.append({"group_id": group_id, "error_code": code})
-        if code == ErrorCode.NONE and ctx.broker.metadata_cache.entity_configs("groups", store_name(group_id)):
+        if code == ErrorCode.NONE and ctx.services.metadata_cache.entity_configs("groups", store_name(group_id)):
             configured.append(group_id)
     body = {"throttle_time_ms": 0, "results": results}
     if not configured:
         return body
 
     async def drop_configs() -> dict[str, Any]:
-        errors = await ctx.broker.topic_admin.write([SetEntityConfigs("groups", store_name(g), {}) for g in configured])
+        errors = await ctx.services.topic_admin.write([SetEntityConfigs("groups", store_name(g), {}) for g in configured])
         for group_id, err in zip(configured, errors, strict=True):
             if err is not None:  # the group is gone all the same; its configs stay until deleted by hand
                 log.warning("group %s deleted, but not its configs: %s", group_id, err.message)
@@ -449,7 +447,7 @@ def handle_consumer_group_heartbeat(ctx: RequestContext, req: Struct) -> dict[st
         subscribed_topic_names=None if req.subscribed_topic_names is None else list(req.subscribed_topic_names),
         subscribed_topic_regex=req.get("subscribed_topic_regex"), server_assignor=req.server_assignor,
         topic_partitions=owned, client_id=ctx.header.client_id or "", client_host=_client_host(ctx),
-    ), ctx.broker.metadata_cache.topics(), ctx.version)
+    ), ctx.services.metadata_cache.topics(), ctx.version)
     assignment = None
     if r.assignment is not None:
         assignment = {"topic_partitions": [{"topic_id": tid, "partitions": sorted(ps)}
@@ -460,7 +458,7 @@ def handle_consumer_group_heartbeat(ctx: RequestContext, req: Struct) -> dict[st
 
 @_after_offsets_topic
 def handle_consumer_group_describe(ctx: RequestContext, req: Struct) -> dict[str, Any]:
-    names = {t.topic_id: name for name, t in ctx.broker.metadata_cache.topics().items()}
+    names = {t.topic_id: name for name, t in ctx.services.metadata_cache.topics().items()}
 
     def assignment(a: dict[Any, frozenset[int]]) -> dict[str, Any]:
         return {"topic_partitions": [{"topic_id": tid, "topic_name": names.get(tid, ""), "partitions": sorted(ps)}

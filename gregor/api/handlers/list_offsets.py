@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from gregor.api.dispatcher import RequestContext
+from gregor.api.context import RequestContext
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.primitives import DecodeError
 from gregor.protocol.schema import Struct
@@ -25,7 +25,7 @@ DEBUGGING_REPLICA_ID = -2  # tools: any replica may answer
 
 
 def handle_list_offsets(ctx: RequestContext, req: Struct) -> dict[str, Any]:
-    rm = ctx.broker.replica_manager
+    rm = ctx.services.replica_manager
     # A consumer sees below the HW (read_committed: the last stable offset); a follower up to the LEO.
     isolation = req.get("isolation_level", READ_UNCOMMITTED) if req.replica_id < 0 else FETCH_LOG_END
     fetch_only_from_leader = req.replica_id != DEBUGGING_REPLICA_ID

@@ -22,11 +22,10 @@ import os
 from collections import defaultdict
 from typing import Any
 
-from gregor.api.dispatcher import RequestContext
+from gregor.api.context import LogDirs, RequestContext
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.schema import Struct
 from gregor.storage.errors import StorageError
-from gregor.storage.log_manager import LogManager
 
 
 def _alter_results(req: Struct, code: Any) -> dict[str, list[dict[str, Any]]]:
@@ -49,11 +48,11 @@ def refuse_alter_replica_log_dirs(req: Struct) -> dict[str, Any]:
 
 def handle_alter_replica_log_dirs(ctx: RequestContext, req: Struct) -> asyncio.Future[dict[str, Any]]:
     """Off the event loop: starting a move creates the future replica's directory and fsyncs its parent."""
-    log_manager = ctx.broker.log_manager
+    log_dirs = ctx.services.log_dirs
 
     def start(path: str, topic: str, p: int) -> int:
         try:
-            log_manager.alter_log_dir(topic, p, path)
+            log_dirs.alter_log_dir(topic, p, path)
         except StorageError as e:
             return ErrorCode[e.error]
         return ErrorCode.NONE
@@ -87,10 +86,10 @@ def handle_describe_log_dirs(ctx: RequestContext, req: Struct) -> asyncio.Future
     """Answered off the event loop: logs not opened yet are measured on disk, and each dir is checked
     (access, statvfs), which a slow or failing disk could stall."""
     return asyncio.ensure_future(asyncio.get_running_loop().run_in_executor(
-        None, describe_log_dirs, ctx.broker.log_manager, _wanted(req)))
+        None, describe_log_dirs, ctx.services.log_dirs, _wanted(req)))
 
 
-def describe_log_dirs(log_manager: LogManager, wanted: dict[str, set[int]] | None) -> dict[str, Any]:
+def describe_log_dirs(log_manager: LogDirs, wanted: dict[str, set[int]] | None) -> dict[str, Any]:
     """The response body: every log dir of `log_manager`, with the partitions of `wanted` (None: all)."""
     results = []
     futures = log_manager.future_replicas()

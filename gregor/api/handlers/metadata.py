@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from gregor.api.dispatcher import RequestContext
+from gregor.api.context import BrokerServices, RequestContext
 from gregor.metadata.store import TopicMetadata
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.schema import Struct
@@ -50,14 +50,14 @@ def topic_entry(t: TopicMetadata, live: frozenset[int] | set[int] | None = None,
     }
 
 
-def mark_local_partitions(broker: Any, topics: list[dict[str, Any]]) -> None:
+def mark_local_partitions(services: BrokerServices, topics: list[dict[str, Any]]) -> None:
     """This broker's partitions not served yet (logs loading: LEADER_NOT_AVAILABLE) or at all (offline
     logs, a failed log dir: KAFKA_STORAGE_ERROR, this broker among the offline replicas), as Kafka's
     metadata shows a replica in an offline log dir."""
-    rm = broker.replica_manager
+    rm = services.replica_manager
     if not (rm.loading or rm.offline):
         return
-    me = broker.config.broker_id
+    me = services.settings.broker_id
     for entry in topics:
         for part in entry.get("partitions", ()):
             key = (entry["name"], part["partition_index"])
@@ -72,17 +72,17 @@ def mark_local_partitions(broker: Any, topics: list[dict[str, Any]]) -> None:
 def handle_metadata(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.Future[dict[str, Any]]:
     """Answered from the metadata cache at once, or, when topics are to be auto-created, once their
     creation is written and in the cache (one store write for all of them)."""
-    broker = ctx.broker
-    cache = broker.metadata_cache
-    if req.topics is not None and req.allow_auto_topic_creation and broker.config.get("auto.create.topics.enable"):
+    services = ctx.services
+    cache = services.metadata_cache
+    if req.topics is not None and req.allow_auto_topic_creation and services.settings.auto_create_topics_enable:
         missing = list(dict.fromkeys(rt.name for rt in req.topics if rt.name is not None and cache.topic(rt.name) is None))
-        if missing and broker.authorizer is not None:  # creating needs DESCRIBE and CREATE (cluster or topic)
+        if missing and services.authorizer is not None:  # creating needs DESCRIBE and CREATE (cluster or topic)
             may_create_all = ctx.authorize(AclOperation.CREATE, ResourceType.CLUSTER)
             missing = [n for n in missing if ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, n)
                        and (may_create_all or ctx.authorize(AclOperation.CREATE, ResourceType.TOPIC, n))]
         if missing:
             async def create() -> dict[str, Any]:
-                return _answer(ctx, req, await broker.auto_create_topics(missing))
+                return _answer(ctx, req, await services.auto_create_topics(missing))
 
             task = asyncio.ensure_future(create())
             _WAITING.add(task)  # the loop holds tasks weakly
@@ -92,13 +92,13 @@ def handle_metadata(ctx: RequestContext, req: Struct) -> dict[str, Any] | asynci
 
 
 def _answer(ctx: RequestContext, req: Struct, created: dict[str, TopicMetadata | KafkaError]) -> dict[str, Any]:
-    broker = ctx.broker
-    cache = broker.metadata_cache
+    services = ctx.services
+    cache = services.metadata_cache
     topics = cache.topics()
     brokers = cache.brokers()
     live = frozenset(b.broker_id for b in brokers)
 
-    z = broker.authorizer
+    z = services.authorizer
     with_ops = ctx.version >= 8 and req.include_topic_authorized_operations
 
     def entry(t: TopicMetadata) -> dict[str, Any]:
@@ -140,13 +140,13 @@ def _answer(ctx: RequestContext, req: Struct, created: dict[str, TopicMetadata |
                     continue
                 t = made
             if t is None and z is not None and name is not None and req.allow_auto_topic_creation and \
-                    broker.config.get("auto.create.topics.enable") and name not in created:
+                    services.settings.auto_create_topics_enable and name not in created:
                 out.append({"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": name, "partitions": []})
             elif t is None:
                 out.append({"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "name": name, "partitions": []})
             else:
                 out.append(entry(t))
-    mark_local_partitions(broker, out)
+    mark_local_partitions(services, out)
     body: dict[str, Any] = {
         "throttle_time_ms": 0,
         # Each broker as the client's listener reaches it; brokers without that listener are left out.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from gregor.api.dispatcher import RequestContext
+from gregor.api.context import RequestContext
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.messages.offset_for_leader_epoch import DEBUGGING_REPLICA_ID
 from gregor.protocol.schema import Struct
@@ -21,7 +21,7 @@ log = logging.getLogger("gregor.offset_for_leader_epoch")
 
 
 def handle_offset_for_leader_epoch(ctx: RequestContext, req: Struct) -> dict[str, Any]:
-    rm = ctx.broker.replica_manager
+    rm = ctx.services.replica_manager
     fetch_only_from_leader = req.replica_id != DEBUGGING_REPLICA_ID
     topics = []
     # A follower needs CLUSTER_ACTION, a consumer DESCRIBE on each topic (Kafka's KafkaApis).

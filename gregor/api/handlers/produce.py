@@ -12,7 +12,8 @@ validated on the event loop. A compressed record set of gregor.validation.offloa
 walked on a pool of gregor.validation.threads threads, and the response is a Future. Appends of one connection stay
 in request order: while a connection has a Produce validating off the loop, its later Produce
 requests (however small) wait for its appends before appending (not for its acks=all wait);
-validation itself runs concurrently.
+validation itself runs concurrently. What the path keeps between requests (the pool, the
+chains, the rules) is the broker's ProduceState (gregor.api.produce_state).
 """
 
 from __future__ import annotations
@@ -20,16 +21,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import weakref
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from gregor.admin.topic_admin import (
     INTERNAL_TOPICS,  # only the broker appends to these (coordinators: ReplicaManager)
 )
-from gregor.api.dispatcher import RequestContext
+from gregor.api.context import RequestContext
+from gregor.api.produce_state import INLINE_EXPANSION_FACTOR
 from gregor.futures import then
 from gregor.protocol import compression
 from gregor.protocol.errors import ErrorCode, KafkaError
@@ -50,67 +50,18 @@ from gregor.protocol.validator import (
     validate_batches,
 )
 from gregor.replication.partition import AppendResult
-from gregor.replication.replica_manager import AppendEntry
+from gregor.replication.replica_manager import AppendEntry, ReplicaManager
 from gregor.security.acl import AclOperation, ResourceType
 from gregor.storage.errors import StorageError
 
 log = logging.getLogger("gregor.produce")
 
-INLINE_EXPANSION_FACTOR = 8
 _ATTRIBUTES_LOW = 22  # the low byte of the first batch's attributes: its codec bits
-"""A compressed batch validated on the event loop may expand to offload.bytes x this; past it, it
-is validated again on the pool (a 64 KiB bomb must not be inflated on the loop)."""
 
 
 def _error(index: int, code: ErrorCode, message: str | None = None) -> dict[str, Any]:
     return {"index": index, "error_code": code, "base_offset": -1, "log_append_time_ms": -1,
             "log_start_offset": -1, "record_errors": [], "error_message": message}
-
-
-@dataclass(frozen=True, slots=True)
-class _Settings:
-    ratio: int
-    cap: int
-    offload_bytes: int
-    threads: int
-    drop_every: int  # gregor.test.fault.drop.produce.response.after.append (0: off)
-
-
-_settings_cache: weakref.WeakKeyDictionary[Any, tuple[_Settings, ThreadPoolExecutor]] = weakref.WeakKeyDictionary()
-_rules_cache: weakref.WeakKeyDictionary[Any, tuple[object, ValidationRules]] = weakref.WeakKeyDictionary()
-_chains: weakref.WeakKeyDictionary[Any, asyncio.Future[Any]] = weakref.WeakKeyDictionary()
-_tasks: set[asyncio.Future[Any]] = set()  # acks=0 tasks have no other owner until they finish
-
-
-def _broker_settings(broker: Any) -> tuple[_Settings, ThreadPoolExecutor]:
-    got = _settings_cache.get(broker)
-    if got is None:
-        c = broker.config
-        s = _Settings(c.get("gregor.batch.decompressed.max.ratio"), c.get("gregor.batch.decompressed.max.bytes"),
-                      c.get("gregor.validation.offload.bytes"), c.get("gregor.validation.threads"),
-                      c.get("gregor.test.fault.drop.produce.response.after.append"))
-        pool = ThreadPoolExecutor(max_workers=s.threads, thread_name_prefix="gregor-validate")
-        got = _settings_cache[broker] = (s, pool)
-    return got
-
-
-def _rules(part: Any, s: _Settings) -> ValidationRules:
-    """The partition's rules, rebuilt only when its topic or log config object changes."""
-    cfg = part.log.config
-    got = _rules_cache.get(part)
-    if got is not None and got[0] is cfg:
-        return got[1]
-    rules = ValidationRules.for_topic(
-        max_message_bytes=cfg.max_message_bytes,
-        decompression_ratio=s.ratio,
-        decompression_max_bytes=s.cap,
-        compacted=cfg.compact,
-        log_append_time=cfg.log_append_time,
-        timestamp_before_max_ms=cfg.message_timestamp_before_max_ms,
-        timestamp_after_max_ms=cfg.message_timestamp_after_max_ms,
-    )
-    _rules_cache[part] = (cfg, rules)
-    return rules
 
 
 def _prepare(records: memoryview, rules: ValidationRules, compression_type: str, version: int, now_ms: int,
@@ -177,7 +128,7 @@ class _Item:
     offload: Callable[[], tuple[memoryview, list[BatchHeader]]] | None = None
 
 
-def _append_all(rm: Any, plan: list[tuple[str, list[_Item]]], acks: int, timeout_ms: int
+def _append_all(rm: ReplicaManager, plan: list[tuple[str, list[_Item]]], acks: int, timeout_ms: int
                 ) -> list[tuple[str, list[dict[str, Any]]]] | asyncio.Future[Any]:
     """Append every validated item through the ReplicaManager (in request order) and build the answers;
     a Future of them when the appends have to wait (acks=all for the high watermark, flush.messages for
@@ -202,15 +153,15 @@ def _response(topics: list[tuple[str, list[dict[str, Any]]]]) -> dict[str, Any]:
 
 
 def handle_produce(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.Future[Any] | None:
-    broker = ctx.broker
-    rm = broker.replica_manager
+    services = ctx.services
+    rm = services.replica_manager
+    state = services.produce
     acks = req.acks
-    settings, pool = _broker_settings(broker)
-    inline_budget = max(settings.offload_bytes * INLINE_EXPANSION_FACTOR, 1)
+    offload_bytes = state.settings.offload_bytes
     now_ms = int(time.time() * 1000)
     plan: list[tuple[str, list[_Item]]] = []
     offloaded = False
-    z = broker.authorizer
+    z = services.authorizer
     denied_all: ErrorCode | None = None
     if z is not None and req.transactional_id is not None and \
             not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
@@ -238,14 +189,14 @@ def handle_produce(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio
                 records = pd.records
                 if records is None:
                     raise KafkaError(ErrorCode.INVALID_RECORD, "null record set")
-                rules = _rules(part, settings)
+                rules = state.rules(part)
                 args = (records, rules, part.compression_type, ctx.version, now_ms)
-                if _heavy(records, settings.offload_bytes):
+                if _heavy(records, offload_bytes):
                     item.offload = _offload_call(args)
                     offloaded = True
                     continue
                 try:
-                    item.records, item.headers = _prepare(*args, inline_budget)
+                    item.records, item.headers = _prepare(*args, state.inline_budget)
                 except InlineBudgetExceeded:
                     item.offload = _offload_call(args)
                     offloaded = True
@@ -253,10 +204,11 @@ def handle_produce(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio
                 item.answer = _answer(pd.index, e)
         plan.append((td.name, items))
     conn = ctx.connection
-    previous = _chains.get(conn)
+    previous = state.chains.get(conn)
+    faults = state.faults  # None unless a test asked for faults
     if not offloaded and (previous is None or previous.done()):
         done = _append_all(rm, plan, acks, req.timeout_ms)
-        if settings.drop_every and _fault_drop(broker, settings.drop_every):
+        if faults is not None and faults.drop_response():
             conn.close("test fault: connection dropped after the Produce was appended, before its response")
             return None
         if acks == 0:
@@ -265,29 +217,17 @@ def handle_produce(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio
             return then(done, _response)
         return _response(done)
     loop = asyncio.get_running_loop()
-    jobs = {id(it): loop.run_in_executor(pool, it.offload) for _, items in plan for it in items if it.offload}
+    jobs = {id(it): loop.run_in_executor(state.pool, it.offload) for _, items in plan for it in items if it.offload}
     appended: asyncio.Future[None] = loop.create_future()  # the connection's next Produce appends after it
     task = loop.create_task(_finish(rm, plan, jobs, previous, acks, req.timeout_ms, appended))
-    _chains[conn] = appended
-    _tasks.add(task)
-    task.add_done_callback(_tasks.discard)
-    if settings.drop_every and _fault_drop(broker, settings.drop_every):
+    state.chains[conn] = appended
+    state.tasks.add(task)
+    task.add_done_callback(state.tasks.discard)
+    if faults is not None and faults.drop_response():
         task.add_done_callback(lambda _t: conn.close("test fault: connection dropped after the Produce was "
                                                      "appended, before its response"))
         return None
     return None if acks == 0 else task
-
-
-_fault_counts: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
-
-
-def _fault_drop(broker: Any, every: int) -> bool:
-    """Test-only fault (gregor.test.fault.drop.produce.response.after.append=N): every Nth Produce
-    is appended and its connection then closed instead of answered, as a network failure would,
-    so the client retries a batch that is already in the log."""
-    n = _fault_counts.get(broker, 0) + 1
-    _fault_counts[broker] = n
-    return n % every == 0
 
 
 def _heavy(records: memoryview, offload_bytes: int) -> bool:
@@ -306,7 +246,7 @@ def _offload_call(args: tuple[Any, ...]) -> Callable[[], tuple[memoryview, list[
     return lambda: _prepare(*args, None)
 
 
-async def _finish(rm: Any, plan: list[tuple[str, list[_Item]]], jobs: dict[int, asyncio.Future[Any]],
+async def _finish(rm: ReplicaManager, plan: list[tuple[str, list[_Item]]], jobs: dict[int, asyncio.Future[Any]],
                   previous: asyncio.Future[Any] | None, acks: int, timeout_ms: int,
                   appended: asyncio.Future[None]) -> dict[str, Any]:
     """Wait for this request's off-loop validations and for the connection's previous Produce,

@@ -16,7 +16,7 @@ import asyncio
 import logging
 from typing import Any
 
-from gregor.api.dispatcher import RequestContext
+from gregor.api.context import RequestContext
 from gregor.api.handlers.transactions import with_coordinator
 from gregor.coordinator.transaction.producer_ids import ProducerIdManager
 from gregor.metadata.store import MetadataError
@@ -49,7 +49,7 @@ def handle_init_producer_id(ctx: RequestContext, req: Struct) -> dict[str, Any] 
         return with_coordinator(ctx, lambda tc: tc.init_producer_id(
             req.transactional_id, req.transaction_timeout_ms, req.get("producer_id", -1), req.get("producer_epoch", -1)),
             answer, lambda code: _init_answer(code))
-    m = ctx.broker.producer_ids
+    m = ctx.services.producer_ids
     pid = m.try_generate()
     if pid is not None:
         return _init_answer(ErrorCode.NONE, pid, 0)
@@ -65,7 +65,7 @@ async def _init_later(m: ProducerIdManager) -> dict[str, Any]:
 
 
 def handle_describe_producers(ctx: RequestContext, req: Struct) -> dict[str, Any]:
-    rm = ctx.broker.replica_manager
+    rm = ctx.services.replica_manager
     topics = []
     for t in req.topics:
         parts = []

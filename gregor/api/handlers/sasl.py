@@ -23,7 +23,8 @@ import logging
 import time
 from typing import Any
 
-from gregor.api.dispatcher import RequestContext
+from gregor.api.context import RequestContext
+from gregor.network.connection import Connection
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.schema import Struct
 from gregor.security.principal import KafkaPrincipal
@@ -35,8 +36,7 @@ CLOSE_GRACE_S = 0.5  # how long a refused connection stays open after its answer
 
 
 def _listener_sasl(ctx: RequestContext) -> ListenerSasl | None:
-    listeners: dict[str, ListenerSasl] = getattr(ctx.broker, "sasl_listeners", None) or {}
-    return listeners.get(ctx.connection.listener.name)
+    return ctx.services.sasl_listeners.get(ctx.connection.listener.name)
 
 
 def _now_ms() -> int:
@@ -98,7 +98,7 @@ def _finish(ctx: RequestContext, auth: SaslServerAuthenticator | None, reply: Sa
     if reply.failed:
         log.warning("Failed authentication with %s (listener %s, SASL mechanism %s): %s", conn.peer,
                     conn.listener.name, mechanism, reply.log_detail or reply.error_message)
-        metrics = getattr(ctx.broker, "metrics", None)
+        metrics = ctx.services.metrics
         if metrics is not None:
             metrics.record_failed_authentication(conn.listener.name)
         if auth is not None:
@@ -140,7 +140,7 @@ def _authenticated(ctx: RequestContext, auth: SaslServerAuthenticator, name: str
                   conn.listener.name)
 
 
-def _session_expired(conn: Any, auth: SaslServerAuthenticator) -> None:
+def _session_expired(conn: Connection, auth: SaslServerAuthenticator) -> None:
     """KIP-368: the session lifetime passed without a completed re-authentication."""
     auth.expiry_timer = None  # type: ignore[attr-defined]
     if conn.closed or conn.sasl is not auth or not auth.session_expired(_now_ms()):

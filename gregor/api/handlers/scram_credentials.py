@@ -19,7 +19,7 @@ import asyncio
 from collections import Counter
 from typing import Any
 
-from gregor.api.dispatcher import RequestContext
+from gregor.api.context import RequestContext
 from gregor.metadata.store import SetEntityConfigs, entity_path
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.schema import Struct
@@ -56,7 +56,7 @@ def _credentials(configs: dict[str, str]) -> list[tuple[int, int]]:
 
 
 def handle_describe_user_scram_credentials(ctx: RequestContext, req: Struct) -> dict[str, Any]:
-    cache = ctx.broker.metadata_cache
+    cache = ctx.services.metadata_cache
     results = []
     if not req.users:  # null or empty: every user that has a credential
         for entity, configs in sorted(cache.entities("users").items()):
@@ -120,7 +120,7 @@ def _new_configs(current: dict[str, str], deletions: list[Struct], upsertions: l
 
 
 def handle_alter_user_scram_credentials(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.Future[Any]:
-    cache = ctx.broker.metadata_cache
+    cache = ctx.services.metadata_cache
     by_user: dict[str, tuple[list[Struct], list[Struct]]] = {}
     pairs: Counter[tuple[str, int]] = Counter()
     for d in req.deletions:
@@ -152,7 +152,7 @@ def handle_alter_user_scram_credentials(ctx: RequestContext, req: Struct) -> dic
         return body
 
     async def write() -> dict[str, Any]:
-        errors = await ctx.broker.topic_admin.write([change for _, change in writes])
+        errors = await ctx.services.topic_admin.write([change for _, change in writes])
         for (user, _), err in zip(writes, errors, strict=True):
             if err is not None:
                 results[user].update(error_code=err.code, error_message=err.message)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from gregor.api.dispatcher import RequestContext
+from gregor.api.context import RequestContext
 from gregor.api.handlers.metadata import mark_local_partitions, topic_entry
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.schema import Struct
@@ -29,8 +29,8 @@ def _error_topic(name: str, code: int) -> dict[str, Any]:
 
 
 def handle_describe_topic_partitions(ctx: RequestContext, req: Struct) -> dict[str, Any]:
-    broker = ctx.broker
-    cache = broker.metadata_cache
+    services = ctx.services
+    cache = services.metadata_cache
     cursor = req.cursor
     fetch_all = not req.topics
     if cursor is not None and (cursor.partition_index < 0 or (
@@ -43,7 +43,7 @@ def handle_describe_topic_partitions(ctx: RequestContext, req: Struct) -> dict[s
     if cursor is not None:
         names = [n for n in names if n >= cursor.topic_name]
     allowed = ctx.authorized_topics(AclOperation.DESCRIBE, names)
-    limit = max(1, min(req.response_partition_limit, broker.config.get("max.request.partition.size.limit")))
+    limit = max(1, min(req.response_partition_limit, services.settings.max_request_partition_size_limit))
     remaining = limit
     out: list[dict[str, Any]] = []
     next_cursor: dict[str, Any] | None = None
@@ -73,7 +73,7 @@ def handle_describe_topic_partitions(ctx: RequestContext, req: Struct) -> dict[s
         if rest:
             next_cursor = {"topic_name": name, "partition_index": rest[0]["partition_index"]}
             break
-    mark_local_partitions(broker, out)
+    mark_local_partitions(services, out)
     if not fetch_all:  # named but not describable: whether or not it exists (Kafka hides existence)
         out.extend(_error_topic(n, ErrorCode.TOPIC_AUTHORIZATION_FAILED) for n in names if n not in allowed)
     return {"throttle_time_ms": 0, "topics": out, "next_cursor": next_cursor}

@@ -18,12 +18,11 @@ from collections.abc import Coroutine
 from typing import Any
 
 from gregor.api import throttling
-from gregor.api.dispatcher import RequestContext
+from gregor.api.context import RequestContext
 from gregor.config import TOPIC_CONFIGS, format_value
 from gregor.metadata.store import Change, CreateTopic, TopicMetadata
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.schema import Struct
-from gregor.replication.log_configs import effective_topic_configs
 from gregor.security.acl import AclOperation, ResourceType
 from gregor.security.quotas import UNLIMITED_MUTATIONS, ControllerMutationQuota
 from gregor.storage.errors import StorageError
@@ -37,7 +36,7 @@ _WAITING: set[asyncio.Task[None]] = set()  # admin responses waiting for log wor
 
 
 def handle_create_topics(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.Future[dict[str, Any]]:
-    admin = ctx.broker.topic_admin
+    admin = ctx.services.topic_admin
     results = []
     seen: dict[str, int] = {}
     for t in req.topics:
@@ -99,7 +98,7 @@ def _describe_created(ctx: RequestContext, entry: dict[str, Any], meta: TopicMet
     entry["topic_id"] = meta.topic_id
     entry["num_partitions"] = len(meta.partitions)
     entry["replication_factor"] = len(meta.partitions[0].replicas)
-    values = effective_topic_configs(ctx.broker.config.log_config, meta.configs)
+    values = ctx.services.topic_configs.effective(meta.configs)
     entry["configs"] = [
         {"name": k, "value": format_value(values[k]), "read_only": False,
          "config_source": DYNAMIC_TOPIC_CONFIG if k in meta.configs else DEFAULT_CONFIG, "is_sensitive": False}
@@ -118,7 +117,7 @@ def _fail(entry: dict[str, Any], e: KafkaError) -> None:
 
 def handle_delete_topics(ctx: RequestContext, req: Struct) -> asyncio.Future[dict[str, Any]]:
     names: list[str | None] = list(req.topic_names) if ctx.version < 6 else [t.name for t in req.topics]
-    admin = ctx.broker.topic_admin
+    admin = ctx.services.topic_admin
     results = []
     writes: list[tuple[dict[str, Any], Change]] = []
     quota = _mutation_quota(ctx, "DeleteTopics", False)
@@ -129,7 +128,7 @@ def handle_delete_topics(ctx: RequestContext, req: Struct) -> asyncio.Future[dic
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID, "Deleting topics by id is not supported yet")
             if not ctx.authorize(AclOperation.DELETE, ResourceType.TOPIC, name):
                 raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
-            meta = ctx.broker.metadata_cache.topic(name)
+            meta = ctx.services.metadata_cache.topic(name)
             if meta is not None:
                 entry["topic_id"] = meta.topic_id
             _check_mutations(quota)
@@ -143,7 +142,7 @@ def handle_delete_topics(ctx: RequestContext, req: Struct) -> asyncio.Future[dic
 
 
 def handle_create_partitions(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio.Future[dict[str, Any]]:
-    admin = ctx.broker.topic_admin
+    admin = ctx.services.topic_admin
     results = []
     writes: list[tuple[dict[str, Any], Change]] = []
     quota = _mutation_quota(ctx, "CreatePartitions", req.validate_only)
@@ -154,7 +153,7 @@ def handle_create_partitions(ctx: RequestContext, req: Struct) -> dict[str, Any]
                 raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
             _check_mutations(quota)
             assignment = None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]
-            meta = ctx.broker.metadata_cache.topic(t.name)
+            meta = ctx.services.metadata_cache.topic(t.name)
             change = admin.prepare_partitions(t.name, t.count, assignment, reserve=not req.validate_only)
             if not req.validate_only:
                 quota.record(t.count - (len(meta.partitions) if meta is not None else 0))
@@ -170,7 +169,7 @@ def handle_create_partitions(ctx: RequestContext, req: Struct) -> dict[str, Any]
 
 async def _write_then_wait(ctx: RequestContext, body: dict[str, Any], entries: list[dict[str, Any]],
                            writes: list[tuple[dict[str, Any], Change]], timeout_ms: int, verb: str) -> dict[str, Any]:
-    errors = await ctx.broker.topic_admin.write([change for _, change in writes])
+    errors = await ctx.services.topic_admin.write([change for _, change in writes])
     for (entry, _), err in zip(writes, errors, strict=True):
         if err is not None:
             _fail(entry, err)
@@ -189,7 +188,7 @@ async def _when_logs_done(ctx: RequestContext, body: dict[str, Any], entries: li
                           verb: str) -> dict[str, Any]:
     """`body` once the log work of its successful topics is done (at most `timeout_ms`; at once when
     timeout_ms <= 0); topics whose logs are still being worked on then get REQUEST_TIMED_OUT."""
-    rm = ctx.broker.replica_manager
+    rm = ctx.services.replica_manager
     waits: dict[int, asyncio.Future[None]] = {}
     for i, e in enumerate(entries):
         if e["error_code"] == ErrorCode.NONE and e["name"] is not None:
@@ -213,7 +212,7 @@ def handle_delete_records(ctx: RequestContext, req: Struct) -> dict[str, Any] | 
     starts are checkpointed (log-start-offset-checkpoint, off the loop) before the answer, so a crash
     right after cannot bring the deleted records back (Kafka checkpoints them only every
     log.flush.start.offset.checkpoint.interval.ms)."""
-    rm = ctx.broker.replica_manager
+    rm = ctx.services.replica_manager
     moved = False
     topics = []
     for t in req.topics:

@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from gregor.api.dispatcher import RequestContext
+from gregor.api.context import RequestContext, ResponseBody
 from gregor.coordinator.group.metadata_manager import OFFSETS_TOPIC
 from gregor.coordinator.transaction.coordinator import TransactionCoordinator
 from gregor.coordinator.transaction.marker_writer import append_markers
@@ -34,25 +34,25 @@ def with_coordinator(ctx: RequestContext, call: Callable[[TransactionCoordinator
     answers at once (as the group coordinator does), else in a Future; `failed` answers the KafkaError
     of a coordinator that cannot take the request. The first request that needs __transaction_state
     starts its creation and waits for it."""
-    broker = ctx.broker
+    coordinators = ctx.services.coordinators
 
     def now() -> dict[str, Any] | asyncio.Future[dict[str, Any]]:
         try:
-            got = call(broker.txn_coordinator_ready())
+            got = call(coordinators.txn_coordinator_ready())
         except KafkaError as e:
             return failed(e.code)
         return then(got, answer)
 
-    return after(None if broker.log_manager.loading else broker.txn_topic_creation(), now)
+    return after(coordinators.txn_topic_creation(), now)
 
 
 def find_txn_coordinator(ctx: RequestContext, transactional_id: str) -> tuple[int, str, int]:
     """(node id, host, port) of the coordinator of `transactional_id`; raises KafkaError."""
-    broker = ctx.broker
-    tc = broker.txn_coordinator_ready()
+    cache = ctx.services.metadata_cache
+    tc = ctx.services.coordinators.txn_coordinator_ready()
     p = tc.state.partition_for(transactional_id)
-    state = broker.metadata_cache.partition_state(TRANSACTION_STATE_TOPIC, p)
-    leader = broker.metadata_cache.broker(state.leader) if state is not None else None
+    state = cache.partition_state(TRANSACTION_STATE_TOPIC, p)
+    leader = cache.broker(state.leader) if state is not None else None
     ep = leader.endpoint(ctx.listener.name) if leader is not None else None
     if leader is None or ep is None:
         raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{TRANSACTION_STATE_TOPIC}-{p} has no live leader "
@@ -71,7 +71,7 @@ def _txn_id_denied(ctx: RequestContext, transactional_id: str) -> bool:
     return not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
 
 
-def handle_add_partitions_to_txn(ctx: RequestContext, req: Struct) -> Any:
+def handle_add_partitions_to_txn(ctx: RequestContext, req: Struct) -> ResponseBody:
     if ctx.version <= 3:
         tps = [(t.name, p) for t in req.v3_and_below_topics for p in t.partitions]
 
@@ -117,14 +117,14 @@ def _for_version(code: ErrorCode, version: int) -> ErrorCode:
     return ErrorCode.INVALID_PRODUCER_EPOCH if code == ErrorCode.PRODUCER_FENCED and version < 2 else code
 
 
-def handle_add_offsets_to_txn(ctx: RequestContext, req: Struct) -> Any:
+def handle_add_offsets_to_txn(ctx: RequestContext, req: Struct) -> ResponseBody:
     if _txn_id_denied(ctx, req.transactional_id):
         return {"throttle_time_ms": 0, "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
     if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, req.group_id):
         return {"throttle_time_ms": 0, "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED}
 
     def call(tc: TransactionCoordinator) -> Any:
-        tp = (OFFSETS_TOPIC, ctx.broker.group_coordinator_ready().partition_for(req.group_id))
+        tp = (OFFSETS_TOPIC, ctx.services.coordinators.group_coordinator_ready().partition_for(req.group_id))
         return tc.add_partitions(req.transactional_id, req.producer_id, req.producer_epoch, [tp])
 
     def code_of(result: dict[TopicPartition, ErrorCode]) -> dict[str, Any]:
@@ -133,7 +133,7 @@ def handle_add_offsets_to_txn(ctx: RequestContext, req: Struct) -> Any:
                             lambda code: {"throttle_time_ms": 0, "error_code": _for_version(code, ctx.version)})
 
 
-def handle_end_txn(ctx: RequestContext, req: Struct) -> Any:
+def handle_end_txn(ctx: RequestContext, req: Struct) -> ResponseBody:
     def answer(code: ErrorCode) -> dict[str, Any]:
         return {"throttle_time_ms": 0, "error_code": _for_version(code, ctx.version)}
     if _txn_id_denied(ctx, req.transactional_id):
@@ -143,14 +143,14 @@ def handle_end_txn(ctx: RequestContext, req: Struct) -> Any:
         answer, answer)
 
 
-def handle_write_txn_markers(ctx: RequestContext, req: Struct) -> Any:
+def handle_write_txn_markers(ctx: RequestContext, req: Struct) -> ResponseBody:
     """A coordinator's markers for partitions this broker leads (errors per partition, retried by it)."""
-    timeout_ms = ctx.broker.config.get("request.timeout.ms")
+    timeout_ms = ctx.services.settings.request_timeout_ms
     if not ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER):
         return {"markers": [{"producer_id": m.producer_id, "topics": [
             {"name": t.name, "partitions": [{"partition_index": p, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED}
                                             for p in t.partition_indexes]} for t in m.topics]} for m in req.markers]}
-    results = [append_markers(ctx.broker.replica_manager, ctx.broker.group_coordinator, m.producer_id, m.producer_epoch, m.transaction_result, m.coordinator_epoch,
+    results = [append_markers(ctx.services.replica_manager, ctx.services.coordinators.group_coordinator, m.producer_id, m.producer_epoch, m.transaction_result, m.coordinator_epoch,
                               [(t.name, p) for t in m.topics for p in t.partition_indexes], timeout_ms)
                for m in req.markers]
 
@@ -167,8 +167,8 @@ def handle_write_txn_markers(ctx: RequestContext, req: Struct) -> Any:
     return then(gather(results), answer)
 
 
-def handle_txn_offset_commit(ctx: RequestContext, req: Struct) -> Any:
-    topics_meta = ctx.broker.metadata_cache.topics()
+def handle_txn_offset_commit(ctx: RequestContext, req: Struct) -> ResponseBody:
+    topics_meta = ctx.services.metadata_cache.topics()
     unknown: set[TopicPartition] = set()
     offsets = []
     whole: ErrorCode | None = None
@@ -190,7 +190,7 @@ def handle_txn_offset_commit(ctx: RequestContext, req: Struct) -> Any:
     try:
         if whole is not None:
             raise KafkaError(whole)
-        gc = ctx.broker.group_coordinator_ready()
+        gc = ctx.services.coordinators.group_coordinator_ready()
         if not gc.is_local(req.group_id):
             raise KafkaError(ErrorCode.NOT_COORDINATOR, f"not the coordinator of group {req.group_id!r}")
         result = gc.txn_commit_offsets(req.group_id, req.producer_id, req.producer_epoch,
@@ -217,7 +217,7 @@ def handle_txn_offset_commit(ctx: RequestContext, req: Struct) -> Any:
     return then(result, answer)
 
 
-def handle_describe_transactions(ctx: RequestContext, req: Struct) -> Any:
+def handle_describe_transactions(ctx: RequestContext, req: Struct) -> ResponseBody:
     """The state of transactional ids this broker coordinates (admin clients ask each id's coordinator)."""
     def describe(tc: TransactionCoordinator | None, load_error: ErrorCode | None = None) -> dict[str, Any]:
         out = []
@@ -252,11 +252,11 @@ def handle_list_transactions(ctx: RequestContext, req: Struct) -> dict[str, Any]
     unknown = [s for s in req.state_filters if s not in STATES_BY_NAME]
     answer: dict[str, Any] = {"throttle_time_ms": 0, "error_code": ErrorCode.NONE,
                               "unknown_state_filters": unknown, "transaction_states": []}
-    broker = ctx.broker
-    if broker.log_manager.loading:
+    coordinators = ctx.services.coordinators
+    if coordinators.loading:
         answer["error_code"] = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         return answer
-    tc = broker.txn_coordinator
+    tc = coordinators.txn_coordinator
     answer["transaction_states"] = [
         {"transactional_id": m.transactional_id, "producer_id": m.producer_id, "transaction_state": m.state_name}
         for m in tc.list(list(req.state_filters), list(req.producer_id_filters), req.get("duration_filter", -1))
