@@ -65,7 +65,7 @@ from gregor.metadata.store import (
     SetBrokerConfigs,
     TopicMetadata,
 )
-from gregor.metadata.zookeeper import ZooKeeperMetadataStore
+from gregor.metadata.zookeeper import ZooKeeperMetadataStore, ZooKeeperSettings
 from gregor.metrics.registry import BrokerMetrics
 from gregor.network.socket_server import SocketServer
 from gregor.protocol.errors import ErrorCode, KafkaError
@@ -93,7 +93,7 @@ class Broker:
             if "broker.id" not in config.explicit:
                 raise ConfigError("broker.id must be set explicitly when zookeeper.connect is set (each broker of a "
                                   "cluster needs its own id)")
-            store = ZooKeeperMetadataStore(config)
+            store = ZooKeeperMetadataStore(ZooKeeperSettings.from_config(config))
         self.broker_epoch = -1  # this registration's epoch (the znode's czxid); renewed with the session
         self.store = store or EmbeddedMetadataStore(
             config.log_dirs[0], config.broker_id,
