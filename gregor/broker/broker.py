@@ -45,7 +45,8 @@ from gregor.config.dynamic import (
     DynamicBrokerConfig,
     listener_key,
 )
-from gregor.controller.controller import Controller
+from gregor.controller.controller import Controller, ControllerSettings
+from gregor.controller.shutdown import ControlledShutdownSettings
 from gregor.coordinator.group.coordinator import OFFSETS_TOPIC, GroupCoordinator, append_via
 from gregor.coordinator.group.group_configs import store_name
 from gregor.coordinator.internal_topic import InternalTopic
@@ -71,6 +72,7 @@ from gregor.network.socket_server import SocketServer
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.replication.replica_manager import ReplicaManager, log_config_for
 from gregor.security.authorizer import create_authorizer
+from gregor.security.inter_broker import client_security
 from gregor.security.quotas import ClientQuotaManager
 from gregor.security.sasl.listener import build_sasl_listeners
 from gregor.security.tls import ServerTls, TlsSettings
@@ -117,7 +119,10 @@ class Broker:
         self.dynamic_config = DynamicBrokerConfig(config)
         self.replica_manager = ReplicaManager(config, self.store, self.log_manager, self.metadata_cache)
         self.replica_manager.on_log_dir_failure = self._on_log_dir_failure
-        self.controller = Controller(config, self.store, self.metadata_cache)
+        self.controller = Controller(
+            ControllerSettings.from_config(config), self.store, self.metadata_cache,
+            lambda: bool(self.config.log_config.unclean_leader_election_enable),
+            ControlledShutdownSettings.from_config(config), client_security(config))
         self.producer_ids = ProducerIdManager(self.store)
         commits = append_via(self.replica_manager, config.get("offsets.commit.required.acks"),
                              config.get("offsets.commit.timeout.ms"))
