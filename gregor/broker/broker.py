@@ -27,7 +27,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
-from gregor.admin.topic_admin import TopicAdmin
+from gregor.admin.topic_admin import TopicAdmin, TopicAdminSettings
 from gregor.api import throttling
 from gregor.api.dispatcher import Dispatcher
 from gregor.api.handlers import HANDLERS
@@ -47,7 +47,14 @@ from gregor.config.dynamic import (
 )
 from gregor.controller.controller import Controller, ControllerSettings
 from gregor.controller.shutdown import ControlledShutdownSettings
-from gregor.coordinator.group.coordinator import OFFSETS_TOPIC, GroupCoordinator, append_via
+from gregor.coordinator.group.consumer_protocol import ConsumerGroupSettings
+from gregor.coordinator.group.coordinator import (
+    OFFSETS_TOPIC,
+    GroupCoordinator,
+    GroupCoordinatorSettings,
+    GroupMetadataSettings,
+    append_via,
+)
 from gregor.coordinator.group.group_configs import store_name
 from gregor.coordinator.internal_topic import InternalTopic
 from gregor.coordinator.transaction.coordinator import TransactionCoordinator
@@ -115,7 +122,8 @@ class Broker:
                                       load=False, open_files_max=config.get("log.segment.open.files.max"))
         self.log_manager.mover.rate_bytes_per_s = config.get(ALTER_LOG_DIRS_IO)
         log.info("scanned the log dirs in %.0f ms", (time.monotonic() - t0) * 1000)
-        self.topic_admin = TopicAdmin(self.store, self.metadata_cache, config)
+        self.topic_admin = TopicAdmin(self.store, self.metadata_cache, TopicAdminSettings.from_config(config),
+                                      lambda: self.config.log_config)
         self.dynamic_config = DynamicBrokerConfig(config)
         self.replica_manager = ReplicaManager(config, self.store, self.log_manager, self.metadata_cache)
         self.replica_manager.on_log_dir_failure = self._on_log_dir_failure
@@ -126,7 +134,9 @@ class Broker:
         self.producer_ids = ProducerIdManager(self.store)
         commits = append_via(self.replica_manager, config.get("offsets.commit.required.acks"),
                              config.get("offsets.commit.timeout.ms"))
-        self.group_coordinator = GroupCoordinator(config, commits, self._read_offsets_partition)
+        self.group_coordinator = GroupCoordinator(
+            GroupCoordinatorSettings.from_config(config), GroupMetadataSettings.from_config(config),
+            ConsumerGroupSettings.from_config(config), commits, self._read_offsets_partition)
         self.offsets_topic = InternalTopic(
             OFFSETS_TOPIC, self.topic_admin, self.metadata_cache, config.get("offsets.topic.num.partitions"),
             config.get("offsets.topic.replication.factor"),

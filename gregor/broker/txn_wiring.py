@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from gregor.coordinator.group.coordinator import append_via
-from gregor.coordinator.transaction.coordinator import TransactionCoordinator
+from gregor.coordinator.transaction.coordinator import TransactionCoordinator, TransactionSettings
 from gregor.coordinator.transaction.marker_writer import append_markers
 from gregor.coordinator.transaction.markers import TxnMarkerSender
 from gregor.coordinator.transaction.state_manager import TransactionStateManager
@@ -43,4 +43,4 @@ def build_txn_coordinator(broker: Any, read_partition: Callable[[int], Iterator[
 
     markers = TxnMarkerSender(config.broker_id, leader_of, address_of, lambda t: cache.topic(t) is not None,
                               write_local, request_timeout_ms=timeout_ms, security=client_security(config))
-    return TransactionCoordinator(config, state, broker.producer_ids, markers, partition_exists)
+    return TransactionCoordinator(TransactionSettings.from_config(config), state, broker.producer_ids, markers, partition_exists)
