@@ -11,8 +11,10 @@ A store only persists what `decide` returned. The embedded store decides against
 replays the record into it, appends it to its journal and publishes the event; at start it replays
 its journal with no version (no events). The ZooKeeper store decides against the znodes it reads (a
 StateView over them) and writes the record as znodes conditional on the versions it read; its events
-come from its watches. A store replicating a metadata log would decide on its leader, append the
-records to the log and replay them on every replica.
+come from its watches. Its partition-state writes are checked by ZooKeeper itself (a set conditional on
+the state znode's version: the rule `decide_state_update` states), pipelined without a read first. A
+store replicating a metadata log would decide on its leader, append the records to the log and replay
+them on every replica.
 
 No I/O, no clock, no locks here: callers hold whatever lock orders their writes.
 """

@@ -124,7 +124,7 @@ class EmbeddedMetadataStore(MetadataStore):
                 except MetadataError as e:
                     results.append(e)
                     continue
-                results.append(self._replay(record, written, events))
+                results.append(self._apply_record(record, written, events))
             self._commit(written, events)
             return results
 
@@ -146,12 +146,12 @@ class EmbeddedMetadataStore(MetadataStore):
                 except MetadataError as e:
                     results.append(e)
                     continue
-                self._replay(record, written, events)
+                self._apply_record(record, written, events)
                 results.append(record.partitions[u.partition].version)
             self._commit(written, events)
             return results
 
-    def _replay(self, record: Record, written: list[tuple[int, Record]], events: list[MetadataEvent]) -> int:
+    def _apply_record(self, record: Record, written: list[tuple[int, Record]], events: list[MetadataEvent]) -> int:
         """Into memory at once (a later change of the same call sees it); returns its version."""
         v = self._state.version + 1
         event = replay(self._state, record, v)
