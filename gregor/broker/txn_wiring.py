@@ -43,4 +43,5 @@ def build_txn_coordinator(broker: Any, read_partition: Callable[[int], Iterator[
 
     markers = TxnMarkerSender(config.broker_id, leader_of, address_of, lambda t: cache.topic(t) is not None,
                               write_local, request_timeout_ms=timeout_ms, security=client_security(config))
-    return TransactionCoordinator(TransactionSettings.from_config(config), state, broker.producer_ids, markers, partition_exists)
+    return TransactionCoordinator(TransactionSettings.from_config(config), state, broker.producer_ids, markers,
+                                  partition_exists)
