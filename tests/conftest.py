@@ -10,7 +10,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from gregor.config import BrokerConfig
-from gregor.metadata.zookeeper import ZooKeeperMetadataStore, parse_connect
+from gregor.metadata.zookeeper import ZooKeeperMetadataStore, ZooKeeperSettings, parse_connect
 from gregor.tools.local_zookeeper import ZooKeeperServer, zookeeper_available
 from tests.broker_process import BrokerProcess
 
@@ -65,8 +65,9 @@ def stores(zk_connect: str) -> Iterator[StoreFactory]:
     made: list[ZooKeeperMetadataStore] = []
 
     def make(broker_id: int = 1, **props: str) -> ZooKeeperMetadataStore:
-        s = ZooKeeperMetadataStore(BrokerConfig({"zookeeper.connect": zk_connect, "broker.id": str(broker_id),
-                                                 "zookeeper.session.timeout.ms": "4000", **props}))
+        s = ZooKeeperMetadataStore(ZooKeeperSettings.from_config(BrokerConfig(
+            {"zookeeper.connect": zk_connect, "broker.id": str(broker_id), "zookeeper.session.timeout.ms": "4000",
+             **props})))
         made.append(s)
         return s
 

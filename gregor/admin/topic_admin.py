@@ -19,10 +19,12 @@ import random
 import re
 import resource
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
-from gregor.config import BrokerConfig, ConfigError, validate_topic_configs
+from gregor.config import ConfigError, validate_topic_configs
+from gregor.configdef import Settings, setting
 from gregor.metadata.cache import MetadataCache, collision_key
 from gregor.metadata.store import (
     AddPartitions,
@@ -40,6 +42,7 @@ from gregor.metadata.store import (
     TopicMetadata,
 )
 from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.storage.config import LogConfig
 from gregor.storage.segment import OPEN_FILES
 
 MAX_TOPIC_NAME_LENGTH = 249
@@ -94,11 +97,25 @@ def validate_topic_name(name: str | None) -> None:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class TopicAdminSettings(Settings):
+    broker_id: int = setting("broker.id")
+    num_partitions: int = setting("num.partitions")
+    default_replication_factor: int = setting("default.replication.factor")
+    delete_topic_enable: bool = setting("delete.topic.enable")
+    max_broker_partitions: int = setting("max.broker.partitions")
+    max_connections: int = setting("max.connections")
+
+
 class TopicAdmin:
-    def __init__(self, store: MetadataStore, cache: MetadataCache, config: BrokerConfig) -> None:
+    def __init__(self, store: MetadataStore, cache: MetadataCache, settings: TopicAdminSettings,
+                 topic_defaults: Callable[[], LogConfig]) -> None:
+        """`topic_defaults()`: the broker's topic config defaults now (dynamic), which a topic's own
+        configs are validated over."""
         self.store = store
         self.cache = cache
-        self.config = config
+        self.settings = settings
+        self._topic_defaults = topic_defaults
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="metadata-writer")
         # Writes in flight: their names (and collision keys) and replicas per broker, held until the cache has them.
         self._pending_names: dict[str, str] = {}  # collision key -> name
@@ -135,7 +152,7 @@ class TopicAdmin:
         if other is not None:
             raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Topic '{name}' collides with existing topic: {other}")
         try:  # the one topic-config table: what is stored here is what the logs load at restart
-            stored_configs = validate_topic_configs(dict(configs or {}), self.config.log_config)
+            stored_configs = validate_topic_configs(dict(configs or {}), self._topic_defaults())
         except ConfigError as e:
             raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
         brokers = [b.broker_id for b in self.cache.brokers()]
@@ -147,8 +164,8 @@ class TopicAdmin:
                 )
             layout = self._check_assignment(assignment, brokers, expected_start=0)
         else:
-            n = self.config.get("num.partitions") if num_partitions == -1 else num_partitions
-            rf = self.config.get("default.replication.factor") if replication_factor == -1 else replication_factor
+            n = self.settings.num_partitions if num_partitions == -1 else num_partitions
+            rf = self.settings.default_replication_factor if replication_factor == -1 else replication_factor
             if n <= 0:
                 raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"Number of partitions was set to an invalid non-positive value: {n}.")
             if rf <= 0:
@@ -173,7 +190,7 @@ class TopicAdmin:
                 ErrorCode.INVALID_TOPIC_EXCEPTION,
                 f"Topic {name} is a kafka internal topic and is not allowed to be marked for deletion.",
             )
-        if not self.config.get("delete.topic.enable"):
+        if not self.settings.delete_topic_enable:
             raise KafkaError(ErrorCode.TOPIC_DELETION_DISABLED, "Topic deletion is disabled.")
         if self.cache.topic(name) is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
@@ -236,7 +253,7 @@ class TopicAdmin:
                              f"The configs of internal topic {name} are the broker's (its offsets.topic.* "
                              "properties); clients may not alter them.")
         try:
-            stored_configs = validate_topic_configs(dict(configs), self.config.log_config)
+            stored_configs = validate_topic_configs(dict(configs), self._topic_defaults())
         except ConfigError as e:
             raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
         return SetTopicConfigs(name, stored_configs)
@@ -303,7 +320,7 @@ class TopicAdmin:
     def _check_count_before_layout(self, adding: int, rf: int, n_brokers: int) -> None:
         """A count no broker could take is refused before a layout of that size is built in memory
         (a request may ask for 2**31 - 1 partitions)."""
-        cap = self.config.get("max.broker.partitions")
+        cap = self.settings.max_broker_partitions
         least_per_broker = -(-adding * rf // max(n_brokers, 1))
         if least_per_broker > cap:
             raise KafkaError(
@@ -323,7 +340,7 @@ class TopicAdmin:
         if not new:
             return
         hosted = self.hosted_partitions()
-        cap = self.config.get("max.broker.partitions")
+        cap = self.settings.max_broker_partitions
         for b in sorted(new):
             current = hosted.get(b, 0)
             if current + new[b] > cap:
@@ -332,11 +349,11 @@ class TopicAdmin:
                     f"Creating {adding} partitions would bring broker {b} to {current + new[b]} partitions, above "
                     f"its limit of {cap} (max.broker.partitions); it hosts {current}.",
                 )
-        me = self.config.broker_id
+        me = self.settings.broker_id
         if me not in new:
             return
         current = hosted.get(me, 0)
-        budget, reserved = partition_fd_budget(self.config.get("max.connections"))
+        budget, reserved = partition_fd_budget(self.settings.max_connections)
         if current + new[me] > budget:
             raise KafkaError(
                 ErrorCode.POLICY_VIOLATION,

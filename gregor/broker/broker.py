@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gregor.admin.topic_admin import TopicAdmin
+from gregor.admin.topic_admin import TopicAdmin, TopicAdminSettings
 from gregor.api import throttling
 from gregor.api.context import ApiSettings, BrokerServices
 from gregor.api.dispatcher import Dispatcher, supported_apis
@@ -49,21 +49,22 @@ from gregor.broker.periodic import PeriodicJobs, PeriodicSettings
 from gregor.config import BrokerConfig, ConfigError
 from gregor.config.dynamic import DynamicBrokerConfig
 from gregor.configdef import Settings, setting
-from gregor.controller.controller import Controller
+from gregor.controller.controller import Controller, ControllerSettings
+from gregor.controller.shutdown import ControlledShutdownSettings
 from gregor.coordinator.group.coordinator import OFFSETS_TOPIC
 from gregor.coordinator.transaction.producer_ids import ProducerIdManager
 from gregor.coordinator.transaction.state_manager import TRANSACTION_STATE_TOPIC
 from gregor.metadata.cache import MetadataCache
 from gregor.metadata.embedded import EmbeddedMetadataStore
 from gregor.metadata.store import SESSION, SESSION_RESTORED, BrokerInfo, MetadataStore
-from gregor.metadata.zookeeper import ZooKeeperMetadataStore
+from gregor.metadata.zookeeper import ZooKeeperMetadataStore, ZooKeeperSettings
 from gregor.metrics.registry import BrokerMetrics
 from gregor.network.socket_server import ConnectionLimits, SocketServer, SocketServerSettings
 from gregor.replication.log_configs import log_config_for
 from gregor.replication.replica_fetcher import ReplicaFetcherSettings
 from gregor.replication.replica_manager import ReplicaManager, ReplicaManagerSettings
 from gregor.security.authorizer import create_authorizer
-from gregor.security.inter_broker import client_security
+from gregor.security.inter_broker import ClientSecurity
 from gregor.security.quotas import ClientQuotaManager
 from gregor.security.sasl.listener import build_sasl_listeners
 from gregor.security.tls import ServerTls, TlsSettings
@@ -98,7 +99,7 @@ class Broker:
             if "broker.id" not in config.explicit:
                 raise ConfigError("broker.id must be set explicitly when zookeeper.connect is set (each broker of a "
                                   "cluster needs its own id)")
-            store = ZooKeeperMetadataStore(config)
+            store = ZooKeeperMetadataStore(ZooKeeperSettings.from_config(config))
         self.broker_epoch = -1  # this registration's epoch (the znode's czxid); renewed with the session
         self.store = store or EmbeddedMetadataStore(config.log_dirs[0], config.broker_id, snapshot_bytes=s.snapshot_bytes)
         self.metadata_cache = MetadataCache()
@@ -115,16 +116,20 @@ class Broker:
                                       load=False, open_files_max=s.open_files_max)
         self.log_manager.mover.rate_bytes_per_s = ReplicationDynamicSettings.from_config(config).alter_log_dirs_io_bytes_per_s
         log.info("scanned the log dirs in %.0f ms", (time.monotonic() - t0) * 1000)
-        self.topic_admin = TopicAdmin(self.store, self.metadata_cache, config)
+        self.topic_admin = TopicAdmin(self.store, self.metadata_cache, TopicAdminSettings.from_config(config),
+                                      lambda: self.config.log_config)
         self.dynamic_config = DynamicBrokerConfig(config)
         # The one ClientSecurity of this broker: every inter-broker client (transaction markers, replica
-        # fetchers, controlled shutdown) connects with it; client_security() hands this same object out.
-        self.client_security = client_security(config)
+        # fetchers, controlled shutdown) connects with it.
+        self.client_security = ClientSecurity.from_config(config)
         self.replica_manager = ReplicaManager(
             ReplicaManagerSettings.from_config(config), ReplicaFetcherSettings.from_config(config), config.log_config,
             self.store, self.log_manager, self.metadata_cache, self.client_security)
         self.replica_manager.on_log_dir_failure = self._on_log_dir_failure
-        self.controller = Controller(config, self.store, self.metadata_cache)
+        self.controller = Controller(
+            ControllerSettings.from_config(config), self.store, self.metadata_cache,
+            lambda: bool(self.config.log_config.unclean_leader_election_enable),
+            ControlledShutdownSettings.from_config(config), self.client_security)
         self.producer_ids = ProducerIdManager(self.store)
         self.coordinators = BrokerCoordinators(config, self.replica_manager, self.log_manager, self.topic_admin,
                                                self.metadata_cache, self.producer_ids, self.client_security)

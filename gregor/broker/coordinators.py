@@ -16,7 +16,14 @@ from gregor.admin.topic_admin import TopicAdmin
 from gregor.broker.txn_wiring import build_txn_coordinator
 from gregor.config import BrokerConfig
 from gregor.configdef import Settings, setting
-from gregor.coordinator.group.coordinator import OFFSETS_TOPIC, GroupCoordinator, append_via
+from gregor.coordinator.group.consumer_protocol import ConsumerGroupSettings
+from gregor.coordinator.group.coordinator import (
+    OFFSETS_TOPIC,
+    GroupCoordinator,
+    GroupCoordinatorSettings,
+    GroupMetadataSettings,
+    append_via,
+)
 from gregor.coordinator.group.group_configs import store_name
 from gregor.coordinator.internal_topic import InternalTopic
 from gregor.coordinator.transaction.coordinator import TransactionCoordinator
@@ -59,7 +66,9 @@ class BrokerCoordinators:
             TRANSACTION_STATE_TOPIC, topic_admin, metadata_cache, s.txn_partitions, s.txn_replication_factor,
             {"cleanup.policy": "compact", "segment.bytes": str(s.txn_segment_bytes)}, min_isr=s.txn_min_isr)
         commits = append_via(replica_manager, s.offsets_commit_required_acks, s.offsets_commit_timeout_ms)
-        self.group_coordinator = GroupCoordinator(config, commits, self._read_offsets_partition)
+        self.group_coordinator = GroupCoordinator(
+            GroupCoordinatorSettings.from_config(config), GroupMetadataSettings.from_config(config),
+            ConsumerGroupSettings.from_config(config), commits, self._read_offsets_partition)
         self.txn_coordinator = build_txn_coordinator(config, metadata_cache, replica_manager, self.group_coordinator,
                                                      producer_ids, security, self._read_txn_partition)
         self._loaded = False  # the coordinators replayed what they lead, after the logs loaded

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from gregor.config import BrokerConfig
 from gregor.configdef import Settings, setting
 from gregor.coordinator.group.coordinator import GroupCoordinator, append_via
-from gregor.coordinator.transaction.coordinator import TransactionCoordinator
+from gregor.coordinator.transaction.coordinator import TransactionCoordinator, TransactionSettings
 from gregor.coordinator.transaction.marker_writer import append_markers
 from gregor.coordinator.transaction.markers import TxnMarkerSender
 from gregor.coordinator.transaction.producer_ids import ProducerIdManager
@@ -57,4 +57,4 @@ def build_txn_coordinator(config: BrokerConfig, cache: MetadataCache, replica_ma
 
     markers = TxnMarkerSender(s.broker_id, leader_of, address_of, lambda t: cache.topic(t) is not None,
                               write_local, request_timeout_ms=timeout_ms, security=security)
-    return TransactionCoordinator(config, state, producer_ids, markers, partition_exists)
+    return TransactionCoordinator(TransactionSettings.from_config(config), state, producer_ids, markers, partition_exists)

@@ -16,19 +16,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
 
 from gregor.controller import election
+from gregor.controller.context import ControllerContext, TopicPartition
 from gregor.metadata.store import BadVersionError, ControllerMovedError, MetadataError, PartitionState
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.messages.cluster_admin import PREFERRED_ELECTION, UNCLEAN_ELECTION
 
-if TYPE_CHECKING:
-    from gregor.controller.controller import Controller
-
 log = logging.getLogger("gregor.controller")
 
-TopicPartition = tuple[str, int]
 Decision = tuple[PartitionState | None, int]  # (state to write or None, error code)
 
 ELECTION_RACE_RETRIES = 5
@@ -38,8 +34,8 @@ class LeaderElections:
     """ElectLeaders and the automatic rebalance of one controller (run under its lock, written through
     its fenced writes)."""
 
-    def __init__(self, controller: Controller) -> None:
-        self.ctl = controller
+    def __init__(self, ctx: ControllerContext) -> None:
+        self.ctl = ctx
 
     async def elect_leaders(self, election_type: int, partitions: Iterable[TopicPartition] | None
                             ) -> dict[TopicPartition, tuple[int, str | None]]:
@@ -82,7 +78,6 @@ class LeaderElections:
         partition (error code, message) and the number of states written."""
         results: dict[TopicPartition, tuple[int, str | None]] = {}
         todo, moved = partitions, 0
-        timeout_s = self.ctl.config.get("controller.socket.timeout.ms") / 1000
         for attempt in range(ELECTION_RACE_RETRIES + 1):
             updates: dict[TopicPartition, tuple[PartitionState, int]] = {}
             for tp in todo:
@@ -115,7 +110,7 @@ class LeaderElections:
             def newer(raced: dict[TopicPartition, int] = raced) -> bool:
                 return all((s := self.ctl.cache.partition_state(*tp)) is None or s.version > v for tp, v in raced.items())
 
-            await self.ctl.wait_cache(newer, timeout_s)
+            await self.ctl.wait_cache(newer, self.ctl.timeout_s)
             log.info("controller %d: %d elections lost a version race; deciding them again (attempt %d)",
                      self.ctl.broker_id, len(raced), attempt + 2)
             todo = list(raced)
@@ -128,7 +123,8 @@ class LeaderElections:
             if not self.ctl.active:
                 return 0
             rows = ((n, p, s) for n, t in self.ctl.cache.topics().items() for p, s in t.partitions.items())
-            chosen = election.imbalanced(rows, self.ctl.eligible(), self.ctl.config.get("leader.imbalance.per.broker.percentage"))
+            chosen = election.imbalanced(rows, self.ctl.eligible(),
+                                         self.ctl.settings.leader_imbalance_per_broker_percentage)
             _, moved = await self._elect_partitions(
                 chosen, lambda tp, s: election.preferred(s, self.ctl.eligible(), self.ctl.epoch))
             if moved:

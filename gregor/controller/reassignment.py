@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection
-from typing import TYPE_CHECKING
 
+from gregor.controller.context import ControllerContext, TopicPartition
 from gregor.controller.election import NO_LEADER, changed, reassignment_leader
 from gregor.metadata.store import (
     CREATED,
@@ -32,12 +32,7 @@ from gregor.metadata.store import (
 )
 from gregor.protocol.errors import ErrorCode, KafkaError
 
-if TYPE_CHECKING:
-    from gregor.controller.controller import Controller
-
 log = logging.getLogger("gregor.controller")
-
-TopicPartition = tuple[str, int]
 
 
 def in_progress(s: PartitionState) -> bool:
@@ -113,9 +108,9 @@ class Reassignments:
     every STATE event of a reassigning topic. All writes go through the controller (fenced by its
     epoch) and run under its lock."""
 
-    def __init__(self, controller: Controller) -> None:
-        self.controller = controller
-        self.cache = controller.cache
+    def __init__(self, ctx: ControllerContext) -> None:
+        self.controller = ctx
+        self.cache = ctx.cache
         self._reassigning: dict[str, set[int]] = {}  # topic -> partitions with a reassignment under way
         self._pending: set[str] = set()  # topics with an advance scheduled
 

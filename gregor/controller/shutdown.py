@@ -17,43 +17,58 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from gregor.client.broker_client import BrokerClient, BrokerConnectionError
+from gregor.configdef import Settings, setting
+from gregor.controller.context import ControllerContext, TopicPartition
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.messages.cluster_admin import CONTROLLED_SHUTDOWN
-from gregor.security.inter_broker import client_security
-
-if TYPE_CHECKING:
-    from gregor.controller.controller import Controller
+from gregor.security.inter_broker import ClientSecurity
 
 log = logging.getLogger("gregor.controller.shutdown")
 
-TopicPartition = tuple[str, int]
+# The local controller's side of a controlled shutdown: (broker id, broker epoch) -> (error, remaining).
+HandleLocally = Callable[[int, int], Awaitable[tuple[int, list[TopicPartition]]]]
+
+
+@dataclass(frozen=True, slots=True)
+class ControlledShutdownSettings(Settings):
+    enable: bool = setting("controlled.shutdown.enable")
+    max_retries: int = setting("controlled.shutdown.max.retries")
+    retry_backoff_ms: int = setting("controlled.shutdown.retry.backoff.ms")
+    socket_timeout_ms: int = setting("controller.socket.timeout.ms")
 
 
 class ControlledShutdown:
     """Runs one broker's controlled shutdown against whichever broker is the controller."""
 
-    def __init__(self, controller: Controller) -> None:
-        self.controller = controller  # this broker's own: to handle the request locally, and for cache waits
-        self.config = controller.config
-        self.cache = controller.cache
-        self.broker_id = controller.broker_id
+    def __init__(self, settings: ControlledShutdownSettings, local: ControllerContext, handle_locally: HandleLocally,
+                 security: ClientSecurity) -> None:
+        """`local` is this broker's own controller (its cache, whether it is active, its cache waits),
+        `handle_locally` its side of the request when it is the controller; `security` is how this broker
+        connects to the controller (the broker's inter-broker ClientSecurity)."""
+        self.settings = settings
+        self.local = local
+        self.cache = local.cache
+        self.broker_id = local.broker_id
+        self._handle_locally = handle_locally
+        self._security = security
 
     async def run(self) -> bool:
         """Skipped (False) when `controlled.shutdown.enable` is false, no other broker is live or this
         broker is no longer registered. True when the controller left nothing led here."""
-        if not self.config.get("controlled.shutdown.enable"):
+        if not self.settings.enable:
             return False
         if not any(b.broker_id != self.broker_id for b in self.cache.brokers()):
             return False  # a lone broker: nobody to hand over to
         if self.cache.broker(self.broker_id) is None:
             return False  # not registered (any more): the controller already treated this broker as gone
         t0 = time.monotonic()
-        timeout_s = self.config.get("controller.socket.timeout.ms") / 1000
-        backoff_s = self.config.get("controlled.shutdown.retry.backoff.ms") / 1000
-        attempts = max(1, self.config.get("controlled.shutdown.max.retries"))
+        timeout_s = self.settings.socket_timeout_ms / 1000
+        backoff_s = self.settings.retry_backoff_ms / 1000
+        attempts = max(1, self.settings.max_retries)
         remaining: list[TopicPartition] = []
         ok = False
         for attempt in range(1, attempts + 1):
@@ -72,7 +87,7 @@ class ControlledShutdown:
             log.warning("controlled shutdown failed after %d attempts (%d partitions still led here); stopping anyway",
                         attempts, len(remaining))
             return False
-        if not await self.controller.wait_cache(self._moved, timeout_s):
+        if not await self.local.wait_cache(self._moved, timeout_s):
             log.warning("controlled shutdown: this broker's cache still shows leaderships after %.0f s", timeout_s)
         log.info("controlled shutdown succeeded in %.0f ms", (time.monotonic() - t0) * 1000)
         return True
@@ -82,13 +97,13 @@ class ControlledShutdown:
         me = self.cache.broker(self.broker_id)
         epoch = me.epoch if me is not None else -1
         cid = self.cache.controller_id
-        if cid == self.broker_id and self.controller.active:
-            return await self.controller.handle_controlled_shutdown(self.broker_id, epoch)
+        if cid == self.broker_id and self.local.active:
+            return await self._handle_locally(self.broker_id, epoch)
         target = self.cache.broker(cid) if cid != -1 else None
         if target is None:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, "no controller is known")
         client = BrokerClient(target.host, target.port, f"broker-{self.broker_id}-controlled-shutdown",
-                              connect_timeout_s=timeout_s, security=client_security(self.config))
+                              connect_timeout_s=timeout_s, security=self._security)
         try:
             resp = await client.request(CONTROLLED_SHUTDOWN, 3, {"broker_id": self.broker_id, "broker_epoch": epoch},
                                         timeout_s)

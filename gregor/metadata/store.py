@@ -2,10 +2,12 @@
 
 Everything the broker knows about the cluster is written through `MetadataStore` and read from
 the `MetadataCache` (gregor.metadata.cache) on the event loop. A lone broker uses
-`EmbeddedMetadataStore` (gregor.metadata.embedded); a cluster will use a ZooKeeper store with the
-same methods and Kafka's znode layout (/brokers/ids, /controller, /brokers/topics/<t>,
-/brokers/topics/<t>/partitions/<p>/state, /config/topics/<t>), where every partition-state update
-is conditional on the version read, as here.
+`EmbeddedMetadataStore` (gregor.metadata.embedded); a cluster uses `ZooKeeperMetadataStore`
+(gregor.metadata.zookeeper) with the same methods and Kafka's znode layout (/brokers/ids, /controller,
+/brokers/topics/<t>, /brokers/topics/<t>/partitions/<p>/state, /config/topics/<t>), where every
+partition-state update is conditional on the version read, as here. How a `Change` is checked
+against the state and what it writes is not a store's own: every store applies it through
+gregor.metadata.applier and only persists the records that returns.
 
 The contract both stores keep:
 - Writes are blocking calls (file or network I/O): callers run them off the event loop (TopicAdmin

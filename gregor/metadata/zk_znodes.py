@@ -1,13 +1,12 @@
 """Kafka's znode layout on ZooKeeper: the paths, and the JSON each znode holds (encoding and parsing).
 
 Shared by the two halves of the ZooKeeper metadata store: the watcher that reads znodes into the broker's
-image (zk_watcher.py) and the store that writes them (zookeeper.py). See zookeeper.py for the layout.
+image (zk_watcher.py and its readers) and the writer (zk_writer.py). See zookeeper.py for the layout.
 """
 
 from __future__ import annotations
 
 import base64
-import dataclasses
 import json
 import uuid
 from typing import Any
@@ -104,20 +103,6 @@ def parse_connect(connect: str) -> tuple[str, str]:
     hosts, slash, chroot = connect.partition("/")
     chroot = ("/" + chroot).rstrip("/") if slash else ""
     return hosts, chroot
-
-
-@dataclasses.dataclass
-class _Topic:
-    """The reader's image of one topic with the znode versions that built it."""
-
-    meta: TopicMetadata
-    # Partitions in the assignment whose state znode did not exist yet when read (a creation larger than
-    # one multi writes them after the topic znode): an exists watch brings each in once it does.
-    pending: dict[int, tuple[list[int], list[int], list[int]]] = dataclasses.field(default_factory=dict)
-    assignment_mzxid: int = -1
-    config_mzxid: int = -1
-    state_mzxid: dict[int, int] = dataclasses.field(default_factory=dict)
-
 
 
 def _parse_broker(bid: int, data: bytes, stat: ZnodeStat) -> BrokerInfo:

@@ -20,7 +20,10 @@ deletion is not needed without a controller-to-broker StopReplica), /config/chan
 (brokers watch /config/topics/<t> itself), /isr_change_notification (brokers watch the state znodes).
 
 Code: the znodes' paths and JSON are zk_znodes.py; the image and the reader thread that keeps it from
-watches are zk_watcher.py's ZooKeeperWatcher; this module's store writes and composes the watcher.
+watches are zk_watcher.py's ZooKeeperWatcher (topics read by zk_topic_reader.py, configs, ACLs and
+notifications by zk_config_reader.py); a change is decided by gregor.metadata.applier, as in every store,
+against the znodes it reads, and written by zk_writer.py's ZooKeeperWriter, conditional on the versions
+read; this module's store holds the session, the registration and the controllership, and composes them.
 
 Events. ZooKeeper watches are one-shot and fire on kazoo's thread, where no broker code may run: each
 firing only queues the path. ONE reader thread drains the queue, reads the current data (pipelined with
@@ -56,78 +59,46 @@ import logging
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import (
-    BadVersionError as ZkBadVersion,
-)
-from kazoo.exceptions import (
-    NodeExistsError,
-    NoNodeError,
-    NotEmptyError,
-)
+from kazoo.exceptions import BadVersionError as ZkBadVersion
+from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import ZnodeStat
 
-from gregor.config import BrokerConfig
+from gregor.configdef import Settings, setting
+from gregor.metadata.applier import decide
 from gregor.metadata.store import (
-    AddPartitions,
     AlterAcls,
     BadVersionError,
     BrokerInfo,
     Change,
     ControllerMovedError,
-    CreateTopic,
-    DeleteTopic,
     MetadataError,
     MetadataImage,
     MetadataStore,
-    NoSuchTopicError,
-    PartitionState,
-    ReassignPartitions,
-    SetBrokerConfigs,
-    SetEntityConfigs,
-    SetTopicConfigs,
     StateUpdate,
-    TopicExistsError,
-    TopicMetadata,
 )
 from gregor.metadata.zk_watcher import ZooKeeperWatcher
-from gregor.metadata.zk_znodes import (  # noqa: F401 - the layout's names are imported from here too
+from gregor.metadata.zk_writer import AclRaceLost, ZnodeReads, ZooKeeperWriter
+from gregor.metadata.zk_znodes import (
     BROKER_IDS,
     CLUSTER_ID,
-    CONFIG_BROKERS,
-    CONFIG_CHANGE_PREFIX,
-    CONFIG_CHANGES,
-    CONFIG_ROOT,
-    CONFIG_TOPICS,
     CONTROLLER,
     CONTROLLER_EPOCH,
-    INTERNAL_TOPICS,
     LOG_DIR_EVENT_PREFIX,
     LOG_DIR_EVENTS,
-    PARTITIONS_PER_MULTI,
     PERSISTENT_PATHS,
     PRODUCER_ID_BLOCK,
-    STATE_MULTI_CHUNK,
-    TOPICS,
-    _create_states,
     _dumps,
-    _failed,
-    _parse_assignment,
     _raise_first,
-    _state_path,
-    _topic_path,
-    acl_change_notification,
-    acl_path,
-    acl_znode,
-    config_znode,
-    parse_acl_znode,
     parse_connect,
     state_znode,
-    topic_znode,
 )
+
+__all__ = ["ZooKeeperMetadataStore", "ZooKeeperSettings", "parse_connect"]
 
 log = logging.getLogger("gregor.metadata.zookeeper")
 
@@ -136,26 +107,35 @@ log = logging.getLogger("gregor.metadata.zookeeper")
 ACL_WRITE_ATTEMPTS = 20
 
 
-class ZooKeeperMetadataStore(MetadataStore):
-    """The MetadataStore contract on ZooKeeper; see the module doc for the layout, events and session."""
+@dataclass(frozen=True, slots=True)
+class ZooKeeperSettings(Settings):
+    broker_id: int = setting("broker.id")
+    connect: str | None = setting("zookeeper.connect")
+    session_timeout_ms: int = setting("zookeeper.session.timeout.ms")
+    connection_timeout_ms: int | None = setting("zookeeper.connection.timeout.ms")
+    max_in_flight_requests: int = setting("zookeeper.max.in.flight.requests")
 
-    def __init__(self, config: BrokerConfig) -> None:
+
+class ZooKeeperMetadataStore(MetadataStore):
+    """The MetadataStore contract on ZooKeeper: the session, this broker's registration and the
+    controllership; the image and events are the watcher's, the znode writes the writer's. See the module
+    doc for the layout, events and session."""
+
+    def __init__(self, settings: ZooKeeperSettings) -> None:
         """Connects (a clear error naming the address if ZooKeeper cannot be reached within
         zookeeper.connection.timeout.ms), creates the chroot, the persistent paths and /cluster/id if
         missing, reads everything with its watches, then starts the reader."""
         super().__init__()
-        connect: str = config.get("zookeeper.connect") or ""
-        broker_id = config.broker_id
-        session_timeout_ms: int = config.get("zookeeper.session.timeout.ms")
-        connection_timeout_ms: int | None = config.get("zookeeper.connection.timeout.ms")
+        connect = settings.connect or ""
+        session_timeout_ms = settings.session_timeout_ms
         self._connect = connect
-        self._broker_id = broker_id
+        self._broker_id = settings.broker_id
         hosts, self._chroot = parse_connect(connect)
         if not hosts:
             raise MetadataError(f"zookeeper.connect {connect!r} names no server")
         self._zk = KazooClient(hosts=hosts, timeout=session_timeout_ms / 1000.0)
         self._session_timeout_s = session_timeout_ms / 1000.0
-        timeout_s = (connection_timeout_ms or session_timeout_ms) / 1000.0
+        timeout_s = (settings.connection_timeout_ms or session_timeout_ms) / 1000.0
         try:
             self._zk.start(timeout=timeout_s)
         except KazooTimeoutError:
@@ -173,13 +153,14 @@ class ZooKeeperMetadataStore(MetadataStore):
             for path in PERSISTENT_PATHS:
                 self._zk.ensure_path(path)
             self._cluster_id = self._ensure_cluster_id()
-            self._watcher = ZooKeeperWatcher(self._zk, self._cluster_id, config.get("zookeeper.max.in.flight.requests"),
+            self._watcher = ZooKeeperWatcher(self._zk, self._cluster_id, settings.max_in_flight_requests,
                                              self._publish, self._session_lost, self._new_session)
             self._watcher.reload()
         except BaseException:
             self._zk.stop()
             self._zk.close()
             raise
+        self._writer = ZooKeeperWriter(self._zk, self._watcher.call)
         self._zk.add_listener(self._watcher.on_session_state)
         self._watcher.start()
 
@@ -338,76 +319,28 @@ class ZooKeeperMetadataStore(MetadataStore):
     # --- partition states ----------------------------------------------------------------
     def update_partition_states(self, updates: Sequence[StateUpdate],
                                 controller_epoch: int | None = None) -> list[int | MetadataError]:
-        """Each update on its own, written optimistically in chunks: one multi per STATE_MULTI_CHUNK updates
-        (fenced: one check of /controller_epoch at the version read at election, then the conditional sets),
-        every chunk sent before any answer is awaited. ZooKeeper applies a multi whole or not at all, so a
-        chunk that fails changed nothing: its updates are then sent again one multi each, and only the ones
-        that lose their own race fail. A controller's 1,000-partition batch thus costs a couple of round
-        trips, not 1,000 (kazoo's per-request overhead, ~0.3 ms, dominated that)."""
+        """Conditional writes in pipelined multis (ZooKeeperWriter.write_states), fenced by one check of
+        /controller_epoch at the version read at election when `controller_epoch` is given."""
         fence = self._controller_epoch
         if controller_epoch is not None and (fence is None or fence[0] != controller_epoch):
             return [ControllerMovedError(f"controller epoch {controller_epoch} is not this broker's "
                                          f"({fence[0] if fence else 'none'})") for _ in updates]
         check = fence[1] if controller_epoch is not None and fence is not None else None
         datas = [state_znode(u.state, controller_epoch) for u in updates]
-        chunks = [list(range(i, min(i + STATE_MULTI_CHUNK, len(updates))))
-                  for i in range(0, len(updates), STATE_MULTI_CHUNK)]
-        sent = [(idx, self._commit_states(updates, datas, idx, check)) for idx in chunks]
-        out: list[int | MetadataError | None] = [None] * len(updates)
-        retry: list[int] = []
-        for idx, r in sent:
-            res = r.get()
-            if check is not None and _failed(res[0]):
-                for i in idx:
-                    out[i] = ControllerMovedError(f"controller epoch {controller_epoch} was superseded")
-            elif any(isinstance(x, Exception) for x in res):
-                retry.extend(idx) if len(idx) > 1 else self._state_result(updates, out, idx[0], res[-1])
-            else:
-                for i, stat in zip(idx, res[-len(idx):], strict=True):
-                    out[i] = stat
-        for i, r in [(i, self._commit_states(updates, datas, [i], check)) for i in retry]:
-            res = r.get()
-            if check is not None and _failed(res[0]):
-                out[i] = ControllerMovedError(f"controller epoch {controller_epoch} was superseded")
-            else:
-                self._state_result(updates, out, i, res[-1])
+        out = self._writer.write_states(updates, datas, controller_epoch, check)
         written: dict[tuple[str, int], tuple[bytes, ZnodeStat]] = {}
         results: list[int | MetadataError] = []
         for i, (u, r) in enumerate(zip(updates, out, strict=True)):
-            if isinstance(r, ZnodeStat):
+            if isinstance(r, MetadataError):
+                results.append(r)
+            else:
                 written[(u.topic, u.partition)] = (datas[i], r)
                 results.append(int(r.version))
-            else:
-                assert r is not None
-                results.append(r)  # type: ignore[arg-type]
         if written:  # what ZooKeeper acknowledged, published now as if read: the watches' re-reads (which
             self._watcher.apply_states(written)  # re-arm them) find nothing newer by mzxid, under the same lock
         return results
 
-    def _commit_states(self, updates: Sequence[StateUpdate], datas: list[bytes], idx: list[int],
-                       check: int | None) -> Any:
-        tx = self._zk.transaction()
-        if check is not None:
-            tx.check(CONTROLLER_EPOCH, check)
-        for i in idx:
-            u = updates[i]
-            tx.set_data(_state_path(u.topic, u.partition), datas[i], version=u.expected_version)
-        return self._watcher.call(tx.commit_async)
-
-    @staticmethod
-    def _state_result(updates: Sequence[StateUpdate], out: list[Any], i: int, res: Any) -> None:
-        u = updates[i]
-        name = f"{u.topic}-{u.partition}"
-        if isinstance(res, ZkBadVersion):
-            out[i] = BadVersionError(f"{name}: the state changed since version {u.expected_version}")
-        elif isinstance(res, NoNodeError):
-            out[i] = NoSuchTopicError(name)
-        elif isinstance(res, Exception):
-            out[i] = MetadataError(f"{name}: ZooKeeper answered {type(res).__name__}")
-        else:
-            out[i] = res
-
-    # --- topics --------------------------------------------------------------------------
+    # --- changes ---------------------------------------------------------------------------
     def apply(self, changes: Sequence[Change]) -> list[int | MetadataError]:
         """The writes one by one, then one re-read of everything they touched: every successful change
         gets the version after that read, which holds them all."""
@@ -423,185 +356,17 @@ class ZooKeeperMetadataStore(MetadataStore):
         return [version if r is None else r for r in results]
 
     def _apply_one(self, ch: Change) -> list[str]:
-        """Write one change; returns the paths the reader must re-read."""
-        if isinstance(ch, SetEntityConfigs):
-            path = f"{CONFIG_ROOT}/{ch.path}"
-            data = config_znode(ch.configs)
-            if ch.entity_type == "groups" and not ch.configs:
-                try:  # a group's configs removed (DeleteGroups, or every config deleted): no znode is left behind
-                    self._zk.delete(path)
-                except NoNodeError:
-                    pass
-            else:
-                try:
-                    self._zk.set(path, data)
-                except NoNodeError:
-                    try:
-                        self._zk.create(path, data, makepath=True)
-                    except NodeExistsError:
-                        self._zk.set(path, data)
-            note = json.dumps({"version": 2, "entity_path": ch.path}).encode()
-            # Deleted by the readers after 15 minutes (zk_watcher._notifications), as Kafka's brokers do.
-            self._zk.create(f"{CONFIG_CHANGES}/{CONFIG_CHANGE_PREFIX}", note, sequence=True, makepath=True)
-            return [path]
-        if isinstance(ch, AlterAcls):
-            return self._alter_acls(ch)
-        if isinstance(ch, SetBrokerConfigs):
-            path = f"{CONFIG_BROKERS}/{ch.entity}"
+        """Decide the change against the znodes as read now and write it conditional on their versions;
+        returns the paths the reader must re-read. An ACL change that lost a race to another broker's
+        (Kafka's AclAuthorizer read-modify-write) is decided again from a new read."""
+        for _ in range(ACL_WRITE_ATTEMPTS if isinstance(ch, AlterAcls) else 1):
+            reads = ZnodeReads(self._zk)
             try:
-                self._zk.set(path, config_znode(ch.configs))
-            except NoNodeError:
-                try:
-                    self._zk.create(path, config_znode(ch.configs))
-                except NodeExistsError:  # created meanwhile by another broker: ours is the later write
-                    self._zk.set(path, config_znode(ch.configs))
-            return [CONFIG_BROKERS, path]
-        if isinstance(ch, CreateTopic):
-            t = ch.topic
-            tx = self._zk.transaction()
-            tx.create(_topic_path(t.name), topic_znode(t))
-            tx.create(f"{_topic_path(t.name)}/partitions", b"")
-            items = sorted(t.partitions.items())
-            _create_states(tx, t.name, items[:PARTITIONS_PER_MULTI])
-            config_path = f"{CONFIG_TOPICS}/{t.name}"
-            if self._zk.exists(config_path) is not None:  # left by a deletion Kafka-style: replaced
-                tx.set_data(config_path, config_znode(t.configs))
-            else:
-                tx.create(config_path, config_znode(t.configs))
-            results = tx.commit()
-            if isinstance(results[0], NodeExistsError):
-                raise TopicExistsError(t.name)
-            _raise_first(results, f"creating topic {t.name}")
-            self._create_rest(t.name, items[PARTITIONS_PER_MULTI:])
-            return [_topic_path(t.name)]
-        path = _topic_path(ch.name)
-        if isinstance(ch, DeleteTopic):
-            for _ in range(10):
-                try:
-                    parts = self._zk.get_children(f"{path}/partitions")
-                except NoNodeError:
-                    parts = []
-                    if self._zk.exists(path) is None:
-                        raise NoSuchTopicError(ch.name) from None
-                if len(parts) > PARTITIONS_PER_MULTI:  # beyond one request's size: the partitions first
-                    self._delete_partitions(path, parts[PARTITIONS_PER_MULTI:])
-                    parts = parts[:PARTITIONS_PER_MULTI]
-                tx = self._zk.transaction()
-                for p in parts:
-                    tx.delete(f"{path}/partitions/{p}/state")
-                    tx.delete(f"{path}/partitions/{p}")
-                if self._zk.exists(f"{path}/partitions") is not None:
-                    tx.delete(f"{path}/partitions")
-                tx.delete(path)
-                if self._zk.exists(f"{CONFIG_TOPICS}/{ch.name}") is not None:
-                    tx.delete(f"{CONFIG_TOPICS}/{ch.name}")
-                results = tx.commit()
-                if not any(isinstance(r, Exception) for r in results):
-                    return [TOPICS]
-                if any(isinstance(r, NotEmptyError | NoNodeError) for r in results):
-                    continue  # partitions added, or the topic deleted, meanwhile: look again
-                _raise_first(results, f"deleting topic {ch.name}")
-            raise MetadataError(f"deleting topic {ch.name}: it kept changing")
-        try:
-            data, stat = self._zk.get(path)
-        except NoNodeError:
-            raise NoSuchTopicError(ch.name) from None
-        tid, parts = _parse_assignment(data)
-        if isinstance(ch, SetTopicConfigs):
-            tx = self._zk.transaction()
-            tx.check(path, -1)
-            config_path = f"{CONFIG_TOPICS}/{ch.name}"
-            if self._zk.exists(config_path) is not None:
-                tx.set_data(config_path, config_znode(ch.configs))
-            else:
-                tx.create(config_path, config_znode(ch.configs))
-            results = tx.commit()
-            if isinstance(results[0], NoNodeError):
-                raise NoSuchTopicError(ch.name)
-            _raise_first(results, f"setting configs of topic {ch.name}")
-            return [config_path]
-        meta = TopicMetadata(ch.name, tid, {p: PartitionState(r, -1, adding_replicas=a, removing_replicas=rm)
-                                            for p, (r, a, rm) in parts.items()})
-        tx = self._zk.transaction()
-        if isinstance(ch, AddPartitions):
-            if any(p in parts for p in ch.partitions):
-                raise BadVersionError(f"{ch.name} has {len(parts)} partitions now")
-            meta.partitions.update(ch.partitions)
-            tx.set_data(path, topic_znode(meta), version=stat.version)
-            added = sorted(ch.partitions.items())
-            _create_states(tx, ch.name, added[:PARTITIONS_PER_MULTI])
-        elif isinstance(ch, ReassignPartitions):
-            missing = [p for p in ch.partitions if p not in parts]
-            if missing:
-                raise NoSuchTopicError(f"{ch.name} has no partitions {missing}")
-            for p, s in ch.partitions.items():
-                cur = meta.partitions[p]
-                cur.replicas, cur.adding_replicas, cur.removing_replicas = (
-                    list(s.replicas), list(s.adding_replicas), list(s.removing_replicas))
-            tx.set_data(path, topic_znode(meta), version=stat.version)
-        else:
-            raise MetadataError(f"unknown change {ch!r}")
-        results = tx.commit()
-        if isinstance(results[0], ZkBadVersion):
-            raise BadVersionError(f"{ch.name}: the topic's assignment changed meanwhile")
-        if isinstance(results[0], NoNodeError):
-            raise NoSuchTopicError(ch.name)
-        _raise_first(results, f"changing topic {ch.name}")
-        if isinstance(ch, AddPartitions):
-            self._create_rest(ch.name, added[PARTITIONS_PER_MULTI:])
-        return [path]
-
-    def _alter_acls(self, ch: AlterAcls) -> list[str]:
-        """Read-modify-write of one pattern's znode, conditional on its version (created if absent, deleted
-        when empty), retried when another broker changed it meanwhile, as Kafka's AclAuthorizer does; then
-        the change notification every broker watches."""
-        path = acl_path(ch.pattern)
-        for _ in range(ACL_WRITE_ATTEMPTS):
-            try:
-                data, stat = self._zk.get(path)
-                cur, version = parse_acl_znode(data), stat.version
-            except NoNodeError:
-                cur, version = frozenset(), None
-            new = (cur - ch.remove) | ch.add
-            if new == cur:
-                return [path]
-            try:
-                if version is None:
-                    self._zk.create(path, acl_znode(new), makepath=True)
-                elif new:
-                    self._zk.set(path, acl_znode(new), version=version)
-                else:
-                    self._zk.delete(path, version=version)
-                break
-            except (NodeExistsError, ZkBadVersion, NoNodeError):
-                continue  # lost a race with another writer: read again
-        else:
-            raise BadVersionError(f"the ACLs of {ch.pattern} kept changing")
-        prefix, note = acl_change_notification(ch.pattern)
-        self._zk.create(prefix, note, sequence=True, makepath=True)
-        return [path]
-
-    def _create_rest(self, name: str, items: list[tuple[int, PartitionState]]) -> None:
-        """The partition states beyond the first multi (its size is bounded by jute.maxbuffer), pipelined.
-        Readers that saw the assignment before them watch for their creation (see _read_topics)."""
-        pending = []
-        for i in range(0, len(items), PARTITIONS_PER_MULTI):
-            tx = self._zk.transaction()
-            _create_states(tx, name, items[i:i + PARTITIONS_PER_MULTI])
-            pending.append(self._watcher.call(tx.commit_async))
-        for r in pending:
-            _raise_first(r.get(), f"creating the partition states of topic {name}")
-
-    def _delete_partitions(self, path: str, parts: list[str]) -> None:
-        pending = []
-        for i in range(0, len(parts), PARTITIONS_PER_MULTI):
-            tx = self._zk.transaction()
-            for p in parts[i:i + PARTITIONS_PER_MULTI]:
-                tx.delete(f"{path}/partitions/{p}/state")
-                tx.delete(f"{path}/partitions/{p}")
-            pending.append(self._watcher.call(tx.commit_async))
-        for r in pending:
-            r.get()  # a failure (deleted meanwhile) shows in the final multi, which is retried
+                return self._writer.write(decide(ch, reads), reads)
+            except AclRaceLost:
+                continue
+        assert isinstance(ch, AlterAcls)
+        raise BadVersionError(f"the ACLs of {ch.pattern} kept changing")
 
     # --- log dir failures (JBOD) ----------------------------------------------------------------
     def notify_log_dir_failure(self, broker_id: int, partitions: Sequence[tuple[str, int]]) -> None:

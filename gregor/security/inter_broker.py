@@ -45,12 +45,3 @@ class ClientSecurity:
 
             auth = inter_broker_authenticator(config, name)
         return cls(name, spec.protocol, ctx, auth)
-
-
-def client_security(config: BrokerListeners) -> ClientSecurity:
-    """The broker's one ClientSecurity, built on first use (every inter-broker client shares it)."""
-    sec = getattr(config, "_client_security", None)
-    if sec is None:
-        sec = ClientSecurity.from_config(config)
-        config._client_security = sec  # type: ignore[attr-defined]
-    return sec

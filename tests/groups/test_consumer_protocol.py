@@ -509,10 +509,11 @@ def test_range_assignor_co_partitions() -> None:
 
 def test_consumer_group_timing_is_validated_at_startup() -> None:
     from gregor.config import BrokerConfig, ConfigError
-    from gregor.coordinator.group.consumer_protocol import ConsumerGroupProtocol
+    from gregor.coordinator.group.consumer_protocol import ConsumerGroupProtocol, ConsumerGroupSettings
 
     def make(props: dict[str, str]) -> ConsumerGroupProtocol:
-        return ConsumerGroupProtocol(BrokerConfig(props), {}, lambda *a: None, lambda *a: None)
+        return ConsumerGroupProtocol(ConsumerGroupSettings.from_config(BrokerConfig(props)), {}, lambda *a: None,
+                                     lambda *a: None)
 
     assert make({}).session_timeout_ms == 45000 and make({}).heartbeat_interval_ms == 5000  # Kafka's defaults
     with pytest.raises(ConfigError, match="session.timeout"):

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import pytest
 
 from gregor.config import BrokerConfig
 from gregor.coordinator.group import records as rec
-from gregor.coordinator.group.coordinator import GroupCoordinator
+from gregor.coordinator.group.consumer_protocol import ConsumerGroupSettings
+from gregor.coordinator.group.coordinator import GroupCoordinator, GroupCoordinatorSettings, GroupMetadataSettings
 from gregor.protocol.records import HEADER_SIZE, Record, build_batch, compute_crc
 
 
@@ -36,11 +37,17 @@ def _lying(base_offset: int) -> bytes:
     return bytes(b)
 
 
+def _coordinator(props: dict[str, str], read: Callable[[int], Iterable[memoryview]]) -> GroupCoordinator:
+    config = BrokerConfig(props)
+    return GroupCoordinator(GroupCoordinatorSettings.from_config(config), GroupMetadataSettings.from_config(config),
+                            ConsumerGroupSettings.from_config(config), lambda *a: None, read)
+
+
 def _load(partition_data: bytes) -> GroupCoordinator:
     def read(p: int) -> Iterable[memoryview]:
         return [memoryview(partition_data)] if p == 0 else []
 
-    gc = GroupCoordinator(BrokerConfig({"offsets.topic.num.partitions": "1"}), lambda *a: None, read)
+    gc = _coordinator({"offsets.topic.num.partitions": "1"}, read)
 
     async def run() -> None:
         gc.load()
@@ -74,8 +81,7 @@ def test_resignation_answers_waiting_joins_not_coordinator() -> None:
     member looks for the new coordinator now, and the group is gone from here."""
     from gregor.protocol.errors import ErrorCode
 
-    gc = GroupCoordinator(BrokerConfig({"offsets.topic.num.partitions": "1",
-                                        "group.initial.rebalance.delay.ms": "0"}), lambda *a: None, lambda p: [])
+    gc = _coordinator({"offsets.topic.num.partitions": "1", "group.initial.rebalance.delay.ms": "0"}, lambda p: [])
 
     def join(member_id: str) -> object:
         return gc.join_group("g", member_id, None, "c", "h", 30000, 30000, "consumer", [("range", b"")], False)

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from gregor.config import BrokerConfig
-from gregor.coordinator.transaction.coordinator import TransactionCoordinator
+from gregor.coordinator.transaction.coordinator import TransactionCoordinator, TransactionSettings
 from gregor.coordinator.transaction.markers import TxnMarkerSender
 from gregor.coordinator.transaction.state import COMPLETE_ABORT, COMPLETE_COMMIT, EMPTY, ONGOING, PREPARE_COMMIT
 from gregor.coordinator.transaction.state_manager import TransactionStateManager
@@ -54,7 +54,7 @@ class Harness:
 
         self.state = TransactionStateManager(1, append, read)
         sender = TxnMarkerSender(0, lambda t, p: 0, lambda b: None, lambda t: True, write_local)
-        self.tc = TransactionCoordinator(config, self.state, Pids(), sender, lambda t, p: (t, p) in TOPICS)
+        self.tc = TransactionCoordinator(TransactionSettings.from_config(config), self.state, Pids(), sender, lambda t, p: (t, p) in TOPICS)
 
 
 async def done(result: Any) -> Any:

@@ -106,7 +106,7 @@ def test_close_and_the_size_threshold_fold_the_journal_into_the_snapshot(tmp_pat
     for i in range(20):
         s.create_topic(_topic(f"t{i}", 5))
     s.delete_topic("t0")
-    compactor = s._compactor
+    compactor = s._journal._compactor
     assert compactor is not None  # the journal passed 2000 bytes: folded on a background thread
     compactor.join()
     snap = json.loads((tmp_path / FILE_NAME).read_text())

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gregor.admin.topic_admin import TopicAdmin
+from gregor.admin.topic_admin import TopicAdmin, TopicAdminSettings
 from gregor.config import BrokerConfig
 from gregor.metadata.cache import MetadataCache
 from gregor.metadata.embedded import EmbeddedMetadataStore
@@ -28,7 +28,8 @@ def _admin(tmp_path: Path, props: dict[str, str] | None = None) -> tuple[TopicAd
     cache = MetadataCache()
     cache.load(store.snapshot())
     cache.attach(store, asyncio.get_running_loop())
-    return TopicAdmin(store, cache, BrokerConfig({"log.dirs": str(tmp_path), **(props or {})})), store
+    config = BrokerConfig({"log.dirs": str(tmp_path), **(props or {})})
+    return TopicAdmin(store, cache, TopicAdminSettings.from_config(config), lambda: config.log_config), store
 
 
 def test_writes_in_flight_hold_their_names_and_partitions(tmp_path: Path) -> None:

@@ -40,7 +40,7 @@ from gregor.metadata.store import (
     TopicExistsError,
     TopicMetadata,
 )
-from gregor.metadata.zookeeper import ZooKeeperMetadataStore, parse_connect
+from gregor.metadata.zookeeper import ZooKeeperMetadataStore, ZooKeeperSettings, parse_connect
 from gregor.tools.local_zookeeper import ZooKeeperServer, free_port
 from tests.conftest import StoreFactory
 
@@ -283,8 +283,8 @@ def test_session_expiry_publishes_lost_then_restores_registration_and_picture(
 def test_unreachable_zookeeper_fails_with_the_address() -> None:
     port = free_port()
     with pytest.raises(MetadataError, match=f"127.0.0.1:{port}"):
-        ZooKeeperMetadataStore(BrokerConfig({"zookeeper.connect": f"127.0.0.1:{port}/x",
-                                             "zookeeper.connection.timeout.ms": "500"}))
+        ZooKeeperMetadataStore(ZooKeeperSettings.from_config(BrokerConfig(
+            {"zookeeper.connect": f"127.0.0.1:{port}/x", "zookeeper.connection.timeout.ms": "500"})))
 
 
 def test_scale_100_topics_and_a_1000_partition_topic(stores: StoreFactory, capsys: pytest.CaptureFixture[str],
@@ -342,13 +342,13 @@ def test_a_zookeeper_restart_within_the_session_timeout_changes_nothing(tmp_path
     s = t = None
     try:
         props = {"zookeeper.connect": zk.connect + "/c", "zookeeper.session.timeout.ms": "15000"}
-        s = ZooKeeperMetadataStore(BrokerConfig({**props, "broker.id": "1"}))
+        s = ZooKeeperMetadataStore(ZooKeeperSettings.from_config(BrokerConfig({**props, "broker.id": "1"})))
         ev = Events(s)
         epoch = s.register_broker(BrokerInfo(1, "h", 1))
         zk.kill()
         time.sleep(1.0)
         zk.start()
-        t = ZooKeeperMetadataStore(BrokerConfig({**props, "broker.id": "2"}))
+        t = ZooKeeperMetadataStore(ZooKeeperSettings.from_config(BrokerConfig({**props, "broker.id": "2"})))
         _wait(lambda: [b.epoch for b in t.snapshot().brokers] == [epoch], 10)  # the same registration
         t.create_topic(_topic("after", 1))
         _wait(lambda: "after" in s.snapshot().topics, 15)  # s's watches survived the reconnection
@@ -430,7 +430,7 @@ def test_change_notifications_purged_after_expiration(stores: StoreFactory, raw_
     """Kafka's policy for both kinds of sequential notification (/config/changes, /kafka-acl-changes): a
     reader deletes the ones older than the expiration (15 minutes; 300 ms here) once it has read them, and
     keeps the young ones; another broker still gets every change."""
-    from gregor.metadata import zk_watcher
+    from gregor.metadata import zk_config_reader
     from gregor.security.acl import (
         AccessControlEntry,
         AclOperation,
@@ -440,7 +440,7 @@ def test_change_notifications_purged_after_expiration(stores: StoreFactory, raw_
         ResourceType,
     )
 
-    monkeypatch.setattr(zk_watcher, "CHANGE_EXPIRATION_MS", 300)
+    monkeypatch.setattr(zk_config_reader, "CHANGE_EXPIRATION_MS", 300)
     a, b = stores(1), stores(2)
     ace = AccessControlEntry("User:alice", "*", AclOperation.READ, AclPermissionType.ALLOW)
     topic = ResourcePattern(ResourceType.TOPIC, "purged", PatternType.LITERAL)

@@ -26,7 +26,7 @@ from gregor.replication.partition import FETCH_LOG_END, READ_UNCOMMITTED, ReadRe
 from gregor.replication.read_path import FetchParams, FetchPartition
 from gregor.replication.replica_fetcher import ReplicaFetcherSettings
 from gregor.replication.replica_manager import ReplicaManager, ReplicaManagerSettings
-from gregor.security.inter_broker import client_security
+from gregor.security.inter_broker import ClientSecurity
 from gregor.storage.log_manager import LogManager
 from tests.server.fakeclock import FakeClock
 
@@ -52,7 +52,7 @@ async def replica_manager(tmp_path: Path, replicas: list[int], isr: list[int],
     lm = LogManager(config.log_dirs, config.log_config)
     clock = FakeClock()
     rm = ReplicaManager(ReplicaManagerSettings.from_config(config), ReplicaFetcherSettings.from_config(config),
-                        config.log_config, store, lm, MetadataCache(), client_security(config), clock)
+                        config.log_config, store, lm, MetadataCache(), ClientSecurity.from_config(config), clock)
     store.create_topic(TopicMetadata("t", uuid.uuid4(), {0: PartitionState(replicas, ME, 0, isr)}))
     sync(rm)
     work = rm.log_work_done("t")

@@ -32,8 +32,8 @@ def test_every_view_names_known_properties_of_its_types() -> None:
             assert prop is not None, f"{name}.{f.name}: {f.metadata['property']} is not a broker property"
             allowed = _TYPES[prop.type]
             hint = hints[f.name]
-            union = typing.get_origin(hint) in (typing.Union, types.UnionType)
-            args = typing.get_args(hint) if union else (hint,)
+            # A union's members (`int | None`); any other hint stands for itself (`list[str]` holds a list).
+            args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
             origins = {typing.get_origin(a) or a for a in args} - {type(None)}
             assert origins & set(allowed), f"{name}.{f.name}: {hint} does not hold a {prop.type} ({prop.name})"
             if prop.default is None:

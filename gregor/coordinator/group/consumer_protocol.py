@@ -48,7 +48,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gregor.config import BrokerConfig, ConfigError
+from gregor.configdef import ConfigError, Settings, setting
 from gregor.coordinator.group import records as rec
 from gregor.coordinator.group.assignors import Assignment
 from gregor.coordinator.group.consumer_state import (
@@ -64,6 +64,7 @@ from gregor.coordinator.group.consumer_state import (
 )
 from gregor.coordinator.group.consumer_target import (  # noqa: F401 - the version constant is imported from here
     CONSUMER_GENERATED_MEMBER_ID_VERSION,
+    HeartbeatRequest,
     compute_target,
     resolve_regexes,
     validate_heartbeat,
@@ -101,23 +102,7 @@ def metadata_value(epoch: int) -> bytes:
     return w.getvalue()
 
 
-# --- requests and results ------------------------------------------------------------------
-
-@dataclass(slots=True)
-class HeartbeatRequest:
-    group_id: str
-    member_id: str
-    member_epoch: int
-    instance_id: str | None = None
-    rack_id: str | None = None
-    rebalance_timeout_ms: int = -1
-    subscribed_topic_names: list[str] | None = None
-    subscribed_topic_regex: str | None = None
-    server_assignor: str | None = None
-    topic_partitions: Owned | None = None
-    client_id: str = ""
-    client_host: str = ""
-
+# --- results (the request, HeartbeatRequest, is consumer_target's) ---------------------------------
 
 @dataclass(slots=True)
 class HeartbeatResult:
@@ -127,6 +112,26 @@ class HeartbeatResult:
     member_epoch: int = 0
     heartbeat_interval_ms: int = 0
     assignment: Assignment | None = None  # None: unchanged since the member last heard it
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupSettings(Settings):
+    session_timeout_ms: int = setting("group.consumer.session.timeout.ms")
+    min_session_timeout_ms: int = setting("group.consumer.min.session.timeout.ms")
+    max_session_timeout_ms: int = setting("group.consumer.max.session.timeout.ms")
+    heartbeat_interval_ms: int = setting("group.consumer.heartbeat.interval.ms")
+    min_heartbeat_interval_ms: int = setting("group.consumer.min.heartbeat.interval.ms")
+    max_heartbeat_interval_ms: int = setting("group.consumer.max.heartbeat.interval.ms")
+    max_size: int = setting("group.consumer.max.size")
+    assignors: list[str] = setting("group.consumer.assignors")
+
+    def broker_value(self, name: str) -> int:
+        """A group config's broker default or bound by its property name (group_configs.GROUP_CONFIGS names
+        them): one of this view's fields."""
+        return int(getattr(self, _FIELD_OF[name]))
+
+
+_FIELD_OF = {prop: field for field, prop in ConsumerGroupSettings.properties().items()}
 
 
 def _is_subset(owned: Owned | None, assigned: Assignment) -> bool:
@@ -143,24 +148,23 @@ class ConsumerGroupProtocol:
     """The consumer-protocol half of the group coordinator. It shares the coordinator's group table
     (a Group carries `consumer` state when it is a consumer group), its timers and its log."""
 
-    def __init__(self, config: BrokerConfig, groups: dict[str, Group],
+    def __init__(self, settings: ConsumerGroupSettings, groups: dict[str, Group],
                  later: Callable[..., Any], write: Callable[[str, list[tuple[bytes, bytes | None]]], None]) -> None:
         self.groups = groups
-        self._config = config
+        self.settings = settings
         # A group's own configs (KIP-848 GROUP resource: group_configs.py) by group id; set by the broker.
         self.group_configs: Callable[[str], Mapping[str, str]] = lambda _group_id: {}
         self._later = later
         self._write = write
-        self.session_timeout_ms: int = config.get("group.consumer.session.timeout.ms")
-        self.heartbeat_interval_ms: int = config.get("group.consumer.heartbeat.interval.ms")
-        self.max_size: int = config.get("group.consumer.max.size")
-        self.assignors: list[str] = list(config.get("group.consumer.assignors"))
-        lo, hi = config.get("group.consumer.min.session.timeout.ms"), config.get("group.consumer.max.session.timeout.ms")
+        self.session_timeout_ms = settings.session_timeout_ms
+        self.heartbeat_interval_ms = settings.heartbeat_interval_ms
+        self.max_size = settings.max_size
+        self.assignors: list[str] = list(settings.assignors)
+        lo, hi = settings.min_session_timeout_ms, settings.max_session_timeout_ms
         if not lo <= self.session_timeout_ms <= hi:
             raise ConfigError(f"group.consumer.session.timeout.ms must be within [{lo}, {hi}] "
                               "(group.consumer.min/max.session.timeout.ms)")
-        lo, hi = (config.get("group.consumer.min.heartbeat.interval.ms"),
-                  config.get("group.consumer.max.heartbeat.interval.ms"))
+        lo, hi = settings.min_heartbeat_interval_ms, settings.max_heartbeat_interval_ms
         if not lo <= self.heartbeat_interval_ms <= hi:
             raise ConfigError(f"group.consumer.heartbeat.interval.ms must be within [{lo}, {hi}] "
                               "(group.consumer.min/max.heartbeat.interval.ms)")
@@ -171,11 +175,11 @@ class ConsumerGroupProtocol:
 
     def session_ms(self, group_id: str) -> int:
         """The group's consumer.session.timeout.ms, else group.consumer.session.timeout.ms."""
-        return effective(self.group_configs(group_id), self._config.get)[SESSION]
+        return effective(self.group_configs(group_id), self.settings.broker_value)[SESSION]
 
     def heartbeat_ms(self, group_id: str) -> int:
         """The group's consumer.heartbeat.interval.ms, else group.consumer.heartbeat.interval.ms."""
-        return effective(self.group_configs(group_id), self._config.get)[HEARTBEAT]
+        return effective(self.group_configs(group_id), self.settings.broker_value)[HEARTBEAT]
 
     # --- persistence -------------------------------------------------------------------
     def replay(self, key: bytes, value: bytes | None) -> bool:

@@ -1,5 +1,5 @@
 """The pure parts of a KIP-848 ConsumerGroupHeartbeat, kept out of ConsumerGroupProtocol (which
-keeps the group table, the timers and the log): checking a heartbeat request's fields, resolving
+keeps the group table, the timers and the log): the request and checking its fields, resolving
 the members' topic regexes, and computing a group's target assignment with the assignor most
 members prefer. None of them writes anything but the ConsumerGroup it is given.
 """
@@ -9,23 +9,39 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from gregor.coordinator.group.assignors import ASSIGNORS, AssignmentSpec
 from gregor.coordinator.group.consumer_state import (
     LEAVE_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
     ConsumerGroup,
+    Owned,
 )
 from gregor.metadata.store import TopicMetadata
 from gregor.protocol.errors import ErrorCode, KafkaError
 
-if TYPE_CHECKING:
-    from gregor.coordinator.group.consumer_protocol import HeartbeatRequest
-
 log = logging.getLogger("gregor.group")
 
 CONSUMER_GENERATED_MEMBER_ID_VERSION = 1  # KIP-1082: from v1 the consumer makes its own member id
+
+
+@dataclass(slots=True)
+class HeartbeatRequest:
+    """A ConsumerGroupHeartbeat request's fields, as the coordinator reads them."""
+
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: list[str] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    topic_partitions: Owned | None = None
+    client_id: str = ""
+    client_host: str = ""
 
 
 def validate_heartbeat(req: HeartbeatRequest, api_version: int, assignors: list[str]) -> None:

@@ -23,19 +23,21 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gregor.config import BrokerConfig
+from gregor.configdef import Settings, setting
 from gregor.coordinator.group.classic_rebalance import (  # noqa: F401 - results imported from here by the handlers
     ClassicRebalance,
     JoinResult,
     SyncResult,
 )
-from gregor.coordinator.group.consumer_protocol import ConsumerGroupProtocol
+from gregor.coordinator.group.consumer_protocol import ConsumerGroupProtocol, ConsumerGroupSettings
 from gregor.coordinator.group.metadata_manager import (  # noqa: F401 - imported from here by the broker and tests
     OFFSETS_TOPIC,
     Append,
     GroupMetadataManager,
+    GroupMetadataSettings,
     java_string_hash,
     partition_for,
 )
@@ -62,27 +64,39 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+@dataclass(frozen=True, slots=True)
+class GroupCoordinatorSettings(Settings):
+    """The classic group protocol's settings (the coordinator's parts have their own views)."""
+
+    min_session_timeout_ms: int = setting("group.min.session.timeout.ms")
+    max_session_timeout_ms: int = setting("group.max.session.timeout.ms")
+    max_size: int = setting("group.max.size")
+    initial_rebalance_delay_ms: int = setting("group.initial.rebalance.delay.ms")
+
+
 class GroupCoordinator:
     """The requests of classic groups (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, ...):
     it validates them and hands the group's rebalance to `self.rebalance`, its records to `self.metadata`."""
 
-    def __init__(self, config: BrokerConfig, append: Append,
+    def __init__(self, settings: GroupCoordinatorSettings, offsets: GroupMetadataSettings,
+                 consumer: ConsumerGroupSettings, append: Append,
                  read_partition: Callable[[int], Iterable[memoryview]]) -> None:
-        """`append(topic, partition, batch)` writes a batch to __consumer_offsets (see `Append`);
+        """`offsets` and `consumer` are the settings of the coordinator's group table and log
+        (GroupMetadataManager) and of its consumer-protocol half (ConsumerGroupProtocol).
+        `append(topic, partition, batch)` writes a batch to __consumer_offsets (see `Append`);
         `read_partition(p)` returns the record sets of one __consumer_offsets partition, oldest first."""
-        self.config = config
-        self.metadata = GroupMetadataManager(config, append, read_partition)
+        self.metadata = GroupMetadataManager(offsets, append, read_partition)
         self.num_partitions = self.metadata.num_partitions
         self.groups = self.metadata.groups
-        self.min_session_ms: int = config.get("group.min.session.timeout.ms")
-        self.max_session_ms: int = config.get("group.max.session.timeout.ms")
-        self.max_group_size: int = config.get("group.max.size")
+        self.min_session_ms = settings.min_session_timeout_ms
+        self.max_session_ms = settings.max_session_timeout_ms
+        self.max_group_size = settings.max_size
         self._loop: asyncio.AbstractEventLoop | None = None
         # The classic rebalance state machine and its timers (Kafka's DelayedJoin, DelayedHeartbeat).
-        self.rebalance = ClassicRebalance(config.get("group.initial.rebalance.delay.ms"), self._later,
+        self.rebalance = ClassicRebalance(settings.initial_rebalance_delay_ms, self._later,
                                           self._persist_group)
         # KIP-848 consumer groups live in the same table; their protocol is in consumer_protocol.
-        self.consumer = ConsumerGroupProtocol(config, self.groups, self._later, self.metadata.write_unwaited)
+        self.consumer = ConsumerGroupProtocol(consumer, self.groups, self._later, self.metadata.write_unwaited)
         self.metadata.consumer = self.consumer
         self.loaded: set[int] = set()  # __consumer_offsets partitions led here, their groups in memory
 

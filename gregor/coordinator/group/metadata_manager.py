@@ -25,9 +25,10 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gregor.config import BrokerConfig
+from gregor.configdef import Settings, setting
 from gregor.coordinator.group import records as rec
 from gregor.coordinator.group.state import DEAD, EMPTY, STABLE, Group, Member, OffsetAndMetadata
 from gregor.protocol.errors import ErrorCode, KafkaError
@@ -68,18 +69,25 @@ def partition_for(group_id: str, partitions: int) -> int:
     return (java_string_hash(group_id) & 0x7FFFFFFF) % partitions
 
 
+@dataclass(frozen=True, slots=True)
+class GroupMetadataSettings(Settings):
+    offsets_topic_num_partitions: int = setting("offsets.topic.num.partitions")
+    offset_metadata_max_bytes: int = setting("offset.metadata.max.bytes")
+    offsets_retention_minutes: int = setting("offsets.retention.minutes")
+
+
 class GroupMetadataManager:
     """The group table and __consumer_offsets (see the module docstring)."""
 
-    def __init__(self, config: BrokerConfig, append: Append,
+    def __init__(self, settings: GroupMetadataSettings, append: Append,
                  read_partition: Callable[[int], Iterable[memoryview]]) -> None:
         """`append(topic, partition, batch)` writes a batch to __consumer_offsets (see `Append`);
         `read_partition(p)` returns the record sets of one __consumer_offsets partition, oldest first."""
         self._append_batch = append
         self._read_partition = read_partition
-        self.num_partitions: int = config.get("offsets.topic.num.partitions")
-        self.max_metadata_bytes: int = config.get("offset.metadata.max.bytes")
-        self.offsets_retention_ms: int = config.get("offsets.retention.minutes") * 60_000
+        self.num_partitions = settings.offsets_topic_num_partitions
+        self.max_metadata_bytes = settings.offset_metadata_max_bytes
+        self.offsets_retention_ms = settings.offsets_retention_minutes * 60_000
         self.groups: dict[str, Group] = {}
         self._offset_writes = 0  # numbers offset commits in the order of their writes (Group.offset_write_seq)
         self.consumer: ConsumerGroupProtocol | None = None  # set by the coordinator: its records and tombstones

@@ -22,8 +22,10 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from gregor.configdef import Settings, setting
 from gregor.coordinator.transaction.markers import TxnMarkerSender
 from gregor.coordinator.transaction.state import (
     COMPLETE_ABORT,
@@ -60,15 +62,21 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+@dataclass(frozen=True, slots=True)
+class TransactionSettings(Settings):
+    max_timeout_ms: int = setting("transaction.max.timeout.ms")
+    id_expiration_ms: int = setting("transactional.id.expiration.ms")
+
+
 class TransactionCoordinator:
-    def __init__(self, config: Any, state: TransactionStateManager, producer_ids: ProducerIds,
+    def __init__(self, settings: TransactionSettings, state: TransactionStateManager, producer_ids: ProducerIds,
                  markers: TxnMarkerSender, partition_exists: Callable[[str, int], bool]) -> None:
         self.state = state
         self._producer_ids = producer_ids
         self.markers = markers
         self._partition_exists = partition_exists
-        self.max_timeout_ms: int = config.get("transaction.max.timeout.ms")
-        self.id_expiration_ms: int = config.get("transactional.id.expiration.ms")
+        self.max_timeout_ms = settings.max_timeout_ms
+        self.id_expiration_ms = settings.id_expiration_ms
         self._completions: set[asyncio.Task[None]] = set()
 
     # --- leadership -------------------------------------------------------------------------
