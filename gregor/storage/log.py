@@ -149,7 +149,10 @@ class Log:
         self._high_watermark = log_start_offset
         self._truncated_to: int | None = None  # lowest LEO after a truncation, until the cleaner looks
         self.leader_epoch_cache = leader_epoch_cache
-        self.producer_state = producer_state or ProducerStateManager(self.dir, f"{self.topic}-{self.partition}")
+        # Not `or`: an empty manager is falsy (it has a length), and a new one would list the directory again.
+        if producer_state is None:
+            producer_state = ProducerStateManager(self.dir, f"{self.topic}-{self.partition}")
+        self.producer_state = producer_state
         local.on_roll = self.producer_state.snapshot_at_roll  # a snapshot at every roll, for fast restarts
         self.producer_state.aborted_sink = local.add_aborted_txn
         self._check_invariants()
@@ -641,7 +644,7 @@ class Log:
 
     def _flush_checkpoints(self) -> None:
         """The per-log checkpoint files, written by every flush and by close."""
-        self.leader_epoch_cache.flush()
+        self.leader_epoch_cache.flush(self._local.log_end_offset)
 
     # --- configuration and lifecycle ---------------------------------------------------------------
 
@@ -654,7 +657,8 @@ class Log:
             local = self._local
             if local.closed:
                 return False
-            if local.log_end_offset > local.recovery_point or self.leader_epoch_cache.dirty:
+            if (local.log_end_offset > local.recovery_point
+                    or self.leader_epoch_cache.needs_flush(local.log_end_offset)):
                 return True
             if not local.dir_dirty:
                 return False
