@@ -113,7 +113,8 @@ class Broker:
                                       load=False, open_files_max=config.get("log.segment.open.files.max"))
         self.log_manager.mover.rate_bytes_per_s = config.get(ALTER_LOG_DIRS_IO)
         log.info("scanned the log dirs in %.0f ms", (time.monotonic() - t0) * 1000)
-        self.topic_admin = TopicAdmin(self.store, self.metadata_cache, config)
+        self.topic_admin = TopicAdmin(self.store, self.metadata_cache, config,
+                                      open_files_max=self.log_manager.segment_files.capacity)
         self.dynamic_config = DynamicBrokerConfig(config)
         self.replica_manager = ReplicaManager(config, self.store, self.log_manager, self.metadata_cache)
         self.replica_manager.on_log_dir_failure = self._on_log_dir_failure

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gregor.storage import LogConfig, LogManager
-from gregor.storage import log_manager as log_manager_module
+from gregor.storage import LogConfig, LogManager, log_creation
 from gregor.storage.checkpoint import RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile, fsync_dir, read_lines
 from gregor.storage.log_manager import CLEAN_SHUTDOWN_FILE, SEGMENT_SIZES_VERSION
 from tests.storage.util import append, read_all
@@ -39,7 +38,7 @@ def test_batched_creation_fsyncs_each_parent_once(tmp_path: Path, monkeypatch: p
         synced.append(path)
         fsync_dir(path)
 
-    monkeypatch.setattr(log_manager_module, "fsync_dir", counting_fsync_dir)
+    monkeypatch.setattr(log_creation, "fsync_dir", counting_fsync_dir)
     got = m.get_or_create_logs("t", list(range(64)))
     assert sorted(synced) == sorted(m.log_dirs)  # one fsync per log dir for 64 new logs
     assert [p for p, _ in got] == list(range(64)) and not any(isinstance(r, Exception) for _, r in got)
