@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import gc
 import logging
 import resource
 import time
@@ -529,3 +530,6 @@ async def run_broker(config: BrokerConfig, on_started: Callable[[Broker], Any] |
         on_started(broker)
     await broker.wait_stopped()
     await broker.shutdown()
+    # The process exits next: its last collections need not walk every object the broker holds again
+    # (10,000 partitions: ~300,000 objects, most of a second of a clean shutdown's exit).
+    gc.freeze()
