@@ -115,6 +115,7 @@ class LogState:
     # --- the offsets' invariant ------------------------------------------------------------------
 
     def _increment_log_start_offset(self, offset: int) -> None:
+        """The log start moves up to `offset` (retention, DeleteRecords): never past the HW."""
         assert offset > self._log_start_offset and offset <= self._high_watermark, (offset, self)
         self._log_start_offset = offset
         self._local.recovery_point = max(self._local.recovery_point, offset)
@@ -122,9 +123,9 @@ class LogState:
         self._check_invariants()
 
     def _note_truncation(self, leo: int) -> None:
+        """A truncation left the LEO at `leo`: the cleaner's next snapshot says so (cleaner_snapshot)."""
         if self._truncated_to is None or leo < self._truncated_to:
             self._truncated_to = leo
-
 
     def _check_invariants(self, offsets_only: bool = False) -> None:
         """log start <= HW <= LEO here; the recovery point and the segment order in LocalLog."""
