@@ -43,7 +43,7 @@ from gregor.metadata.store import (
 )
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.storage.config import LogConfig
-from gregor.storage.segment import OPEN_FILES
+from gregor.storage.segment_files import default_open_files_capacity
 
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -67,13 +67,13 @@ def open_file_limit() -> int:
 def partition_fd_budget(max_connections: int, nofile: int | None = None, open_files_max: int | None = None
                         ) -> tuple[int, int]:
     """(partitions the open-file limit allows, descriptors reserved for everything else). Segment files
-    are held open through a bounded LRU (log.segment.open.files.max, `open_files_max`, default the
-    process's cache): the descriptors partitions actually need are min(partitions, that bound), so
+    are held open through a bounded LRU (log.segment.open.files.max, `open_files_max`, default what the
+    LogManager would take): the descriptors partitions actually need are min(partitions, that bound), so
     when the bound fits beside the reserve any number of partitions fits (100,000 under a limit of
     20,000); only a bound above what the limit leaves makes each partition count, as before."""
     limit = open_file_limit() if nofile is None else nofile
     reserved = min(max_connections, limit // 4) + FIXED_FD_RESERVE
-    cache = OPEN_FILES.capacity if open_files_max is None else open_files_max
+    cache = default_open_files_capacity() if open_files_max is None else open_files_max
     if cache + reserved <= limit:
         return 2**31 - 1, reserved
     return max(0, (limit - reserved) // FDS_PER_PARTITION), reserved
@@ -109,10 +109,12 @@ class TopicAdminSettings(Settings):
 
 class TopicAdmin:
     def __init__(self, store: MetadataStore, cache: MetadataCache, settings: TopicAdminSettings,
-                 topic_defaults: Callable[[], LogConfig]) -> None:
+                 topic_defaults: Callable[[], LogConfig], open_files_max: int | None = None) -> None:
         """`topic_defaults()`: the broker's topic config defaults now (dynamic), which a topic's own
-        configs are validated over."""
+        configs are validated over. `open_files_max`: the capacity of the broker's cache of open segment
+        files (its LogManager's)."""
         self.store = store
+        self._open_files_max = open_files_max
         self.cache = cache
         self.settings = settings
         self._topic_defaults = topic_defaults
@@ -353,7 +355,7 @@ class TopicAdmin:
         if me not in new:
             return
         current = hosted.get(me, 0)
-        budget, reserved = partition_fd_budget(self.settings.max_connections)
+        budget, reserved = partition_fd_budget(self.settings.max_connections, open_files_max=self._open_files_max)
         if current + new[me] > budget:
             raise KafkaError(
                 ErrorCode.POLICY_VIOLATION,

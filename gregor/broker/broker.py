@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import gc
 import logging
 import resource
 import time
@@ -117,7 +118,8 @@ class Broker:
         self.log_manager.mover.rate_bytes_per_s = ReplicationDynamicSettings.from_config(config).alter_log_dirs_io_bytes_per_s
         log.info("scanned the log dirs in %.0f ms", (time.monotonic() - t0) * 1000)
         self.topic_admin = TopicAdmin(self.store, self.metadata_cache, TopicAdminSettings.from_config(config),
-                                      lambda: self.config.log_config)
+                                      lambda: self.config.log_config,
+                                      open_files_max=self.log_manager.segment_files.capacity)
         self.dynamic_config = DynamicBrokerConfig(config)
         # The one ClientSecurity of this broker: every inter-broker client (transaction markers, replica
         # fetchers, controlled shutdown) connects with it.
@@ -345,3 +347,6 @@ async def run_broker(config: BrokerConfig, on_started: Callable[[Broker], Any] |
         on_started(broker)
     await broker.wait_stopped()
     await broker.shutdown()
+    # The process exits next: its last collections need not walk every object the broker holds again
+    # (10,000 partitions: ~300,000 objects, most of a second of a clean shutdown's exit).
+    gc.freeze()

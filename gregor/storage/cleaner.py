@@ -35,8 +35,7 @@ from dataclasses import dataclass
 
 from gregor.protocol.primitives import DecodeError
 from gregor.storage.checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile, TopicPartition
-from gregor.storage.compaction import (  # noqa: F401 - MAP_ENTRY_BYTES, CleanerStats are imported from here
-    MAP_ENTRY_BYTES,
+from gregor.storage.compaction import (  # noqa: F401 - CleanerStats is imported from here
     CleanAborted,
     Cleaner,
     CleanerStats,
@@ -45,6 +44,7 @@ from gregor.storage.compaction import (  # noqa: F401 - MAP_ENTRY_BYTES, Cleaner
 from gregor.storage.config import LONG_MAX, CleanerConfig
 from gregor.storage.errors import CorruptCheckpointError, StorageError
 from gregor.storage.log import CleanerSnapshot, Log, now_ms
+from gregor.storage.offset_map import MAP_ENTRY_BYTES
 
 logger = logging.getLogger(__name__)
 

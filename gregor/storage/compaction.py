@@ -36,12 +36,7 @@ Batches with a producer id that lose every record are dropped, except the last b
 each producer id in the log, which is kept as an empty batch (header only, Kafka's
 RETAIN_EMPTY) so producer state rebuilt from the log keeps its last sequence number.
 
-Memory bound of the offset map: a Python dict, keys stored as-is when shorter than 16 bytes and
-as their 16-byte BLAKE2b digest otherwise (collision odds ~n^2/2^129, as for Kafka's MD5 map).
-MAP_ENTRY_BYTES (240) bounds the cost of one entry (key object, int offset, dict slot):
-tracemalloc measured 110-170 bytes per entry, the peak right after the dict grows while its
-old table is not yet freed; so the map stays within its share of log.cleaner.dedupe.buffer.size. That is ~10x less dense than Kafka's 24-byte entries: 128 MiB
-maps ~560k distinct keys per clean.
+The offset map and its memory bound: offset_map.py. The filtering of one batch: record_filter.py.
 
 Concurrency (planning from a snapshot, reading through duplicated descriptors, swapping under the
 log's lock, abandoning a clean the log moved past): see gregor.storage.cleaner.
@@ -49,28 +44,21 @@ log's lock, abandoning a clean the log moved past): see gregor.storage.cleaner.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
-import struct
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
-from gregor.protocol import compression
 from gregor.protocol.primitives import DecodeError
 from gregor.protocol.records import (
-    CONTROL_BIT,
-    DELETE_HORIZON_BIT,
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC,
-    TIMESTAMP_TYPE_BIT,
     TRANSACTIONAL_BIT,
     BatchHeader,
-    compute_crc,
     read_header,
 )
 from gregor.protocol.validator import (
@@ -84,6 +72,8 @@ from gregor.storage.config import CleanerConfig, LogConfig
 from gregor.storage.errors import CorruptRecordError, StorageError
 from gregor.storage.index import INT32_MAX
 from gregor.storage.log import CleanerSnapshot, Log
+from gregor.storage.offset_map import OffsetMap
+from gregor.storage.record_filter import Output, emit, filter_batch
 from gregor.storage.segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -97,9 +87,6 @@ from gregor.storage.txn_index import AbortedTxn
 logger = logging.getLogger(__name__)
 
 
-MAP_ENTRY_BYTES = 240
-"""Worst-case bytes per offset map entry (see the module docstring)."""
-
 GIL_YIELD_INTERVAL_S = 0.0002
 """The cleaner is CPU-bound Python: left alone it keeps the GIL for the interpreter's switch
 interval (5 ms) every time the event loop thread gives it up for a syscall, so each of the
@@ -108,22 +95,7 @@ during a clean). Releasing the GIL every 0.2 ms of cleaning bounds that wait (ap
 slower, the clean ~1.4x slower; bench_cleaner.py measures both)."""
 
 
-_SHORT_KEY_BYTES = 16  # keys shorter than a digest are stored as-is: no hashing, no collisions
 _HEADER_CHUNK_BYTES = 64 * 1024
-_BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
-_CRC_AT = 17
-_U32 = struct.Struct(">I")
-
-
-def _zigzag(value: int) -> bytes:
-    """A zigzag varint (for rewritten timestamp deltas and record lengths)."""
-    v = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
 
 
 def _read_stored(log: Log, h: BatchHeader, raw: memoryview, rules: ValidationRules,
@@ -135,36 +107,6 @@ def _read_stored(log: Log, h: BatchHeader, raw: memoryview, rules: ValidationRul
         logger.warning("%s-%d: the stored batch at offset %d (offsets %d..%d) does not validate (%s); %s",
                        log.topic, log.partition, h.base_offset, h.base_offset, h.last_offset, e, what)
         return None
-
-
-# --- the offset map --------------------------------------------------------------------------
-
-
-class OffsetMap:
-    """key -> latest offset, for at most `capacity` keys (see the module docstring)."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = max(1, capacity)
-        self._map: dict[bytes, int] = {}
-
-    @staticmethod
-    def slot(key: bytes) -> bytes:
-        if len(key) < _SHORT_KEY_BYTES:
-            return key
-        return hashlib.blake2b(key, digest_size=_SHORT_KEY_BYTES).digest()
-
-    def put(self, key: bytes, offset: int) -> None:
-        self._map[self.slot(key)] = offset
-
-    def get(self, key: bytes) -> int | None:
-        return self._map.get(self.slot(key))
-
-    def __len__(self) -> int:
-        return len(self._map)
-
-    @property
-    def utilization(self) -> float:
-        return len(self._map) / self.capacity
 
 
 # --- stats -----------------------------------------------------------------------------------
@@ -239,14 +181,6 @@ class LogToClean:
 
 class CleanAborted(Exception):
     """The clean was overtaken (truncation, deletion, close, shutdown): nothing to report as an error."""
-
-
-@dataclass(slots=True)
-class _Output:
-    """Batches waiting to be appended to the cleaned segment."""
-
-    data: bytearray = field(default_factory=bytearray)
-    headers: list[BatchHeader] = field(default_factory=list)
 
 
 class _Throttler:
@@ -411,8 +345,8 @@ class Cleaner:
         horizon of the tombstones kept, if any."""
         config = log.config
         new = LogSegment.create(log.dir, group[0].base_offset, replace(config, preallocate=False), now,
-                                suffix=CLEANED_SUFFIX)
-        out = _Output()
+                                suffix=CLEANED_SUFFIX, files=log.segment_files)
+        out = Output()
         flush_bytes = self.config.io_buffer_size
         delete_retention_ms = config.delete_retention_ms
         rules = ValidationRules.for_stored(config.max_message_bytes)
@@ -426,11 +360,11 @@ class Cleaner:
                     if h.base_offset < end and aborted.holds(h):
                         continue  # an aborted transaction's batch: read_committed never saw it
                     if h.base_offset >= end or h.is_control or h.records_count == 0:
-                        _emit(out, h, raw)  # past the map, a transaction marker, or already empty
+                        emit(out, h, raw)  # past the map, a transaction marker, or already empty
                     elif (got := _read_stored(log, h, raw, rules, "keeping it as it is")) is None:
-                        _emit(out, h, raw)
+                        emit(out, h, raw)
                     else:
-                        horizon = _clean_batch(h, raw, got[0], got[1], offset_map, producers, now,
+                        horizon = filter_batch(h, raw, got[0], got[1], offset_map, producers, now,
                                                delete_retention_ms, out, stats)
                         if horizon is not None and (earliest_horizon is None or horizon < earliest_horizon):
                             earliest_horizon = horizon
@@ -540,12 +474,7 @@ def _iter_file_batches(fd: int, size: int, chunk: int, headers_only: bool) -> It
         pos += n
 
 
-def _emit(out: _Output, h: BatchHeader, raw: bytes | memoryview) -> None:
-    out.data += raw
-    out.headers.append(h)
-
-
-def _flush_output(seg: LogSegment, out: _Output, stats: CleanerStats) -> None:
+def _flush_output(seg: LogSegment, out: Output, stats: CleanerStats) -> None:
     if not out.headers:
         return
     if seg.size + len(out.data) > INT32_MAX:
@@ -581,94 +510,3 @@ def _mtime_ns(log: Log, info: SegmentInfo) -> int:
         os.close(fds[0])
 
 
-def _clean_batch(
-    h: BatchHeader,
-    raw: memoryview,
-    body: memoryview,
-    records: list[ScannedRecord],
-    offset_map: OffsetMap,
-    producers: dict[int, int],
-    now: int,
-    delete_retention_ms: int,
-    out: _Output,
-    stats: CleanerStats,
-) -> int | None:
-    """Filter one data batch into `out`. Returns the delete horizon of its kept tombstones, if any."""
-    stats.records_read += len(records)
-    horizon = h.base_timestamp if h.attributes & DELETE_HORIZON_BIT else None
-    base = h.base_offset
-    get = offset_map.get
-    kept: list[ScannedRecord] = []
-    tombstone_kept = False
-    for rec in records:
-        key = rec.key
-        if key is None:
-            stats.keyless_removed += 1
-            continue
-        latest = get(key)
-        if latest is not None and latest > base + rec.offset_delta:
-            continue  # superseded
-        if rec.is_tombstone:
-            if horizon is not None and now >= horizon:
-                stats.tombstones_removed += 1
-                continue
-            tombstone_kept = True
-        kept.append(rec)
-    stats.records_removed += len(records) - len(kept)
-    set_horizon = tombstone_kept and horizon is None
-    if len(kept) == len(records) and not set_horizon:
-        _emit(out, h, raw)
-        return horizon if tombstone_kept else None
-    stats.batches_rewritten += 1
-    if not kept:
-        if h.producer_id >= 0 and producers.get(h.producer_id) == h.last_offset:
-            empty = _empty_batch(h)  # the producer's last batch: keep its sequence numbers
-            _emit(out, read_header(empty), empty)
-        return None
-    if set_horizon:
-        horizon = now + delete_retention_ms
-    batch = _rebuild_batch(h, body, kept, horizon if set_horizon else None)
-    _emit(out, read_header(batch), batch)
-    return horizon if tombstone_kept else None
-
-
-def _rebuild_batch(h: BatchHeader, body: memoryview, kept: list[ScannedRecord], new_horizon: int | None) -> bytes:
-    """A batch of the `kept` records of `h`, same offsets range, producer fields, leader epoch,
-    attributes and codec. With `new_horizon`, the base timestamp becomes the delete horizon and
-    each record's timestamp delta is rewritten against it, so record timestamps do not change."""
-    old_base_ts = h.base_timestamp
-    base_ts = old_base_ts if new_horizon is None else new_horizon
-    attributes = h.attributes | (DELETE_HORIZON_BIT if new_horizon is not None else 0)
-    parts: list[bytes] = []
-    max_ts = -1
-    for rec in kept:
-        ts = old_base_ts + rec.ts_delta
-        if ts > max_ts:
-            max_ts = ts
-        if new_horizon is None:
-            parts.append(body[rec.start : rec.end])
-        else:
-            inner = bytes(body[rec.ts_start - 1 : rec.ts_start]) + _zigzag(ts - base_ts) + bytes(body[rec.ts_end : rec.end])
-            parts.append(_zigzag(len(inner)) + inner)
-    if h.log_append_time:
-        max_ts = h.max_timestamp
-    payload = b"".join(parts)
-    if h.compression:
-        payload = compression.compress(h.compression, payload)
-    return _pack_batch(h, attributes, base_ts, max_ts, len(kept), payload)
-
-
-def _empty_batch(h: BatchHeader) -> bytes:
-    """Kafka's empty batch header: same offsets and producer fields, no records, no codec."""
-    attributes = h.attributes & (TIMESTAMP_TYPE_BIT | TRANSACTIONAL_BIT | CONTROL_BIT)
-    return _pack_batch(h, attributes, h.max_timestamp, h.max_timestamp, 0, b"")
-
-
-def _pack_batch(h: BatchHeader, attributes: int, base_ts: int, max_ts: int, count: int, payload: bytes) -> bytes:
-    out = bytearray(_BATCH_HEADER.pack(
-        h.base_offset, HEADER_SIZE - LOG_OVERHEAD + len(payload), h.partition_leader_epoch, MAGIC, 0, attributes,
-        h.last_offset_delta, base_ts, max_ts, h.producer_id, h.producer_epoch, h.base_sequence, count,
-    ))
-    out += payload
-    _U32.pack_into(out, _CRC_AT, compute_crc(out, 0, len(out)))
-    return bytes(out)

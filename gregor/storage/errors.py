@@ -124,3 +124,15 @@ class ReplicaNotAvailableError(StorageError):
     """AlterReplicaLogDirs named a partition that has no replica on this broker."""
 
     error = "REPLICA_NOT_AVAILABLE"
+
+
+class LogNotLoadedError(StorageError):
+    """The partition's log is still being loaded at startup: the client should retry."""
+
+    error = "NOT_LEADER_OR_FOLLOWER"
+
+
+class LogOfflineError(StorageError):
+    """The partition's log could not be loaded; it is offline until an operator repairs it."""
+
+    error = "KAFKA_STORAGE_ERROR"

@@ -4,6 +4,12 @@ Followers ask the leader "where did my last epoch end?" (OffsetsForLeaderEpoch) 
 to that offset after a failover. The cache is changed under the owning Log's lock; it is
 written to disk (atomically, fsynced) when the log flushes, and what a crash loses is rebuilt
 from the batches' partition leader epochs when the log's unflushed tail is recovered.
+
+The file holds the entries that begin below the log end offset. An entry beginning at or after
+it (a new leader's epoch, assigned at the LEO before any append) holds no record: loading a log
+drops such entries anyway (LogLoader trims the cache to the LEO), and the next leader assigns its
+epoch at the LEO again. So a flush leaves them out, and a cache holding nothing else costs no
+write: 10,000 new partitions, each led in epoch 0, shut down without 10,000 fsynced files.
 """
 
 from __future__ import annotations
@@ -30,17 +36,16 @@ class LeaderEpochFileCache:
     def __init__(self, path: str) -> None:
         self._file = LeaderEpochCheckpointFile(path)
         self._entries: list[EpochEntry] = []
-        corrupt = False
+        # What the file holds ([] if there is none; None if it cannot be read): a flush writes only
+        # when the entries to keep differ (each clean start used to rewrite every log's file).
+        self._written: list[EpochEntry] | None
         try:
-            loaded = [EpochEntry(e, o) for e, o in self._file.read()]
+            self._written = [EpochEntry(e, o) for e, o in self._file.read()]
         except CorruptCheckpointError as e:
             log.warning("%s; starting with an empty leader epoch cache", e)
-            loaded = []
-            corrupt = True
-        for entry in loaded:  # keep only a strictly increasing prefix-consistent sequence
+            self._written = None
+        for entry in self._written or ():  # keep only a strictly increasing prefix-consistent sequence
             self._assign(entry)
-        # Dirty only if the file must be rewritten (each clean start used to rewrite every log's).
-        self._dirty = corrupt or loaded != self._entries
 
     @property
     def path(self) -> str:
@@ -80,7 +85,6 @@ class LeaderEpochFileCache:
         ):
             self._entries.pop()
         self._entries.append(entry)
-        self._dirty = True
         self._check()
         return True
 
@@ -116,43 +120,42 @@ class LeaderEpochFileCache:
             return
         while self._entries and self._entries[-1].start_offset >= end_offset:
             self._entries.pop()
-        self._dirty = True
 
     def truncate_from_start(self, start_offset: int) -> None:
         """The log now starts at `start_offset`: drop earlier entries, keeping the epoch in force there."""
         removed: EpochEntry | None = None
-        dropped = 0
         while self._entries and self._entries[0].start_offset <= start_offset:
             removed = self._entries.pop(0)
-            dropped += 1
         if removed is not None:
             self._entries.insert(0, EpochEntry(removed.epoch, start_offset))
-            # Unchanged (the one entry already started there, as at every load of a log starting at its
-            # first epoch): not dirty, or each clean start rewrote and fsynced every log's checkpoint.
-            if dropped > 1 or removed.start_offset != start_offset:
-                self._dirty = True
             self._check()
 
     def clear(self) -> None:
-        if self._entries:
-            self._entries.clear()
-            self._dirty = True
+        self._entries.clear()
+
+    def _to_write(self, log_end_offset: int | None) -> list[EpochEntry]:
+        entries = list(self._entries)  # one copy: another thread may assign meanwhile
+        if log_end_offset is None:
+            return entries
+        return [e for e in entries if e.start_offset < log_end_offset]
 
     @property
     def dirty(self) -> bool:
-        return self._dirty
+        """Whether the file does not hold every entry."""
+        return self.needs_flush()
 
-    def flush(self) -> None:
-        """Write the checkpoint file if anything changed since the last write."""
-        if not self._dirty:
+    def needs_flush(self, log_end_offset: int | None = None) -> bool:
+        """Whether `flush(log_end_offset)` would write the file."""
+        return self._to_write(log_end_offset) != self._written
+
+    def flush(self, log_end_offset: int | None = None) -> None:
+        """Write the checkpoint file if it does not hold the entries yet; with `log_end_offset`,
+        the entries beginning below it (see the module's docstring)."""
+        entries = self._to_write(log_end_offset)
+        if entries == self._written:
             return
-        self._dirty = False
-        snapshot = list(self._entries)
-        try:
-            self._file.write(snapshot)
-        except BaseException:
-            self._dirty = True
-            raise
+        self._file.write(entries)
+        self._written = entries
 
     def _check(self) -> None:
         for a, b in zip(self._entries, self._entries[1:], strict=False):

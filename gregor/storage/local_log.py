@@ -30,7 +30,15 @@ from gregor.protocol.records import BatchHeader, ControlRecord, read_control_rec
 from gregor.storage.checkpoint import fsync_dir
 from gregor.storage.config import LogConfig
 from gregor.storage.errors import KafkaStorageError
-from gregor.storage.segment import DELETED_SUFFIX, SWAP_SUFFIX, LogSegment, SegmentInfo, SegmentRead
+from gregor.storage.segment import (
+    DELETED_SUFFIX,
+    SWAP_SUFFIX,
+    LogSegment,
+    SegmentFileCache,
+    SegmentInfo,
+    SegmentRead,
+    roll_reason,
+)
 from gregor.storage.txn_index import AbortedTxn
 
 logger = logging.getLogger(__name__)
@@ -41,9 +49,11 @@ class LocalLog:
 
     def __init__(
         self, dir: str, topic: str, partition: int, config: LogConfig, segments: list[LogSegment],
-        log_end_offset: int, recovery_point: int, now: int,
+        log_end_offset: int, recovery_point: int, now: int, files: SegmentFileCache | None = None,
     ) -> None:
         self.dir = dir
+        # The open-files cache every segment of this log goes through (by default its first segment's).
+        self.files = files if files is not None else segments[0].files
         self.topic = topic
         self.partition = partition
         self.config = config
@@ -84,7 +94,7 @@ class LocalLog:
         first, last = headers[0].base_offset, headers[-1].last_offset
         assert first >= self.log_end_offset and last >= first, (first, last, self.log_end_offset)
         seg = self.segments[-1]
-        reason = seg.should_roll(self.config, len(records), max_ts, last, now, self._max_segment_ms)
+        reason = roll_reason(seg, self.config, len(records), max_ts, last, now, self._max_segment_ms)
         if reason is not None:
             seg = self.roll(first, now, reason)
         seg.append(records, headers)
@@ -108,7 +118,7 @@ class LocalLog:
                 self.on_roll(self.log_end_offset)
         assert not self.bases or new_base > self.bases[-1], (new_base, self.bases)
         try:
-            seg = LogSegment.create(self.dir, new_base, self.config, now)
+            seg = LogSegment.create(self.dir, new_base, self.config, now, files=self.files)
         except OSError as e:
             raise KafkaStorageError(f"cannot create a segment in {self.dir}: {e}") from e
         self.segments.append(seg)
@@ -168,7 +178,8 @@ class LocalLog:
 
     def segment_infos(self) -> list[SegmentInfo]:
         segs = self.segments
-        return [seg.info(segs[i + 1].base_offset if i + 1 < len(segs) else self.log_end_offset)
+        return [SegmentInfo(seg, seg.base_offset, seg.size, segs[i + 1].base_offset if i + 1 < len(segs)
+                            else self.log_end_offset, seg.offset_index.entries, seg.time_index.entries)
                 for i, seg in enumerate(segs)]
 
     # --- truncation ----------------------------------------------------------------------------
@@ -205,7 +216,7 @@ class LocalLog:
         for seg in doomed:
             self.schedule_delete(seg, now)
         try:
-            seg = LogSegment.create(self.dir, offset, self.config, now)
+            seg = LogSegment.create(self.dir, offset, self.config, now, files=self.files)
         except OSError as e:
             raise KafkaStorageError(f"cannot create a segment in {self.dir}: {e}") from e
         self.segments, self.bases = [seg], [offset]

@@ -11,9 +11,13 @@ segments at or after it are re-validated.
 
 Kafka's parts, in our code (dependencies point down the list):
 
-    Log          (this module, Kafka's UnifiedLog) offsets assignment, the high watermark, the log
-                 start offset, the leader epoch cache, follower appends and truncation,
-                 retention and DeleteRecords, timestamp lookups, the log cleaner's hooks
+    Log          (this module, Kafka's UnifiedLog) offsets assignment, appends as leader and
+                 follower, reads, the high watermark, timestamp lookups, flushing, the log
+                 cleaner's hooks; built on
+      LogRetention   (log_retention.py) DeleteRecords and retention
+      LogTruncation  (log_truncation.py) a follower's truncation
+      LogState       (log_state.py) the log start offset, HW, leader epoch cache and producer
+                     state over the LocalLog, and their invariant
     LogLoader    (log_loader.py) loading a directory, recovery after a crash, sanity checks
     LocalLog     (local_log.py) the segment list, appends of offset-assigned batches, reads,
                  rolls, truncation of files, deletion of segments, flushing, the recovery point
@@ -21,7 +25,7 @@ Kafka's parts, in our code (dependencies point down the list):
     LogSegment   (segment.py) one `.log` file with its indexes
 
 Each invariant is asserted where it is kept: offsets strictly increasing on append (here, for
-leader and follower batches, and in LogSegment.append), log start <= HW <= LEO (here),
+leader and follower batches, and in LogSegment.append), log start <= HW <= LEO (LogState),
 recovery point <= LEO and segment order (LocalLog), leader epochs and their start offsets
 strictly increasing (LeaderEpochFileCache).
 
@@ -41,27 +45,26 @@ import logging
 import os
 import re
 import shutil
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from gregor.protocol.records import BatchHeader, read_control_record
 from gregor.protocol.validator import ValidationRules
-from gregor.storage import log_timestamps, retention
+from gregor.storage import log_timestamps
 from gregor.storage.checkpoint import LEADER_EPOCH_CHECKPOINT
 from gregor.storage.config import LogConfig
-from gregor.storage.errors import (
-    OffsetOutOfRangeError,
-    RecordListTooLargeError,
-)
+from gregor.storage.errors import OffsetOutOfRangeError, RecordListTooLargeError
 from gregor.storage.index import NO_TIMESTAMP
 from gregor.storage.leader_epoch import LeaderEpochFileCache
 from gregor.storage.local_log import LocalLog
 from gregor.storage.log_append import assign_offsets, check_follower_offsets, validate_follower_batches
 from gregor.storage.log_loader import LogLoader
+from gregor.storage.log_retention import LogRetention
+from gregor.storage.log_state import now_ms
+from gregor.storage.log_truncation import LogTruncation
 from gregor.storage.producer_state import ProducerStateEntry, ProducerStateManager
-from gregor.storage.segment import LogSegment, SegmentInfo
+from gregor.storage.segment import LogSegment, SegmentFileCache, SegmentInfo
 from gregor.storage.txn_index import AbortedTxn
 
 logger = logging.getLogger(__name__)
@@ -73,10 +76,6 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 
 _EMPTY = memoryview(b"")
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 _MOVING_DIR = re.compile(r"^(.+)\.[0-9a-f]{32}-(?:future|moved)$")
@@ -136,43 +135,36 @@ class TimestampAndOffset(NamedTuple):
     leader_epoch: int | None
 
 
-class Log:
-    """One partition's log. Create with `Log.open`."""
+class Log(LogRetention, LogTruncation):
+    """One partition's log. Create with `Log.open` (or `Log.create_new`). Its state and the offsets'
+    invariant are LogState's; deleting from its start is LogRetention's, truncating its end LogTruncation's."""
 
     def __init__(self, local: LocalLog, log_start_offset: int, leader_epoch_cache: LeaderEpochFileCache,
                  producer_state: ProducerStateManager | None = None) -> None:
-        self._local = local
-        self.dir = local.dir
-        self.topic, self.partition = local.topic, local.partition
-        self._lock = local.lock
-        self._log_start_offset = log_start_offset
-        self._high_watermark = log_start_offset
-        self._truncated_to: int | None = None  # lowest LEO after a truncation, until the cleaner looks
-        self.leader_epoch_cache = leader_epoch_cache
-        self.producer_state = producer_state or ProducerStateManager(self.dir, f"{self.topic}-{self.partition}")
-        local.on_roll = self.producer_state.snapshot_at_roll  # a snapshot at every roll, for fast restarts
-        self.producer_state.aborted_sink = local.add_aborted_txn
+        # Not `or`: an empty manager is falsy (it has a length), and a new one would list the directory again.
+        if producer_state is None:
+            producer_state = ProducerStateManager(local.dir, f"{local.topic}-{local.partition}")
+        super().__init__(local, log_start_offset, leader_epoch_cache, producer_state)
+        local.on_roll = producer_state.snapshot_at_roll  # a snapshot at every roll, for fast restarts
+        producer_state.aborted_sink = local.add_aborted_txn
         self._check_invariants()
-
-    def __repr__(self) -> str:
-        return (
-            f"Log({self.topic}-{self.partition}, start={self._log_start_offset}, hw={self._high_watermark}, "
-            f"leo={self._local.log_end_offset}, segments={len(self._local.segments)})"
-        )
 
     @classmethod
     def open(cls, dir: str, config: LogConfig, recovery_point: int = 0, log_start_offset: int = 0,
              now_ms: int | None = None, clean_shutdown: bool = False,
-             segment_sizes: Mapping[int, int] | None = None) -> Log:
+             segment_sizes: Mapping[int, int] | None = None, files: SegmentFileCache | None = None) -> Log:
         """Load (or create) the log in `dir`: after an unclean shutdown the segments from
         `recovery_point` on are re-validated, after a clean one (`clean_shutdown`, with the
-        segment sizes recorded then) every segment gets cheap sanity checks. See log_loader.py."""
+        segment sizes recorded then) every segment gets cheap sanity checks. See log_loader.py.
+        `files`: the open-files cache its segments go through (the LogManager's; by default one
+        of the log's own)."""
         now = _now() if now_ms is None else now_ms
         os.makedirs(dir, exist_ok=True)
         dir = os.path.abspath(dir)
         topic, partition = parse_topic_partition(dir)
         cache = LeaderEpochFileCache(os.path.join(dir, LEADER_EPOCH_CHECKPOINT))
-        loader = LogLoader(dir, topic, partition, config, cache, now)
+        files = files if files is not None else SegmentFileCache()
+        loader = LogLoader(dir, topic, partition, config, cache, now, files)
         loaded = loader.load(recovery_point, log_start_offset, clean_shutdown, segment_sizes)
         local = loaded.local
         log = cls(local, loaded.log_start_offset, cache)
@@ -186,76 +178,21 @@ class Log:
         return log
 
     @classmethod
-    def create_new(cls, dir: str, config: LogConfig, now_ms: int | None = None) -> Log:
+    def create_new(cls, dir: str, config: LogConfig, now_ms: int | None = None,
+                   files: SegmentFileCache | None = None) -> Log:
         """A new empty log in `dir`, which must not exist yet (FileExistsError): the bulk creation
         path (LogManager), skipping the listing and recovery `open` does, which cost about a third
-        of creating a log. The caller fsyncs the parent directory."""
+        of creating a log. The caller fsyncs the parent directory. `files` as for `open`."""
         now = _now() if now_ms is None else now_ms
         os.mkdir(dir)
         dir = os.path.abspath(dir)
         topic, partition = parse_topic_partition(dir)
-        seg = LogSegment.create(dir, 0, config, now)
-        local = LocalLog(dir, topic, partition, config, [seg], 0, 0, now)
+        files = files if files is not None else SegmentFileCache()
+        seg = LogSegment.create(dir, 0, config, now, files=files)
+        local = LocalLog(dir, topic, partition, config, [seg], 0, 0, now, files)
         producer_state = ProducerStateManager(dir, f"{topic}-{partition}")
         producer_state.load(0, 0, 0, True, local.batches_from, [])
         return cls(local, 0, LeaderEpochFileCache(os.path.join(dir, LEADER_EPOCH_CHECKPOINT)), producer_state)
-
-    # --- accessors ------------------------------------------------------------------------
-
-    @property
-    def config(self) -> LogConfig:
-        return self._local.config
-
-    @property
-    def log_start_offset(self) -> int:
-        return self._log_start_offset
-
-    @property
-    def log_end_offset(self) -> int:
-        return self._local.log_end_offset
-
-    @property
-    def high_watermark(self) -> int:
-        return self._high_watermark
-
-    @property
-    def recovery_point(self) -> int:
-        return self._local.recovery_point
-
-    @property
-    def last_flush_ms(self) -> int:
-        return self._local.last_flush_ms
-
-    @property
-    def unflushed_messages(self) -> int:
-        return self._local.log_end_offset - self._local.recovery_point
-
-    @property
-    def size_bytes(self) -> int:
-        with self._lock:
-            return sum(s.size for s in self._local.segments)
-
-    @property
-    def segments(self) -> list[LogSegment]:
-        with self._lock:
-            return list(self._local.segments)
-
-    @property
-    def active_segment(self) -> LogSegment:
-        return self._local.segments[-1]
-
-    @property
-    def num_segments(self) -> int:
-        return len(self._local.segments)
-
-    @property
-    def closed(self) -> bool:
-        return self._local.closed
-
-    @property
-    def generation(self) -> int:
-        """Bumped by every truncation (see `replace_segments`)."""
-        return self._local.truncations
 
     # --- appends ----------------------------------------------------------------------------
 
@@ -474,68 +411,6 @@ class Log:
         with self._lock:
             return self._local.collect_aborted_txns(fetch_offset, upper_bound)
 
-    # --- deletion: DeleteRecords and retention -------------------------------------------------
-
-    def delete_records(self, offset: int, now_ms: int | None = None) -> int:
-        """Move the log start offset up to `offset` (never back, never past the HW) and delete the
-        segments wholly below it. Returns the new log start offset (the low watermark)."""
-        now = _now() if now_ms is None else now_ms
-        with self._lock:
-            self._local.check_open()
-            if offset < 0:
-                raise ValueError(f"negative offset {offset}")
-            if offset > self._high_watermark:
-                raise OffsetOutOfRangeError(
-                    f"cannot delete records up to {offset}, beyond the high watermark {self._high_watermark}",
-                    self._log_start_offset, self._local.log_end_offset,
-                )
-            if offset > self._log_start_offset:
-                self._increment_log_start_offset(offset)
-            self._delete_segments(retention.below_log_start(self._log_start_offset), now, "log start offset")
-            return self._log_start_offset
-
-    def delete_old_segments(self, now_ms: int) -> int:
-        """Retention: delete segments wholly below the log start offset and, if cleanup.policy has
-        "delete", those past retention.bytes (oldest first) or retention.ms (by their largest
-        timestamp). Only segments entirely below the HW go. When every segment, the active one
-        included, is due, a new empty active segment is rolled first (Kafka's behaviour).
-        Returns the number of segments deleted."""
-        with self._lock:
-            local = self._local
-            if local.closed:
-                return 0
-            config = local.config
-            deleted = self._delete_segments(retention.below_log_start(self._log_start_offset), now_ms,
-                                            "log start offset")
-            if config.delete:
-                over = retention.over_size(local.segments, config.retention_bytes)
-                if over is not None:
-                    deleted += self._delete_segments(over, now_ms, "retention.bytes")
-                if config.retention_ms >= 0:
-                    deleted += self._delete_segments(retention.older_than(config.retention_ms, now_ms), now_ms,
-                                                     "retention.ms")
-            local.delete_expired_files(now_ms)
-            return deleted
-
-    def _delete_segments(self, predicate: retention.Predicate, now: int, reason: str) -> int:
-        local = self._local
-        doomed = retention.deletable_segments(local.segments, self._high_watermark, local.log_end_offset, predicate)
-        if not doomed:
-            return 0
-        local.delete_oldest(doomed, now, reason)
-        first_base = local.bases[0]  # producer state snapshots below the log go with its segments
-        self.producer_state.delete_snapshots(lambda off: off >= first_base)
-        if local.bases[0] > self._log_start_offset:
-            self._increment_log_start_offset(local.bases[0])
-        return len(doomed)
-
-    def _increment_log_start_offset(self, offset: int) -> None:
-        assert offset > self._log_start_offset and offset <= self._high_watermark, (offset, self)
-        self._log_start_offset = offset
-        self._local.recovery_point = max(self._local.recovery_point, offset)
-        self.leader_epoch_cache.truncate_from_start(offset)
-        self._check_invariants()
-
     # --- log cleaner support -----------------------------------------------------------------
 
     def cleaner_snapshot(self) -> CleanerSnapshot:
@@ -569,60 +444,6 @@ class Log:
         with self._lock:
             return self._local.replace_segments(new, old, generation, now_ms)
 
-    def _note_truncation(self, leo: int) -> None:
-        if self._truncated_to is None or leo < self._truncated_to:
-            self._truncated_to = leo
-
-    # --- truncation (replication) -----------------------------------------------------------
-
-    def truncate_to(self, offset: int, now_ms: int | None = None) -> bool:
-        """Remove everything at and after `offset` (a follower diverged from its leader): the
-        batch holding `offset` goes whole, the HW and log start offset are clamped to the new
-        LEO and the leader epoch cache forgets epochs starting at or after it.
-        Returns False if the LEO is already at or below `offset`."""
-        now = _now() if now_ms is None else now_ms
-        with self._lock:
-            local = self._local
-            local.check_open()
-            if offset < 0:
-                raise ValueError(f"negative offset {offset}")
-            if offset >= local.log_end_offset:
-                # Nothing to remove, but an epoch begun at the LEO with nothing appended in it (a leader
-                # for a moment: makeLeader assigns its epoch there) is not ours any more: without this the
-                # follower would name it as its last fetched epoch and diverge again and again (Kafka too).
-                self.leader_epoch_cache.truncate_from_end(offset)
-                return False
-            if offset < local.bases[0]:
-                self._truncate_fully_and_start_at(offset, now)
-                return True
-            leo = local.truncate_to(offset, now)
-            self._note_truncation(leo)
-            self._log_start_offset = min(self._log_start_offset, leo)
-            self._high_watermark = min(self._high_watermark, leo)
-            self.leader_epoch_cache.truncate_from_end(leo)
-            self.producer_state.load(self._log_start_offset, leo, leo, False, local.batches_from,
-                                     read_control=local.read_control)
-            self._check_invariants()
-            logger.info("%s-%d: truncated to offset %d", self.topic, self.partition, leo)
-            return True
-
-    def truncate_fully_and_start_at(self, offset: int, now_ms: int | None = None) -> None:
-        """Delete every segment and start empty at `offset` (log start = HW = LEO = offset)."""
-        with self._lock:
-            self._local.check_open()
-            self._truncate_fully_and_start_at(offset, _now() if now_ms is None else now_ms)
-
-    def _truncate_fully_and_start_at(self, offset: int, now: int) -> None:
-        if offset < 0:
-            raise ValueError(f"negative offset {offset}")
-        self._local.truncate_fully_and_start_at(offset, now)
-        self._note_truncation(offset)
-        self._log_start_offset = self._high_watermark = offset
-        self.leader_epoch_cache.clear()
-        self.producer_state.truncate_fully(offset)
-        self._check_invariants()
-        logger.info("%s-%d: truncated fully, starting at offset %d", self.topic, self.partition, offset)
-
     # --- flushing ------------------------------------------------------------------------------
 
     def flush_due(self, now_ms: int) -> bool:
@@ -641,7 +462,7 @@ class Log:
 
     def _flush_checkpoints(self) -> None:
         """The per-log checkpoint files, written by every flush and by close."""
-        self.leader_epoch_cache.flush()
+        self.leader_epoch_cache.flush(self._local.log_end_offset)
 
     # --- configuration and lifecycle ---------------------------------------------------------------
 
@@ -654,7 +475,8 @@ class Log:
             local = self._local
             if local.closed:
                 return False
-            if local.log_end_offset > local.recovery_point or self.leader_epoch_cache.dirty:
+            if (local.log_end_offset > local.recovery_point
+                    or self.leader_epoch_cache.needs_flush(local.log_end_offset)):
                 return True
             if not local.dir_dirty:
                 return False
@@ -691,12 +513,6 @@ class Log:
         """DescribeProducers: a copy of every producer's entry."""
         with self._lock:
             return [copy.copy(e) for e in self.producer_state.producers.values()]
-
-    def _check_invariants(self, offsets_only: bool = False) -> None:
-        """log start <= HW <= LEO here; the recovery point and the segment order in LocalLog."""
-        assert self._log_start_offset <= self._high_watermark <= self._local.log_end_offset, self
-        if not offsets_only:
-            self._local.check_invariants()
 
 
 def _now() -> int:

@@ -1,8 +1,7 @@
 """What a log dir holds on disk, read at startup: its `<topic>-<partition>` directories, checkpoint
 files and clean-shutdown marker (`scan_log_dirs`), and the opening of one log found there
 (`open_found_log`). The LogManager composes these with its own state (which logs are open, pending,
-lazy or offline); nothing here keeps state of its own. The marker format is in log_manager.py's
-docstring; `marker_lines` writes what `read_segment_sizes` reads.
+lazy or offline); nothing here keeps state of its own. The marker is clean_shutdown.py's.
 """
 
 from __future__ import annotations
@@ -21,23 +20,20 @@ from gregor.storage.checkpoint import (
     OffsetCheckpointFile,
     TopicPartition,
     fsync_dir,
-    read_lines,
 )
+from gregor.storage.clean_shutdown import CLEAN_SHUTDOWN_FILE, Plan, read_segment_sizes
 from gregor.storage.config import LogConfig
 from gregor.storage.errors import CorruptCheckpointError
 from gregor.storage.log import Log, parse_topic_partition
-from gregor.storage.segment_files import LOG_SUFFIX
+from gregor.storage.segment_files import LOG_SUFFIX, SegmentFileCache
 
 logger = logging.getLogger("gregor.storage.log_manager")
 
-CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 DELETE_DIR_SUFFIX = "-delete"
 FUTURE_DIR_SUFFIX = "-future"
 MOVED_DIR_SUFFIX = "-moved"  # a future replica complete and being swapped in (log_mover.py)
 STRAY_DIR_SUFFIX = "-stray"
 CHECKPOINTS = (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT)
-# A log found on disk: (log dir, topic-partition, its directory, clean shutdown, segment sizes from the marker).
-Plan = tuple[str, TopicPartition, str, bool, dict[int, int] | None]
 
 
 @dataclass(slots=True)
@@ -190,20 +186,21 @@ def _scan_dir(d: str, pending: dict[TopicPartition, str], pending_offsets: dict[
 
 
 def open_found_log(plan: Plan, offsets: dict[str, dict[TopicPartition, int]], config: LogConfig,
-                   now: int) -> tuple[Log | None, str]:
+                   now: int, files: SegmentFileCache) -> tuple[Log | None, str]:
     """One log found by the scan: as found; if that fails, recovered from offset 0 as after a crash;
     if that fails too, (None, the reason): the partition stays offline and its files untouched."""
     _, tp, path, clean, sizes = plan
     start = offsets[LOG_START_OFFSET_CHECKPOINT].get(tp, 0)
     try:
         log = Log.open(path, config, recovery_point=offsets[RECOVERY_POINT_CHECKPOINT].get(tp, 0),
-                       log_start_offset=start, now_ms=now, clean_shutdown=clean, segment_sizes=sizes)
+                       log_start_offset=start, now_ms=now, clean_shutdown=clean, segment_sizes=sizes,
+                       files=files)
     except Exception as e:  # noqa: BLE001 - whatever it was, recovery from scratch is the answer
         logger.error("%s-%d: loading %s failed (%s: %s); recovering the whole log from offset 0",
                      tp[0], tp[1], path, type(e).__name__, e)
         try:
             log = Log.open(path, config, recovery_point=0, log_start_offset=start,
-                           now_ms=now, clean_shutdown=False)
+                           now_ms=now, clean_shutdown=False, files=files)
         except Exception as e2:  # noqa: BLE001
             reason = f"{type(e2).__name__}: {e2}"
             logger.error("%s-%d: the log in %s cannot be loaded (%s); the partition stays offline and its "
@@ -220,18 +217,17 @@ def logs_per_dir(log_dirs: list[str], logs: Iterable[Log]) -> dict[str, int]:
     """How many logs each log dir holds: a new log goes to the one with the fewest, as in Kafka."""
     counts = {d: 0 for d in log_dirs}
     for log in logs:
-        parent = os.path.dirname(log.dir)
-        counts[parent] = counts.get(parent, 0) + 1
+        counts[log.log_dir] = counts.get(log.log_dir, 0) + 1
     return counts
 
 
-def create_log(path: str, config: LogConfig, now: int) -> Log:
+def create_log(path: str, config: LogConfig, now: int, files: SegmentFileCache) -> Log:
     """A new empty log at `path` (the caller fsyncs the parent dir); a directory left there that the
     scan did not find as a log (a creation cut short) is opened as it is instead."""
     try:
-        return Log.create_new(path, config, now_ms=now)
+        return Log.create_new(path, config, now_ms=now, files=files)
     except FileExistsError:
-        return Log.open(path, config, now_ms=now)
+        return Log.open(path, config, now_ms=now, files=files)
 
 
 def remove_log_dir(path: str, topic: str, partition: int, remove: bool = True) -> str:
@@ -253,39 +249,6 @@ def write_offsets(name: str, by_dir: Mapping[str, Mapping[TopicPartition, int]])
     """Write the checkpoint file `name` (recovery points, log start offsets, high watermarks) of each dir."""
     for d, offsets in by_dir.items():
         OffsetCheckpointFile(os.path.join(d, name)).write(offsets)
-
-
-def marker_lines(log_dirs: list[str], logs: Mapping[TopicPartition, Log],
-                 lazy: Mapping[TopicPartition, Plan]) -> dict[str, list[str]]:
-    """Each log dir's clean-shutdown marker lines (`topic partition base_offset size`): the open logs'
-    segments, and for logs never opened since a clean start, what the last marker said of them."""
-    sizes: dict[str, list[str]] = {d: [] for d in log_dirs}
-    for (topic, p), log in logs.items():
-        lines = sizes.setdefault(os.path.dirname(log.dir), [])
-        lines.extend(f"{topic} {p} {seg.base_offset} {seg.size}" for seg in log.segments)
-    for (topic, p), (d, _, _, _, seg_sizes) in lazy.items():
-        lines = sizes.setdefault(d, [])
-        lines.extend(f"{topic} {p} {base} {size}" for base, size in sorted((seg_sizes or {}).items()))
-    return sizes
-
-
-SEGMENT_SIZES_VERSION = 0
-
-
-def read_segment_sizes(marker: str) -> dict[TopicPartition, dict[int, int]] | None:
-    """The segment sizes a clean shutdown recorded in its marker, or None if it has none (an
-    empty marker, as Kafka writes) or they cannot be read."""
-    try:
-        if os.path.getsize(marker) == 0:
-            return None
-        entries = read_lines(marker, 4, version=SEGMENT_SIZES_VERSION)
-        out: dict[TopicPartition, dict[int, int]] = {}
-        for topic, p, base, size in entries or ():
-            out.setdefault((topic, int(p)), {})[int(base)] = int(size)
-        return out
-    except (OSError, ValueError, CorruptCheckpointError) as e:
-        logger.warning("cannot read the segment sizes in %s (%s): checking segments without them", marker, e)
-        return None
 
 
 def read_offsets(d: str, name: str) -> dict[TopicPartition, int]:

@@ -39,6 +39,7 @@ from gregor.storage.segment import (
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
     LogSegment,
+    SegmentFileCache,
     file_prefix,
     parse_base_offset,
 )
@@ -56,8 +57,9 @@ class LogLoader:
     """Loads one partition directory (see the module docstring). Use once: `load()`."""
 
     def __init__(self, dir: str, topic: str, partition: int, config: LogConfig,
-                 leader_epoch_cache: LeaderEpochFileCache, now: int) -> None:
+                 leader_epoch_cache: LeaderEpochFileCache, now: int, files: SegmentFileCache) -> None:
         self.dir = dir
+        self.files = files  # the open-files cache of the log's segments
         self.topic = topic
         self.partition = partition
         self.config = config
@@ -115,7 +117,7 @@ class LogLoader:
         replaces the segments whose base offsets it covers. Returns them by base offset."""
         opened: dict[int, LogSegment] = {}
         for base in sorted(swaps):
-            seg = LogSegment.open(self.dir, base, self.config, self.now, suffix=SWAP_SUFFIX)
+            seg = LogSegment.open(self.dir, base, self.config, self.now, suffix=SWAP_SUFFIX, files=self.files)
             self._segments.append(seg)
             seg.recover()
             end = seg.next_offset
@@ -137,7 +139,8 @@ class LogLoader:
         config, now, cache = self.config, self.now, self.leader_epoch_cache
         logs, swaps = self._scan_dir()
         opened = self._complete_swaps(logs, swaps)
-        segments = [opened.get(base) or LogSegment.open(self.dir, base, config, now) for base in sorted(logs)]
+        segments = [opened.get(base) or LogSegment.open(self.dir, base, config, now, files=self.files)
+                    for base in sorted(logs)]
         self._segments = segments
         any_recovered = bool(opened)
         if clean_shutdown and segment_sizes is not None:
@@ -175,7 +178,7 @@ class LogLoader:
                 seg.on_become_inactive()
 
         if not segments:
-            segments.append(LogSegment.create(self.dir, log_start_offset, config, now))
+            segments.append(LogSegment.create(self.dir, log_start_offset, config, now, files=self.files))
         leo = segments[-1].next_offset
         if leo < log_start_offset:
             logger.warning("%s: log end offset %d is below the log start offset %d; starting over there",
@@ -183,7 +186,7 @@ class LogLoader:
             for seg in segments:
                 seg.close()
                 seg.delete_files()
-            segments[:] = [LogSegment.create(self.dir, log_start_offset, config, now)]
+            segments[:] = [LogSegment.create(self.dir, log_start_offset, config, now, files=self.files)]
             leo = log_start_offset
             any_recovered = True
         start = max(log_start_offset, segments[0].base_offset)
@@ -191,7 +194,7 @@ class LogLoader:
         cache.truncate_from_end(leo)
         cache.truncate_from_start(start)
         segments[-1].load_indexes()
-        local = LocalLog(self.dir, self.topic, self.partition, config, segments, leo, rp, now)
+        local = LocalLog(self.dir, self.topic, self.partition, config, segments, leo, rp, now, self.files)
         if (clean_shutdown and not any_recovered and (len(segments) > 1 or segments[0].size > 0)
                 and sorted(os.listdir(self.dir)) == self._names):
             # A clean shutdown fsynced the directory of every log holding data; a load that changed no

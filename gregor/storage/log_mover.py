@@ -31,20 +31,25 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from gregor.storage.checkpoint import TopicPartition, fsync_dir
+from gregor.storage.config import LogConfig
+from gregor.storage.dir_failure import LogDirFailureChannel
 from gregor.storage.errors import (
     KafkaStorageError,
+    LogDirNotFoundError,
+    LogNotLoadedError,
+    LogOfflineError,
     OffsetOutOfRangeError,
+    ReplicaNotAvailableError,
     StorageError,
     UnexpectedAppendOffsetError,
 )
 from gregor.storage.log import Log
 from gregor.storage.log_dirs import FUTURE_DIR_SUFFIX, MOVED_DIR_SUFFIX, remove_log_dir
-
-if TYPE_CHECKING:
-    from gregor.storage.log_manager import LogManager
+from gregor.storage.log_table import LogTable
+from gregor.storage.segment_files import SegmentFileCache
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +57,8 @@ logger = logging.getLogger(__name__)
 # in small steps, never a burst of a whole chunk).
 COPY_CHUNK_BYTES = 1 << 20
 NAME_MAX = 255
+# Replicas not on this broker yet that AlterReplicaLogDirs placed on a dir: at most this many are remembered.
+PREFERRED_DIRS_MAX = 10_000
 LONG_MAX = 2**63 - 1
 
 
@@ -73,12 +80,30 @@ class Move:
     generation: int = -1  # the current log's truncation count when the copy (re)started
 
 
-class LogMover:
-    """The future replicas of one LogManager and the thread that fills them. Thread-safe (the manager's lock)."""
+class MoveHost(Protocol):
+    """What the mover needs of the LogManager that owns it."""
 
-    def __init__(self, manager: LogManager) -> None:
-        self.manager = manager
+    def maybe_fail_dir(self, log_or_dir: Log | str, error: BaseException) -> bool: ...
+
+    def topic_config(self, topic: str) -> LogConfig: ...
+
+    def get_or_create_log(self, topic: str, partition: int) -> Log: ...
+
+
+class LogMover:
+    """The future replicas of one LogManager and the thread that fills them. Works on the manager's
+    LogTable (its lock guards the moves too) and log dirs; `host` is the manager (an I/O error fails a
+    log dir, a moved log gets its topic's config); `files` is the broker's open-files cache."""
+
+    def __init__(self, table: LogTable, dirs: LogDirFailureChannel, host: MoveHost, files: SegmentFileCache) -> None:
+        self.table = table
+        self._dirs = dirs
+        self._host = host
+        self._files = files
         self.moves: dict[TopicPartition, Move] = {}
+        # AlterReplicaLogDirs for a replica not here yet (a reassignment's new replica): where to create it
+        # (Kafka's preferred log dir), forgotten once used. Bounded: one entry per partition asked about.
+        self._preferred: dict[TopicPartition, str] = {}
         # replica.alter.log.dirs.io.max.bytes.per.second: read at each step, so a new value applies at once.
         self.rate_bytes_per_s: int = LONG_MAX
         # Called (on the mover thread) with a partition whose future log caught up: the server runs
@@ -87,16 +112,65 @@ class LogMover:
         self._wake = threading.Event()  # a new move to copy
         self._stop = threading.Event()  # shutdown: ends the pacing waits too
         # Held while a future log is written (`_copy_step`) and while one is closed and removed (`abort`).
-        # Lock order: the manager's lock, then this one; nothing under this one takes the manager's.
+        # Lock order: the table's lock, then this one; nothing under this one takes the table's.
         self._copy_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stopping = False
 
     # --- starting and abandoning moves ------------------------------------------------------------
 
+    def alter_log_dir(self, tp: TopicPartition, dest: str) -> None:
+        """LogManager.alter_log_dir: a move of the partition's log to log dir `dest`, or for a replica
+        not here yet, the dir to create it in when it comes (`take_preferred`)."""
+        dest = os.path.abspath(dest)
+        if dest not in self._dirs.log_dirs:
+            raise LogDirNotFoundError(f"{dest} is not a log dir of this broker")
+        if dest in self._dirs.offline_dirs:
+            raise LogOfflineError(f"log dir {dest} is offline")
+        table = self.table
+        with table.lock:
+            if table.closed:
+                raise StorageError("the log manager is shut down")
+            if tp in table.pending:
+                raise LogNotLoadedError(f"the log of {tp[0]}-{tp[1]} is still loading")
+            if tp in table.offline:
+                raise LogOfflineError(f"the log of {tp[0]}-{tp[1]} is offline: {table.offline[tp]}")
+            if tp not in table.logs and tp not in table.lazy:
+                # Created there when it comes (Kafka's preferred log dir); the tool asks again until it is here.
+                self._preferred.pop(tp, None)
+                self._preferred[tp] = dest
+                while len(self._preferred) > PREFERRED_DIRS_MAX:  # the oldest wishes go first
+                    del self._preferred[next(iter(self._preferred))]
+                raise ReplicaNotAvailableError(f"{tp[0]}-{tp[1]} has no replica on this broker")
+            current = self._host.get_or_create_log(*tp)  # opens a log left unopened since a clean start
+            self.start_move(tp, current, dest)
+
+    def take_preferred(self, tp: TopicPartition) -> str | None:
+        """The log dir AlterReplicaLogDirs named for the partition before its replica was here, if any
+        (forgotten now: the replica is being created). Table's lock held."""
+        return self._preferred.pop(tp, None)
+
+    def futures(self) -> list[Log]:
+        """The future logs being filled (they count towards their dirs when placing a new log)."""
+        return [m.future for m in self.moves.values()]
+
+    def restart_moves(self, stale: list[tuple[str, TopicPartition, str]]) -> None:
+        """Moves a crash or shutdown cut short during the copy (`stale`: dest dir, partition, future
+        replica's directory) begin again from scratch: the stale future replica is removed (the current
+        log is intact) and a new one is made."""
+        for d, tp, path in stale:
+            try:
+                remove_log_dir(path, *tp)
+                if d in self._dirs.offline_dirs or not self.table.knows(tp):
+                    continue
+                logger.info("%s-%d: restarting its move to %s, cut short by the last shutdown", tp[0], tp[1], d)
+                self.alter_log_dir(tp, d)
+            except (StorageError, OSError) as e:
+                logger.error("%s-%d: cannot restart its move to %s: %s", tp[0], tp[1], d, e)
+
     def start_move(self, tp: TopicPartition, current: Log, dest: str) -> None:
         """A future log for `tp` in `dest`, filled from `current` in the background. Replaces a move of the
-        partition to another dir; a move to the same dir goes on. Call with the manager's lock held."""
+        partition to another dir; a move to the same dir goes on. Call with the table's lock held."""
         move = self.moves.get(tp)
         if move is not None:
             if move.dest == dest:
@@ -106,7 +180,7 @@ class LogMover:
             return
         path = future_dir(dest, *tp)
         try:
-            fut = Log.create_new(path, current.config)
+            fut = Log.create_new(path, current.config, files=self._files)
             if current.log_start_offset > 0:
                 fut.truncate_fully_and_start_at(current.log_start_offset)
             fsync_dir(dest)
@@ -119,7 +193,7 @@ class LogMover:
         self._wake.set()
 
     def abort(self, tp: TopicPartition, why: str, remove: bool = True) -> None:
-        """Drop the partition's future log (its files removed, unless its dir failed). Manager's lock held."""
+        """Drop the partition's future log (its files removed, unless its dir failed). Table's lock held."""
         move = self.moves.pop(tp, None)
         if move is None:
             return
@@ -136,9 +210,9 @@ class LogMover:
                     logger.warning("cannot remove %s: %s", move.future.dir, e)
 
     def abort_in_dir(self, d: str) -> None:
-        """Every future log in the failed dir `d`, and of every current log there. Manager's lock held."""
+        """Every future log in the failed dir `d`, and of every current log there. Table's lock held."""
         for tp, move in list(self.moves.items()):
-            current = self.manager.get_log(*tp)
+            current = self.table.get(tp)
             if move.dest == d:
                 self.abort(tp, f"log dir {d} failed", remove=False)
             elif current is None or os.path.dirname(current.dir) == d:
@@ -147,10 +221,10 @@ class LogMover:
     def future_replicas(self) -> dict[str, dict[TopicPartition, tuple[int, int]]]:
         """Per destination dir, each future log's (size in bytes, offset lag behind the current log)."""
         out: dict[str, dict[TopicPartition, tuple[int, int]]] = {}
-        with self.manager._lock:
+        with self.table.lock:
             moves = list(self.moves.values())
         for m in moves:
-            current = self.manager.get_log(*m.tp)
+            current = self.table.get(m.tp)
             leo = current.log_end_offset if current is not None else m.future.log_end_offset
             out.setdefault(m.dest, {})[m.tp] = (m.future.size_bytes, max(0, leo - m.future.log_end_offset))
         return out
@@ -172,7 +246,7 @@ class LogMover:
 
     def _run(self) -> None:
         while not self._stopping:
-            with self.manager._lock:
+            with self.table.lock:
                 todo = [m for m in self.moves.values() if not m.swap_asked]
             if not todo:
                 self._wake.wait(1.0)
@@ -185,14 +259,14 @@ class LogMover:
                     caught_up = self._copy_step(move)
                 except StorageError as e:
                     logger.error("%s-%d: copying to %s failed: %s", move.tp[0], move.tp[1], move.dest, e)
-                    with self.manager._lock:
+                    with self.table.lock:
                         if self.moves.get(move.tp) is move:
                             self.abort(move.tp, str(e), remove=False)
-                    self.manager.maybe_fail_dir(move.dest, e)
+                    self._host.maybe_fail_dir(move.dest, e)
                     continue
                 except Exception:  # a bug must not end the thread: the move is dropped, the log stays
                     logger.exception("%s-%d: copying to %s failed", move.tp[0], move.tp[1], move.dest)
-                    with self.manager._lock:
+                    with self.table.lock:
                         if self.moves.get(move.tp) is move:
                             self.abort(move.tp, "an unexpected error")
                     continue
@@ -206,10 +280,10 @@ class LogMover:
         """Copy one chunk from the current log to the future one; whether the future has caught up. The
         copy lock is held while the future log is written, so `abort` (which takes it before closing and
         removing the future log) never pulls the files from under an append."""
-        with self.manager._lock:
+        with self.table.lock:
             if self.moves.get(move.tp) is not move:
                 return False
-            current = self.manager.get_log(*move.tp)
+            current = self.table.get(move.tp)
         if current is None:
             return False
         fut = move.future
@@ -252,8 +326,8 @@ class LogMover:
                     fut.truncate_fully_and_start_at(e.first_offset)
                     fut.append_as_follower(records)
             done = fut.log_end_offset >= current.log_end_offset
-        if read_error is not None:  # outside the copy lock: failing a dir takes the manager's lock
-            self.manager.maybe_fail_dir(current, read_error)
+        if read_error is not None:  # outside the copy lock: failing a dir takes the table's lock
+            self._host.maybe_fail_dir(current, read_error)
             return False
         if rate_limited and rate < LONG_MAX and copied:
             self._stop.wait(copied / rate)  # paced: the whole copy keeps to the rate
@@ -266,7 +340,7 @@ class LogMover:
         except StorageError as e:
             logger.error("%s-%d: flushing the future replica failed: %s", move.tp[0], move.tp[1], e)
             return
-        with self.manager._lock:
+        with self.table.lock:
             if self.moves.get(move.tp) is not move:
                 return
             move.swap_asked = True
@@ -283,10 +357,10 @@ class LogMover:
         append to the partition can come in between (the broker's event loop). Returns the log now serving
         the partition (the moved one; the current one again if the swap failed before the copy was
         complete), or None if the move is gone."""
-        mgr = self.manager
-        with mgr._lock:
+        table = self.table
+        with table.lock:
             move = self.moves.get(tp)
-            current = mgr.get_log(*tp)
+            current = table.get(tp)
             if move is None or current is None:
                 return None
             fut = move.future
@@ -312,28 +386,28 @@ class LogMover:
                 logger.error("%s-%d: the move to %s failed before the swap (%s); the log stays in %s", tp[0], tp[1],
                              move.dest, e, os.path.dirname(current.dir))
                 self.abort(tp, str(e))
-                mgr.maybe_fail_dir(move.dest, e)
+                self._host.maybe_fail_dir(move.dest, e)
                 return current
             del self.moves[tp]
             hw, start = current.high_watermark, current.log_start_offset
             current.close()
-            mgr._logs.pop(tp, None)
+            table.logs.pop(tp, None)
             old_dir = current.dir
             final = os.path.join(move.dest, f"{tp[0]}-{tp[1]}")
             try:
                 doomed = remove_log_dir(old_dir, *tp, remove=False)
                 os.rename(moved, final)
                 fsync_dir(move.dest)
-                new = Log.open(final, mgr.topic_config(tp[0]), recovery_point=fut.log_end_offset,
-                               log_start_offset=start, clean_shutdown=True)
+                new = Log.open(final, self._host.topic_config(tp[0]), recovery_point=fut.log_end_offset,
+                               log_start_offset=start, clean_shutdown=True, files=self._files)
             except (StorageError, OSError) as e:
                 # The copy is complete and durable (`-moved`): the next start finishes the move.
                 logger.error("%s-%d: the swap into %s failed (%s); the partition is offline until a restart "
                              "finishes the move", tp[0], tp[1], move.dest, e)
-                mgr.offline[tp] = f"the move to {move.dest} failed: {e}"
+                table.offline[tp] = f"the move to {move.dest} failed: {e}"
                 return None
             new.update_high_watermark(hw)
-            mgr._logs[tp] = new
+            table.logs[tp] = new
         # The old copy goes on a thread of its own: removing a large log takes a while.
         threading.Thread(target=shutil.rmtree, args=(doomed, True), name="remove-moved-log", daemon=True).start()
         logger.info("%s-%d: moved to %s (log end offset %d)", tp[0], tp[1], move.dest, new.log_end_offset)

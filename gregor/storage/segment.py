@@ -6,9 +6,9 @@ before the wanted offset, and only batch headers are walked to find batch bounda
 The owning Log serialises every call except `fsync`.
 
 File descriptors: a segment does not hold its `.log` file open. Every use takes the descriptor
-from the process-wide `OPEN_FILES` cache (opening the file if needed) and pins it for the
-length of the call; the cache closes the least recently used unpinned files beyond its
-capacity. So a broker with 20,000 partitions needs no more descriptors than the cache allows
+from its `files` cache (segment_files.SegmentFileCache, one per broker, owned by the LogManager),
+opening the file if needed, and pins it for the length of the call; the cache closes the least
+recently used unpinned files beyond its capacity. So a broker with 20,000 partitions needs no more descriptors than the cache allows
 (a restart with one descriptor per segment died with EMFILE), and a descriptor is never closed
 while a call (an fsync on a flush thread, a pread on the loop) is using it, so its number can
 never be reused under a running call.
@@ -32,10 +32,9 @@ from gregor.storage.config import LogConfig
 from gregor.storage.errors import CorruptIndexError, KafkaStorageError
 from gregor.storage.index import INT32_MAX, NO_TIMESTAMP, OffsetIndex, TimeIndex
 from gregor.storage.leader_epoch import LeaderEpochFileCache
-from gregor.storage.segment_files import (  # noqa: F401 - OPEN_FILES and its helpers are imported from here
+from gregor.storage.segment_files import (  # noqa: F401 - the cache and its helpers are imported from here
     DEFAULT_OPEN_FILES,
     LOG_SUFFIX,
-    OPEN_FILES,
     SegmentFile,
     SegmentFileCache,
     default_open_files_capacity,
@@ -101,8 +100,9 @@ class LogSegment(SegmentFile):
         roll_jitter_ms: int,
         created_ms: int,
         preallocated: bool,
+        files: SegmentFileCache,
     ) -> None:
-        super().__init__(dir, base_offset, suffix)
+        super().__init__(dir, base_offset, suffix, files)
         self.size = size
         self.offset_index = offset_index
         self.time_index = time_index
@@ -122,8 +122,10 @@ class LogSegment(SegmentFile):
     # --- construction -------------------------------------------------------------------
 
     @classmethod
-    def create(cls, dir: str, base_offset: int, config: LogConfig, now_ms: int, suffix: str = "") -> LogSegment:
-        """A new empty segment; stale files of the same name are replaced."""
+    def create(cls, dir: str, base_offset: int, config: LogConfig, now_ms: int, suffix: str = "",
+               files: SegmentFileCache | None = None) -> LogSegment:
+        """A new empty segment; stale files of the same name are replaced. `files`: the cache its
+        descriptor goes through (its log's; by default one of its own)."""
         path = os.path.join(dir, file_prefix(base_offset) + LOG_SUFFIX + suffix)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         preallocated = False
@@ -133,21 +135,24 @@ class LogSegment(SegmentFile):
                 preallocated = True
             except OSError as e:  # e.g. a file system without fallocate: carry on without
                 logger.warning("cannot preallocate %s: %s", path, e)
-        seg = cls._new(dir, base_offset, 0, config, now_ms, suffix, new=True, preallocated=preallocated)
+        seg = cls._new(dir, base_offset, 0, config, now_ms, suffix, new=True, preallocated=preallocated,
+                       files=files if files is not None else SegmentFileCache())
         seg._max_timestamp = NO_TIMESTAMP
         seg._next_offset = base_offset
-        OPEN_FILES.register(seg, fd)
+        seg.files.register(seg, fd)
         return seg
 
     @classmethod
-    def open(cls, dir: str, base_offset: int, config: LogConfig, now_ms: int, suffix: str = "") -> LogSegment:
+    def open(cls, dir: str, base_offset: int, config: LogConfig, now_ms: int, suffix: str = "",
+             files: SegmentFileCache | None = None) -> LogSegment:
         """An existing segment. Its indexes are checked lazily; call `sanity_check` to check now."""
         size = os.stat(os.path.join(dir, file_prefix(base_offset) + LOG_SUFFIX + suffix)).st_size  # no descriptor yet
-        return cls._new(dir, base_offset, size, config, now_ms, suffix, new=False, preallocated=False)
+        return cls._new(dir, base_offset, size, config, now_ms, suffix, new=False, preallocated=False,
+                        files=files if files is not None else SegmentFileCache())
 
     @classmethod
     def _new(cls, dir: str, base_offset: int, size: int, config: LogConfig, now_ms: int, suffix: str, *,
-             new: bool, preallocated: bool) -> LogSegment:
+             new: bool, preallocated: bool, files: SegmentFileCache) -> LogSegment:
         prefix = os.path.join(dir, file_prefix(base_offset))
         return cls(
             dir, base_offset, size,
@@ -155,7 +160,7 @@ class LogSegment(SegmentFile):
             TimeIndex(prefix + TIME_INDEX_SUFFIX + suffix, base_offset, config.max_time_index_entries, new=new),
             TransactionIndex(prefix + TXN_INDEX_SUFFIX + suffix, new=new),
             suffix=suffix, index_interval_bytes=config.index_interval_bytes, roll_jitter_ms=_jitter(config),
-            created_ms=now_ms, preallocated=preallocated,
+            created_ms=now_ms, preallocated=preallocated, files=files,
         )
 
     def __repr__(self) -> str:
@@ -170,7 +175,7 @@ class LogSegment(SegmentFile):
             self._ensure_offset_index()
             _, pos = self.offset_index.last_entry()
             nxt = self.base_offset
-            for h in self._iter_batches(pos if pos < self.size else 0):
+            for h in self.batches(pos if pos < self.size else 0):
                 nxt = h.next_offset
             self._next_offset = nxt
         return self._next_offset
@@ -183,7 +188,7 @@ class LogSegment(SegmentFile):
             logger.warning("%s; rebuilding the indexes of %s", e, self.log_path)
             self.rebuild_indexes()
             return
-        for h in self._iter_batches(pos if pos < self.size else 0):
+        for h in self.batches(pos if pos < self.size else 0):
             if h.max_timestamp > ts:
                 ts, offset = h.max_timestamp, h.last_offset
         self._max_timestamp = ts
@@ -218,32 +223,6 @@ class LogSegment(SegmentFile):
             self._rolling_base_timestamp = read_header(self.pread(HEADER_SIZE, 0)).max_timestamp
         return self._rolling_base_timestamp
 
-    def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
-        """Kafka's rule: record time since the first batch's timestamp, else wall time since creation."""
-        t = self.rolling_base_timestamp
-        if t is not None and t >= 0:
-            return message_timestamp - t
-        return now_ms - self.created_ms
-
-    def should_roll(
-        self, config: LogConfig, records_size: int, max_timestamp: int, max_offset: int, now_ms: int,
-        max_segment_ms: int | None = None,
-    ) -> str | None:
-        """Why an append of `records_size` bytes must go to a new segment, or None. `max_segment_ms`
-        is `config.max_segment_ms` if the caller has it at hand (LocalLog caches it: the property
-        parses cleanup.policy, a cost on every append)."""
-        if self.size > 0 and self.size + records_size > config.segment_bytes:
-            return "segment.bytes"
-        if max_segment_ms is None:
-            max_segment_ms = config.max_segment_ms
-        if self.size > 0 and self.time_waited_for_roll(now_ms, max_timestamp) > max_segment_ms - self.roll_jitter_ms:
-            return "segment.ms"
-        if self.offset_index.is_full or self.time_index.is_full:
-            return "index full"
-        if max_offset - self.base_offset > INT32_MAX:
-            return "relative offset overflow"
-        return None
-
     # --- append -------------------------------------------------------------------------
 
     def append(self, records: bytes | bytearray | memoryview, headers: list[BatchHeader]) -> None:
@@ -256,7 +235,8 @@ class LogSegment(SegmentFile):
         if self._max_timestamp is None:
             self._load_max_timestamp()
         position = self.size
-        fd = OPEN_FILES.acquire(self)  # inline, not SegmentFile.pwrite: one call less per Produce
+        files = self.files
+        fd = files.acquire(self)  # inline, not SegmentFile.pwrite: one call less per Produce
         try:
             pwrite_all(fd, records, position)
         except OSError as e:
@@ -266,7 +246,7 @@ class LogSegment(SegmentFile):
                 pass
             raise KafkaStorageError(f"append to {self.log_path} failed: {e}") from e
         finally:
-            OPEN_FILES.release(self)
+            files.release(self)
         max_ts = self._max_timestamp
         assert max_ts is not None
         offset_of_max = self._offset_of_max_timestamp
@@ -302,12 +282,9 @@ class LogSegment(SegmentFile):
         self._ensure_offset_index()
         return read_batches(self, start_offset, max_bytes, max_offset, min_one_batch)
 
-    def _iter_batches(self, start_position: int = 0, end_position: int | None = None) -> Iterator[BatchHeader]:
-        """Batch headers (with absolute positions) from `start_position`, reading in chunks."""
-        return iter_batches(self, start_position, end_position)
-
     def batches(self, start_position: int = 0) -> Iterator[BatchHeader]:
-        return self._iter_batches(start_position)
+        """Batch headers (with absolute positions) from `start_position`, reading in chunks."""
+        return iter_batches(self, start_position)
 
     def read_batch(self, header: BatchHeader) -> bytes:
         """The bytes of one batch found by `batches`/`translate_offset`."""
@@ -317,7 +294,7 @@ class LogSegment(SegmentFile):
         """The first batch whose last offset is >= `offset`, or None."""
         self._ensure_offset_index()
         _, pos = self.offset_index.lookup(offset)
-        for h in self._iter_batches(pos):
+        for h in self.batches(pos):
             if h.last_offset >= offset:
                 return h
         return None
@@ -326,8 +303,7 @@ class LogSegment(SegmentFile):
                                  rules: ValidationRules | None = None) -> tuple[int, int, int] | None:
         """(offset, timestamp, leader epoch) of the first record at or after `starting_offset`
         with a timestamp >= `timestamp`, or None (segment_scan.find_offset_by_timestamp)."""
-        self._ensure_offset_index()
-        self._ensure_time_index()
+        self.load_indexes()
         return find_offset_by_timestamp(self, timestamp, starting_offset, rules)
 
     # --- indexes ------------------------------------------------------------------------
@@ -337,15 +313,11 @@ class LogSegment(SegmentFile):
         check_indexes(self, next_offset_bound)
 
     def check_tail(self, next_offset_bound: int | None = None) -> int:
-        """The cheap check of a segment trusted after a clean shutdown: the batches from the last
-        offset-index entry to the end of the file frame exactly up to the file's end, each has
-        magic 2, a matching CRC and increasing offsets below `next_offset_bound` (the next
-        segment's base offset). Reads at most about index.interval.bytes plus the last batch.
-        Returns the segment's next offset; raises CorruptRecordError on any mismatch."""
+        """The cheap check of a segment trusted after a clean shutdown (segment_scan.check_tail):
+        returns its next offset; raises CorruptRecordError on any mismatch."""
         nxt = check_tail(self, next_offset_bound)
         self._next_offset = nxt
         return nxt
-
 
     def load_indexes(self) -> None:
         """Load both indexes into memory (the active segment appends to them)."""
@@ -376,7 +348,7 @@ class LogSegment(SegmentFile):
         """Rebuild both indexes from the batch headers (framing only, no CRC check)."""
         self.offset_index.reset()
         self.time_index.reset()
-        max_ts, offset_of_max, since = index_batches(self._iter_batches(0), self.index_interval_bytes,
+        max_ts, offset_of_max, since = index_batches(self.batches(0), self.index_interval_bytes,
                                                      self.offset_index, self.time_index)
         if max_ts >= 0:
             self.time_index.maybe_append(max_ts, offset_of_max)
@@ -393,21 +365,18 @@ class LogSegment(SegmentFile):
 
         Batch leader epochs newer than the cache's latest are assigned to `leader_epoch_cache`.
         """
-        fd = OPEN_FILES.acquire(self)
+        fd = self.files.acquire(self)
         try:
-            return self._recover(fd, leader_epoch_cache)
+            self.offset_index.reset()
+            self.time_index.reset()
+            file_size = os.fstat(fd).st_size
+            scan = scan_for_recovery(fd, self.log_path, self.base_offset, file_size, self.index_interval_bytes,
+                                     self.offset_index, self.time_index, leader_epoch_cache)
+            truncated = file_size - scan.valid_bytes
+            if truncated:
+                os.ftruncate(fd, scan.valid_bytes)
         finally:
-            OPEN_FILES.release(self)
-
-    def _recover(self, fd: int, leader_epoch_cache: LeaderEpochFileCache | None) -> int:
-        self.offset_index.reset()
-        self.time_index.reset()
-        file_size = os.fstat(fd).st_size
-        scan = scan_for_recovery(fd, self.log_path, self.base_offset, file_size, self.index_interval_bytes,
-                                 self.offset_index, self.time_index, leader_epoch_cache)
-        truncated = file_size - scan.valid_bytes
-        if truncated:
-            os.ftruncate(fd, scan.valid_bytes)
+            self.files.release(self)
         self.size = scan.valid_bytes
         self._next_offset = scan.next_offset
         self._bytes_since_last_index_entry = scan.bytes_since_last_index_entry
@@ -418,7 +387,6 @@ class LogSegment(SegmentFile):
         self.time_index.write_pending()
         self.txn_index.truncate_to(scan.next_offset)  # markers lost with a torn tail; replay re-adds the rest
         return truncated
-
 
     def truncate_to(self, offset: int, now_ms: int) -> int:
         """Remove the batch holding `offset` and everything after it. Returns bytes removed."""
@@ -469,7 +437,7 @@ class LogSegment(SegmentFile):
         """fsync the log and index files. Safe to call from another thread; a segment closed
         meanwhile (deleted or truncated away) is skipped."""
         try:
-            fd = OPEN_FILES.acquire(self)
+            fd = self.files.acquire(self)
         except KafkaStorageError:
             if self.closed:
                 return
@@ -484,7 +452,7 @@ class LogSegment(SegmentFile):
                 return
             raise
         finally:
-            OPEN_FILES.release(self)
+            self.files.release(self)
 
     def close(self, write_indexes: bool = True) -> None:
         if self.closed:
@@ -493,12 +461,7 @@ class LogSegment(SegmentFile):
             if write_indexes:
                 self.on_become_inactive()
         finally:
-            OPEN_FILES.close_segment(self)  # an fsync racing on another thread keeps its pin until done
-
-    def info(self, next_base: int) -> SegmentInfo:
-        return SegmentInfo(
-            self, self.base_offset, self.size, next_base, self.offset_index.entries, self.time_index.entries
-        )
+            self.files.close_segment(self)  # an fsync racing on another thread keeps its pin until done
 
     def change_suffix(self, new_suffix: str) -> None:
         """Rename the files, e.g. to `.deleted` before an asynchronous delete."""
@@ -522,3 +485,30 @@ class LogSegment(SegmentFile):
 
 def _jitter(config: LogConfig) -> int:
     return random.randrange(config.segment_jitter_ms) if config.segment_jitter_ms > 0 else 0
+
+
+def roll_reason(seg: LogSegment, config: LogConfig, records_size: int, max_timestamp: int, max_offset: int,
+                now_ms: int, max_segment_ms: int | None = None) -> str | None:
+    """Why an append of `records_size` bytes must go to a new segment rather than the active `seg`,
+    or None (Kafka's LogSegment.shouldRoll). `max_segment_ms` is `config.max_segment_ms` if the caller
+    has it at hand (LocalLog caches it: the property parses cleanup.policy, a cost on every append)."""
+    size = seg.size
+    if size > 0 and size + records_size > config.segment_bytes:
+        return "segment.bytes"
+    if max_segment_ms is None:
+        max_segment_ms = config.max_segment_ms
+    if size > 0 and time_waited_for_roll(seg, now_ms, max_timestamp) > max_segment_ms - seg.roll_jitter_ms:
+        return "segment.ms"
+    if seg.offset_index.is_full or seg.time_index.is_full:
+        return "index full"
+    if max_offset - seg.base_offset > INT32_MAX:
+        return "relative offset overflow"
+    return None
+
+
+def time_waited_for_roll(seg: LogSegment, now_ms: int, message_timestamp: int) -> int:
+    """Kafka's rule: record time since the segment's first batch timestamp, else wall time since its creation."""
+    t = seg.rolling_base_timestamp
+    if t is not None and t >= 0:
+        return message_timestamp - t
+    return now_ms - seg.created_ms

@@ -1,11 +1,12 @@
-"""A segment's `.log` file (SegmentFile, the base of LogSegment) and the process-wide cache of
-open segment descriptors, OPEN_FILES (see segment.py's docstring).
+"""A segment's `.log` file (SegmentFile, the base of LogSegment) and the cache of open segment
+descriptors it goes through, SegmentFileCache (see segment.py's docstring).
 
-A segment does not hold its `.log` file open: every use takes the descriptor from `OPEN_FILES`
+A segment does not hold its `.log` file open: every use takes the descriptor from its cache
 (opening the file if needed) and pins it for the length of the call; the cache closes the least
-recently used unpinned descriptors beyond its capacity (LogManager sets it from
-`gregor.log.open.files.max`). Pinned descriptors are never closed, so a descriptor number can
-never be reused under a running call.
+recently used unpinned descriptors beyond its capacity. Pinned descriptors are never closed, so a
+descriptor number can never be reused under a running call. One cache serves every segment of a
+broker: the LogManager owns it (capacity `log.segment.open.files.max`) and hands it to each log it
+opens; a log opened on its own (a tool, a test) gets a cache of its own.
 """
 
 from __future__ import annotations
@@ -40,17 +41,17 @@ def default_open_files_capacity() -> int:
 
 
 class SegmentFileCache:
-    """A bounded LRU of open segment `.log` descriptors, shared by every segment of the process.
+    """A bounded LRU of open segment `.log` descriptors, shared by every segment of a broker.
 
     `acquire` returns a descriptor pinned until `release`; pinned descriptors are never closed
     (eviction skips them and `close_segment` defers to the last release). Evicting costs the
-    segment nothing but one `open` at its next use.
+    segment nothing but one `open` at its next use. `capacity` 0: `default_open_files_capacity()`.
     """
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int = 0) -> None:
         self._lock = threading.Lock()
         self._open: OrderedDict[SegmentFile, None] = OrderedDict()
-        self.capacity = max(1, capacity)
+        self.capacity = max(1, capacity if capacity > 0 else default_open_files_capacity())
         self.opened = 0  # files opened since start (a measure of churn)
 
     def __len__(self) -> int:
@@ -123,8 +124,6 @@ class SegmentFileCache:
                 self._open.move_to_end(seg)
 
 
-OPEN_FILES = SegmentFileCache(default_open_files_capacity())
-
 
 def pread_exact(fd: int, size: int, position: int) -> bytes:
     data = os.pread(fd, size, position)
@@ -143,14 +142,15 @@ def pwrite_all(fd: int, data: bytes | bytearray | memoryview, position: int) -> 
 
 class SegmentFile:
     """The `.log` file of one segment, named `<base offset><.log><suffix>` in `dir`. It holds no
-    descriptor of its own: each call pins one from OPEN_FILES for its length (opening the file
-    if the cache closed it). `closed` is set by OPEN_FILES.close_segment."""
+    descriptor of its own: each call pins one from `files` for its length (opening the file if the
+    cache closed it). `closed` is set by the cache's `close_segment`."""
 
-    def __init__(self, dir: str, base_offset: int, suffix: str) -> None:
+    def __init__(self, dir: str, base_offset: int, suffix: str, files: SegmentFileCache) -> None:
         self.dir = dir
         self.base_offset = base_offset
         self.suffix = suffix
-        self._fd = -1  # owned by OPEN_FILES: use OPEN_FILES.acquire/release
+        self.files = files
+        self._fd = -1  # owned by `files`: use files.acquire/release
         self._pins = 0
         self.closed = False
 
@@ -160,47 +160,47 @@ class SegmentFile:
 
     def pread(self, size: int, position: int) -> bytes:
         """Exactly `size` bytes at `position` (CorruptRecordError if the file is shorter)."""
-        fd = OPEN_FILES.acquire(self)
+        fd = self.files.acquire(self)
         try:
             return pread_exact(fd, size, position)
         finally:
-            OPEN_FILES.release(self)
+            self.files.release(self)
 
     def pread_some(self, size: int, position: int) -> bytes:
         """Up to `size` bytes at `position` (fewer at the end of the file)."""
-        fd = OPEN_FILES.acquire(self)
+        fd = self.files.acquire(self)
         try:
             return os.pread(fd, size, position)
         finally:
-            OPEN_FILES.release(self)
+            self.files.release(self)
 
     def _ftruncate(self, size: int) -> None:
-        fd = OPEN_FILES.acquire(self)
+        fd = self.files.acquire(self)
         try:
             os.ftruncate(fd, size)
         finally:
-            OPEN_FILES.release(self)
+            self.files.release(self)
 
     def file_size(self) -> int:
         """The `.log` file's size on disk (may exceed the segment's size when preallocated or torn)."""
-        fd = OPEN_FILES.acquire(self)
+        fd = self.files.acquire(self)
         try:
             return os.fstat(fd).st_size
         finally:
-            OPEN_FILES.release(self)
+            self.files.release(self)
 
     def file_mtime_ms(self) -> int:
-        fd = OPEN_FILES.acquire(self)
+        fd = self.files.acquire(self)
         try:
             return int(os.fstat(fd).st_mtime * 1000)
         finally:
-            OPEN_FILES.release(self)
+            self.files.release(self)
 
     def dup_fd(self) -> int:
         """A new descriptor for the .log file, owned by the caller (see Log.open_segment_readers)."""
         assert not self.closed
-        fd = OPEN_FILES.acquire(self)
+        fd = self.files.acquire(self)
         try:
             return os.dup(fd)
         finally:
-            OPEN_FILES.release(self)
+            self.files.release(self)

@@ -11,7 +11,8 @@
 Only batch headers are parsed here; records are read only through the record validator
 (gregor.protocol.validator), by find_offset_by_timestamp. Each function reads through the segment's `pread`/`pread_some`
 (the open-files cache), or a descriptor its caller pinned, and changes no segment state: the
-LogSegment method that calls it applies what it returns.
+LogSegment method that calls it applies what it returns. What the walks read of a segment is the
+`ScannedSegment` protocol, which LogSegment (segment.py, above this module) satisfies.
 """
 
 from __future__ import annotations
@@ -20,16 +21,13 @@ import logging
 import os
 import struct
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
 from gregor.protocol.records import HEADER_SIZE, LOG_OVERHEAD, MAGIC, BatchHeader, compute_crc, read_header
 from gregor.protocol.validator import BatchValidationError, ValidationRules, record_timestamps
 from gregor.storage.errors import CorruptIndexError, CorruptRecordError
 from gregor.storage.index import INT32_MAX, NO_TIMESTAMP, OffsetIndex, TimeIndex
 from gregor.storage.leader_epoch import LeaderEpochFileCache
-
-if TYPE_CHECKING:
-    from gregor.storage.segment import LogSegment
 
 logger = logging.getLogger(__name__)
 
@@ -42,13 +40,37 @@ _SCAN_CHUNK_BYTES = 64 * 1024
 RECOVERY_CHUNK_BYTES = 8 * 1024 * 1024
 
 
+class ScannedSegment(Protocol):
+    """What the walks read of a segment (LogSegment): its file, size and indexes."""
+
+    base_offset: int
+    size: int  # bytes of whole, valid batches
+    index_interval_bytes: int
+    offset_index: OffsetIndex
+    time_index: TimeIndex
+
+    @property
+    def log_path(self) -> str: ...
+
+    @property
+    def next_offset(self) -> int: ...
+
+    def pread(self, size: int, position: int) -> bytes: ...
+
+    def pread_some(self, size: int, position: int) -> bytes: ...
+
+    def file_size(self) -> int: ...
+
+    def read_batch(self, header: BatchHeader) -> bytes: ...
+
+
 class SegmentRead(NamedTuple):
     records: memoryview  # whole batches; empty when max_offset or max_bytes allowed none
     position: int  # file position of the first batch
     next_offset: int  # offset to fetch next: after the last batch returned (or of the first not returned)
 
 
-def iter_batches(seg: LogSegment, start_position: int = 0, end_position: int | None = None) -> Iterator[BatchHeader]:
+def iter_batches(seg: ScannedSegment, start_position: int = 0, end_position: int | None = None) -> Iterator[BatchHeader]:
     """Batch headers (with absolute positions) from `start_position`, reading in chunks."""
     end = seg.size if end_position is None else end_position
     pos = start_position
@@ -69,7 +91,7 @@ def iter_batches(seg: LogSegment, start_position: int = 0, end_position: int | N
         pos += h.size
 
 
-def read_batches(seg: LogSegment, start_offset: int, max_bytes: int, max_offset: int,
+def read_batches(seg: ScannedSegment, start_offset: int, max_bytes: int, max_offset: int,
                  min_one_batch: bool) -> SegmentRead | None:
     """LogSegment.read (see there); the segment's offset index must be loaded."""
     size = seg.size
@@ -145,7 +167,7 @@ def read_batches(seg: LogSegment, start_offset: int, max_bytes: int, max_offset:
     return SegmentRead(memoryview(buf)[start - pos : end - pos], start, next_offset)
 
 
-def check_indexes(seg: LogSegment, next_offset_bound: int | None) -> None:
+def check_indexes(seg: ScannedSegment, next_offset_bound: int | None) -> None:
     """The index files exist and agree with the log: whole entries, last entries inside the
     segment (offsets below `next_offset_bound`, the next segment's base offset, or the segment's
     next offset). Raises CorruptIndexError."""
@@ -175,7 +197,7 @@ def index_batches(headers: Iterator[BatchHeader], interval: int, offset_index: O
     return max_ts, offset_of_max, since
 
 
-def find_offset_by_timestamp(seg: LogSegment, timestamp: int, starting_offset: int,
+def find_offset_by_timestamp(seg: ScannedSegment, timestamp: int, starting_offset: int,
                              rules: ValidationRules | None) -> tuple[int, int, int] | None:
     """(offset, timestamp, leader epoch) of the first record at or after `starting_offset` with a
     timestamp >= `timestamp`, or None; the segment's indexes must be loaded. Reads the one batch
@@ -198,8 +220,12 @@ def find_offset_by_timestamp(seg: LogSegment, timestamp: int, starting_offset: i
     return None
 
 
-def check_tail(seg: LogSegment, next_offset_bound: int | None) -> int:
-    """LogSegment.check_tail (see there): returns the segment's next offset."""
+def check_tail(seg: ScannedSegment, next_offset_bound: int | None) -> int:
+    """The cheap check of a segment trusted after a clean shutdown: the batches from the last
+    offset-index entry to the end of the file frame exactly up to the file's end, each has magic 2,
+    a matching CRC and increasing offsets below `next_offset_bound` (the next segment's base
+    offset). Reads at most about index.interval.bytes plus the last batch. Returns the segment's
+    next offset; raises CorruptRecordError on any mismatch."""
     file_size = seg.file_size()
     if file_size != seg.size:
         raise CorruptRecordError(f"{seg.log_path}: file size {file_size} is not the loaded size {seg.size}")

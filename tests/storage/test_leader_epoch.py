@@ -70,3 +70,21 @@ def test_corrupt_file_starts_empty(tmp_path) -> None:
     (tmp_path / "leader-epoch-checkpoint").write_text("0\n3\n1 0\n")
     c = cache(tmp_path)
     assert c.entries() == []
+
+
+def test_entries_without_records_are_not_written(tmp_path) -> None:
+    """An epoch beginning at or after the log end offset holds no record: a load drops it, so no write."""
+    c = cache(tmp_path)
+    c.assign(0, 0)
+    assert c.dirty and not c.needs_flush(0)
+    c.flush(0)
+    assert not (tmp_path / "leader-epoch-checkpoint").exists()
+    assert c.needs_flush(3)
+    c.flush(3)
+    c.assign(1, 3)  # a new leader at the LEO
+    assert not c.needs_flush(3) and c.needs_flush(4)
+    assert cache(tmp_path).entries() == [EpochEntry(0, 0)]
+    c.truncate_from_end(0)
+    assert c.needs_flush(0)
+    c.flush(0)
+    assert cache(tmp_path).entries() == []
