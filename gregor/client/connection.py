@@ -9,6 +9,11 @@ views into that buffer: they are valid until the connection's next `receive`.
 Requests may be pipelined (`send` several, then `receive` each): Kafka answers a connection's
 requests in order. Any failure closes the connection and raises BrokerUnavailableError (retriable:
 the caller reconnects) or AuthenticationError (not retriable).
+
+`receive_later()` starts reading the next response on a helper thread (recv_into releases the GIL),
+into the other of two buffers, so the reader decodes one response while the next one arrives; the
+next `receive` returns it. Socket operations never overlap (the next request is sent only after the
+previous response is in), so this is safe over TLS too.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ import collections
 import socket
 import ssl
 import struct
+import threading
+from concurrent.futures import Future
 from typing import Any
 
 from gregor.client.errors import AuthenticationError, BrokerUnavailableError
@@ -57,8 +64,10 @@ class Connection:
         self.cfg = cfg
         self._tls = tls
         self._sock: socket.socket | None = None
-        self._buf = bytearray(_FIRST_BUFFER_BYTES)
+        self._bufs = [bytearray(_FIRST_BUFFER_BYTES), bytearray(_FIRST_BUFFER_BYTES)]
+        self._next_buf = 0
         self._pending: collections.deque[tuple[int, Api, int]] = collections.deque()
+        self._early: Future[Struct] | None = None  # the oldest response, being read by the helper thread
         self._cid = 0
         self.versions: dict[int, tuple[int, int]] = {}
 
@@ -151,21 +160,45 @@ class Connection:
             raise BrokerUnavailableError(f"sending {api.name} to {self} failed: {e}") from None
 
     def receive(self) -> Struct:
-        """The answer to the oldest request sent. Its byte fields are views of this connection's buffer,
-        valid until the next receive."""
+        """The answer to the oldest request sent. Its byte fields are views of one of this connection's two
+        buffers, valid until the receive after next."""
+        early, self._early = self._early, None
+        if early is not None:
+            return early.result()
+        return self._receive()
+
+    def receive_later(self) -> None:
+        """Start reading the answer to the oldest request sent on a helper thread; `receive` returns it."""
+        if self._early is not None or not self._pending or self._sock is None:
+            return
+        fut: Future[Struct] = Future()
+
+        def run() -> None:
+            try:
+                fut.set_result(self._receive())
+            except BaseException as e:  # handed to the caller by receive()
+                fut.set_exception(e)
+
+        self._early = fut
+        threading.Thread(target=run, name=f"gregor-reader-{self.node_id}", daemon=True).start()
+
+    def _receive(self) -> Struct:
         if self._sock is None or not self._pending:
             raise BrokerUnavailableError(f"nothing to receive from {self}")
         cid, api, version = self._pending.popleft()
+        i = self._next_buf
+        self._next_buf = 1 - i
         try:
-            self._read_into(memoryview(self._buf)[:4])
-            (size,) = _SIZE.unpack_from(self._buf, 0)
+            buf = self._bufs[i]
+            self._read_into(memoryview(buf)[:4])
+            (size,) = _SIZE.unpack_from(buf, 0)
             if size < 4 or size > self.cfg.receive_message_max_bytes:
                 raise BrokerUnavailableError(f"{self} sent a response of {size} bytes (receive.message.max.bytes "
                                              f"is {self.cfg.receive_message_max_bytes})")
-            if size > len(self._buf):
-                # A new buffer rather than a resize: views of the previous response may still exist.
-                self._buf = bytearray(max(size, min(2 * len(self._buf), self.cfg.receive_message_max_bytes)))
-            frame = memoryview(self._buf)[:size]
+            if size > len(buf):
+                # A new buffer rather than a resize: views of an earlier response may still exist.
+                buf = self._bufs[i] = bytearray(max(size, min(2 * len(buf), self.cfg.receive_message_max_bytes)))
+            frame = memoryview(buf)[:size]
             self._read_into(frame)
             got, body = decode_response(frame, api, version)
         except (OSError, EOFError) as e:

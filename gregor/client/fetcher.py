@@ -228,6 +228,7 @@ class Fetcher:
             return
         if self._send(node, go, bound):
             self.stats.prefetched += 1
+            self.cluster.connection(node).receive_later()
 
     def _decode(self, c: Cursor, p: Struct, records: memoryview) -> Iterator[tuple[Cursor, tuple[Any, ...]]]:
         d = c.decoder
