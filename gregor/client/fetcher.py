@@ -70,8 +70,9 @@ class FetchStats:
     fetches: int = 0
     response_bytes: int = 0
     retries: int = 0
-    prefetched: int = 0
+    prefetched: int = 0  # fetches sent before the previous response was decoded
     decode_s: float = 0.0
+    bytes_by_node: dict[int, int] = field(default_factory=dict)  # record bytes fetched from each broker
 
 
 class Fetcher:
@@ -192,6 +193,7 @@ class Fetcher:
                     ready.append((c, p, records))
                     size += len(records)
         self.stats.response_bytes += size
+        self.stats.bytes_by_node[node] = self.stats.bytes_by_node.get(node, 0) + size
         self._prefetch(node, [c for c, _, _ in ready], size)
         for c, p, records in ready:
             yield from self._decode(c, p, records)
