@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from gregor.client.arrow import ArrowReader, ByTimestamp, read_arrow, read_arrow_batches
+    from gregor.client.decoder import buffer_pool_bytes
     from gregor.client.errors import (
         AuthenticationError,
         BrokerUnavailableError,
@@ -24,10 +25,11 @@ _LAZY = {
     "read_arrow_batches": "gregor.client.arrow", "ReaderError": "gregor.client.errors",
     "AuthenticationError": "gregor.client.errors", "BrokerUnavailableError": "gregor.client.errors",
     "CorruptBatchError": "gregor.client.errors", "OffsetOutOfRangeError": "gregor.client.errors",
+    "buffer_pool_bytes": "gregor.client.decoder",
 }
 __all__ = [
     "ArrowReader", "AuthenticationError", "BrokerUnavailableError", "ByTimestamp", "CorruptBatchError",
-    "OffsetOutOfRangeError", "ReaderError", "read_arrow", "read_arrow_batches",
+    "OffsetOutOfRangeError", "ReaderError", "buffer_pool_bytes", "read_arrow", "read_arrow_batches",
 ]
 
 

@@ -8,7 +8,7 @@
  * keeps only offsets in [start, end), and under read_committed drops the batches of aborted
  * transactions from the Fetch response's aborted list, as Kafka's consumer does. Compressed batches
  * are handed to a Python callable that decompresses them into a reused buffer: per batch, not per
- * record. The record walk of a batch runs without the GIL (it reacquires it only to grow a buffer).
+ * record. The record walk of a batch runs without the GIL (buffers live outside Python's allocator).
  *
  * gregor/client/pydecoder.py is the same Decoder in pure Python, for installs without a compiler.
  */
@@ -203,49 +203,224 @@ static inline int read_varlong(const uint8_t **pp, const uint8_t *end, int64_t *
 
 /* ---- growing buffers ------------------------------------------------------------------------ */
 
+/* Column buffers live outside Python's allocator. A large one (from 128 KiB) is an anonymous mapping
+ * that grows with mremap, moving pages rather than bytes. Writing a table of hundreds of MB into fresh
+ * memory costs a page fault per 4 KiB: before this, faults were most of the reader's time. So a freed
+ * mapping goes to a pool (up to `pool_max_bytes`, process-wide) and the next buffer reuses it:
+ * a reader that reads again and again (a Spark executor, a polling service, a benchmark) writes into
+ * memory already mapped. Pooled mappings are marked MADV_FREE, as jemalloc does with freed memory:
+ * the kernel takes their pages back whenever it needs them, so the pool never holds memory the
+ * system wants. Smaller buffers come from malloc. None of this needs the GIL. */
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+#define HAVE_MREMAP 1
+#endif
+#define MAP_MIN_BYTES ((Py_ssize_t)128 << 10)
+#define MAP_UNIT_BYTES ((Py_ssize_t)64 << 10)
+
 typedef struct {
-    PyObject *obj; /* a bytearray of `cap` bytes, of which `len` are used */
     char *p;
-    Py_ssize_t len;
-    Py_ssize_t cap;
+    Py_ssize_t len; /* bytes used */
+    Py_ssize_t cap; /* bytes allocated */
+    int mapped;     /* p is a mapping of cap bytes, else malloc'ed */
 } Buf;
 
-/* Make room for `extra` more bytes, a fresh buffer for at least `hint` (the size it is expected to
- * reach: reserved, not touched, so it costs no memory until written, and it never has to be copied
- * to grow). Needs the GIL. */
+static Py_ssize_t round_up(Py_ssize_t n, Py_ssize_t unit) { return (n + unit - 1) / unit * unit; }
+
+#ifdef HAVE_MREMAP
+#define POOL_SLOTS 512
+static struct {
+    char *p;
+    Py_ssize_t cap;  /* bytes mapped */
+    Py_ssize_t used; /* bytes written, at most: what the mapping holds in memory */
+} pool[POOL_SLOTS]; /* oldest first */
+static int pool_n;
+static Py_ssize_t pool_bytes, pool_max_bytes; /* bytes written into pooled mappings, and the cap on them */
+static PyThread_type_lock pool_lock;
+
+/* Give a mapping to the pool (`used` of its `cap` bytes written), evicting the oldest ones past the cap
+ * on pooled memory; unmap it if it does not fit. It is marked MADV_FREE before anyone can take it
+ * from the pool (after, it would drop what they wrote). */
+static void pool_put(char *p, Py_ssize_t cap, Py_ssize_t used) {
+    char *evict[POOL_SLOTS];
+    Py_ssize_t evict_cap[POOL_SLOTS];
+    int n_evict = 0;
+    used = round_up(used, 4096);
+    if (used > cap) used = cap;
+    if (used > pool_max_bytes) {
+        munmap(p, (size_t)cap);
+        return;
+    }
+#ifdef MADV_FREE
+    if (used > 0) madvise(p, (size_t)used, MADV_FREE);
+#endif
+    PyThread_acquire_lock(pool_lock, WAIT_LOCK);
+    while (pool_n > 0 && (pool_n == POOL_SLOTS || pool_bytes + used > pool_max_bytes)) {
+        evict[n_evict] = pool[0].p;
+        evict_cap[n_evict++] = pool[0].cap;
+        pool_bytes -= pool[0].used;
+        memmove(&pool[0], &pool[1], sizeof(pool[0]) * (size_t)(--pool_n));
+    }
+    pool[pool_n].p = p;
+    pool[pool_n].cap = cap;
+    pool[pool_n].used = used;
+    pool_n++;
+    pool_bytes += used;
+    PyThread_release_lock(pool_lock);
+    for (int i = 0; i < n_evict; i++) munmap(evict[i], (size_t)evict_cap[i]);
+}
+
+/* A pooled mapping of at least `want` bytes: the smallest that fits (a builder asks for the size its
+ * kind of buffer had last time, so like gets like), else the largest, grown with mremap; or NULL when
+ * the pool is empty. */
+static char *pool_get(Py_ssize_t want, Py_ssize_t *cap) {
+    PyThread_acquire_lock(pool_lock, WAIT_LOCK);
+    int best = -1, largest = -1;
+    for (int i = 0; i < pool_n; i++) {
+        if (pool[i].cap >= want && (best < 0 || pool[i].cap < pool[best].cap)) best = i;
+        if (largest < 0 || pool[i].cap > pool[largest].cap) largest = i;
+    }
+    int k = best >= 0 ? best : largest;
+    char *p = NULL;
+    Py_ssize_t c = 0;
+    if (k >= 0) {
+        p = pool[k].p;
+        c = pool[k].cap;
+        pool_bytes -= pool[k].used;
+        memmove(&pool[k], &pool[k + 1], sizeof(pool[0]) * (size_t)(pool_n - k - 1));
+        pool_n--;
+    }
+    PyThread_release_lock(pool_lock);
+    if (p != NULL && c < want) {
+        char *q = mremap(p, (size_t)c, (size_t)want, MREMAP_MAYMOVE);
+        if (q == MAP_FAILED) {
+            munmap(p, (size_t)c);
+            return NULL;
+        }
+        p = q;
+        c = want;
+    }
+    *cap = c;
+    return p;
+}
+
+static void pool_trim(Py_ssize_t max_bytes) {
+    PyThread_acquire_lock(pool_lock, WAIT_LOCK);
+    pool_max_bytes = max_bytes;
+    while (pool_n > 0 && pool_bytes > pool_max_bytes) {
+        munmap(pool[0].p, (size_t)pool[0].cap);
+        pool_bytes -= pool[0].used;
+        memmove(&pool[0], &pool[1], sizeof(pool[0]) * (size_t)(--pool_n));
+    }
+    PyThread_release_lock(pool_lock);
+}
+#endif
+
+static void buf_free(Buf *b) {
+#ifdef HAVE_MREMAP
+    if (b->mapped) {
+        if (b->p != NULL && b->cap > 0) pool_put(b->p, b->cap, b->len);
+        return;
+    }
+#endif
+    PyMem_RawFree(b->p);
+}
+
+/* Make room for `extra` more bytes; a fresh buffer gets at least `hint` (the size it is expected to
+ * reach: reserved, not touched, so it costs no memory until written, and it does not have to move
+ * to grow). Returns 0, or -1 when out of memory (no Python error set: the caller may not hold the GIL). */
 static int buf_grow(Buf *b, Py_ssize_t extra, Py_ssize_t hint) {
     Py_ssize_t need = b->len + extra;
     if (need <= b->cap) return 0;
     Py_ssize_t cap = b->cap * 2;
     if (cap < need) cap = need;
-    if (b->obj == NULL && cap < hint) cap = hint;
+    if (b->p == NULL && cap < hint) cap = hint;
     if (cap < 4096) cap = 4096;
-    if (b->obj == NULL) {
-        b->obj = PyByteArray_FromStringAndSize(NULL, cap);
-        if (b->obj == NULL) return -1;
-    } else if (PyByteArray_Resize(b->obj, cap) < 0) {
-        return -1;
+#ifdef HAVE_MREMAP
+    if (cap >= MAP_MIN_BYTES) {
+        cap = round_up(cap, MAP_UNIT_BYTES);
+        char *q;
+        if (b->mapped) {
+            q = mremap(b->p, (size_t)b->cap, (size_t)cap, MREMAP_MAYMOVE);
+            if (q == MAP_FAILED) return -1;
+        } else {
+            Py_ssize_t got = 0;
+            q = pool_get(cap, &got);
+            if (q != NULL) {
+                cap = got;
+            } else {
+                q = mmap(NULL, (size_t)cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                if (q == MAP_FAILED) return -1;
+            }
+            if (b->len > 0) memcpy(q, b->p, (size_t)b->len);
+            PyMem_RawFree(b->p);
+            b->mapped = 1;
+        }
+        b->p = q;
+        b->cap = cap;
+        return 0;
     }
-    b->p = PyByteArray_AS_STRING(b->obj);
+#endif
+    char *q = PyMem_RawRealloc(b->p, (size_t)cap);
+    if (q == NULL) return -1;
+    b->p = q;
     b->cap = cap;
     return 0;
 }
 
-/* The buffer's bytearray cut to its used length (a new reference), leaving the Buf empty. */
-static PyObject *buf_take(Buf *b) {
-    PyObject *o = b->obj;
-    if (o == NULL) return PyByteArray_FromStringAndSize(NULL, 0);
-    if (PyByteArray_Resize(o, b->len) < 0) return NULL;
-    b->obj = NULL;
+static void buf_clear(Buf *b) {
+    buf_free(b);
     b->p = NULL;
     b->len = b->cap = 0;
-    return o;
+    b->mapped = 0;
 }
 
-static void buf_clear(Buf *b) {
-    Py_CLEAR(b->obj);
+/* Memory handed to Python: a column buffer (read-only bytes pyarrow wraps without a copy, freed when
+ * the last Arrow array using it goes) or, from allocate(), a writable receive buffer. */
+typedef struct {
+    PyObject_HEAD
+    Buf b;
+    int writable;
+} ColumnBuffer;
+
+static int ColumnBuffer_getbuffer(ColumnBuffer *self, Py_buffer *view, int flags) {
+    static char empty[1];
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->b.p ? self->b.p : empty, self->b.len, !self->writable,
+                             flags);
+}
+
+static void ColumnBuffer_dealloc(ColumnBuffer *self) {
+    buf_clear(&self->b);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static Py_ssize_t ColumnBuffer_len(ColumnBuffer *self) { return self->b.len; }
+
+static PyBufferProcs ColumnBuffer_as_buffer = {(getbufferproc)ColumnBuffer_getbuffer, NULL};
+static PySequenceMethods ColumnBuffer_as_sequence = {.sq_length = (lenfunc)ColumnBuffer_len};
+
+static PyTypeObject ColumnBufferType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "gregor.client._arrowbatch.ColumnBuffer",
+    .tp_basicsize = sizeof(ColumnBuffer),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Memory of one Arrow buffer built by a Decoder (read-only), or from allocate() (writable).",
+    .tp_dealloc = (destructor)ColumnBuffer_dealloc,
+    .tp_as_buffer = &ColumnBuffer_as_buffer,
+    .tp_as_sequence = &ColumnBuffer_as_sequence,
+};
+
+/* The buffer as a ColumnBuffer (a new reference), leaving the Buf empty. Its capacity past `len` stays
+ * reserved but costs nothing: pages never written are never faulted in. */
+static PyObject *buf_take(Buf *b) {
+    ColumnBuffer *o = PyObject_New(ColumnBuffer, &ColumnBufferType);
+    if (o == NULL) return NULL;
+    o->b = *b;
+    o->writable = 0;
     b->p = NULL;
     b->len = b->cap = 0;
+    b->mapped = 0;
+    return (PyObject *)o;
 }
 
 /* ---- the decoder ---------------------------------------------------------------------------- */
@@ -279,28 +454,15 @@ typedef struct {
     Py_ssize_t n_active, cap_active;
     /* counters for tests and metrics */
     int64_t batches, control_batches, aborted_batches, compressed_batches, records_seen;
-    int busy;
-    PyThreadState *ts; /* set while the record walk runs without the GIL */
+    int busy; /* a feed is running (its record walk without the GIL): other threads must keep off */
     Py_ssize_t hint_rows, hint_bytes; /* what a builder is expected to reach (feed's max_rows, max_bytes) */
 } Decoder;
 
 static PyObject *CorruptRecordError;
 
-static inline void gil_acquire(Decoder *d) {
-    if (d->ts != NULL) {
-        PyEval_RestoreThread(d->ts);
-        d->ts = NULL;
-    }
-}
-
 static int grow(Decoder *d, int which, Py_ssize_t extra) {
     Buf *b = &d->b[which];
     if (b->len + extra <= b->cap) return 0;
-    PyThreadState *saved = d->ts;
-    if (saved != NULL) {
-        PyEval_RestoreThread(saved);
-        d->ts = NULL;
-    }
     Py_ssize_t rows = d->hint_rows + 1, hint;
     switch (which) {
         case B_OFFSET: case B_TS: hint = rows * 8; break;
@@ -310,9 +472,7 @@ static int grow(Decoder *d, int which, Py_ssize_t extra) {
         case B_KDATA: hint = d->hint_bytes / 8; break;
         default: hint = 0; /* headers: rare, they grow as they come */
     }
-    int r = buf_grow(b, extra, hint);
-    if (saved != NULL) d->ts = PyEval_SaveThread();
-    return r;
+    return buf_grow(b, extra, hint);
 }
 
 static void decoder_reset_builders(Decoder *d) {
@@ -545,8 +705,8 @@ static inline int append_var(Decoder *d, int valid_buf, int offs_buf, int data_b
     return 0;
 }
 
-/* The records of one batch body (uncompressed) appended to the columns. Returns 0, -1 with `err`
- * set (corrupt data), or -2 with a Python exception set (no memory). */
+/* The records of one batch body (uncompressed) appended to the columns, without the GIL. Returns 0,
+ * -1 with `err` set (corrupt data), or -2 (out of memory). */
 static int walk_records(Decoder *d, const BatchInfo *bi, const uint8_t *p, const uint8_t *end, WalkError *err) {
     const int64_t start = d->start, stop = d->end, scale = d->ts_scale;
     const int want_key = d->want_key, want_value = d->want_value, want_headers = d->want_headers;
@@ -772,19 +932,27 @@ static PyObject *Decoder_feed(Decoder *d, PyObject *args) {
             }
             if (reserve_batch(d, records, body_end - body) < 0) {
                 if (have_plain) PyBuffer_Release(&plain);
+                PyErr_NoMemory();
                 goto out;
             }
             BatchInfo bi = {base_offset, base_ts, max_ts, records, (attrs & 0x08) != 0};
-            int large = records >= 64;
-            if (large) d->ts = PyEval_SaveThread();
-            int r = walk_records(d, &bi, body, body_end, &err);
-            gil_acquire(d);
+            int r;
+            if (records >= 64) { /* worth letting other threads run (e.g. the one receiving the next fetch) */
+                Py_BEGIN_ALLOW_THREADS
+                r = walk_records(d, &bi, body, body_end, &err);
+                Py_END_ALLOW_THREADS
+            } else {
+                r = walk_records(d, &bi, body, body_end, &err);
+            }
             if (have_plain) PyBuffer_Release(&plain);
             if (r == -1) {
                 PyErr_SetString(CorruptRecordError, err.msg);
                 goto out;
             }
-            if (r == -2) goto out;
+            if (r == -2) {
+                PyErr_NoMemory();
+                goto out;
+            }
         } else if (have_plain) {
             PyBuffer_Release(&plain);
         }
@@ -922,7 +1090,52 @@ static PyObject *py_crc32c(PyObject *m, PyObject *arg) {
     return PyLong_FromUnsignedLong(c);
 }
 
+/* allocate(size) -> a writable ColumnBuffer of `size` bytes, from the pool where it can (for receive
+ * buffers: a reader that reads again reuses the memory of the last one). */
+static PyObject *allocate(PyObject *m, PyObject *arg) {
+    Py_ssize_t size = PyLong_AsSsize_t(arg);
+    if (size == -1 && PyErr_Occurred()) return NULL;
+    if (size < 0) {
+        PyErr_SetString(PyExc_ValueError, "size must be >= 0");
+        return NULL;
+    }
+    ColumnBuffer *o = PyObject_New(ColumnBuffer, &ColumnBufferType);
+    if (o == NULL) return NULL;
+    memset(&o->b, 0, sizeof(o->b));
+    o->writable = 1;
+    if (size > 0 && buf_grow(&o->b, size, size) < 0) {
+        Py_DECREF(o);
+        return PyErr_NoMemory();
+    }
+    o->b.len = size;
+    return (PyObject *)o;
+}
+
+/* pool_bytes(max_bytes=None) -> (max, held): set the cap of the pool of freed mappings (0 turns it off) */
+static PyObject *pool_size(PyObject *m, PyObject *args) {
+    PyObject *arg = Py_None;
+    if (!PyArg_ParseTuple(args, "|O", &arg)) return NULL;
+#ifdef HAVE_MREMAP
+    if (arg != Py_None) {
+        Py_ssize_t n = PyLong_AsSsize_t(arg);
+        if (n == -1 && PyErr_Occurred()) return NULL;
+        if (n < 0) {
+            PyErr_SetString(PyExc_ValueError, "the pool size must be >= 0");
+            return NULL;
+        }
+        pool_trim(n);
+    }
+    return Py_BuildValue("nn", pool_max_bytes, pool_bytes);
+#else
+    return Py_BuildValue("nn", (Py_ssize_t)0, (Py_ssize_t)0);
+#endif
+}
+
 static PyMethodDef module_methods[] = {
+    {"allocate", allocate, METH_O, "allocate(size) -> a writable buffer of size bytes (pooled memory)"},
+    {"pool_bytes", pool_size, METH_VARARGS,
+     "pool_bytes(max_bytes=None) -> (max_bytes, held_bytes): the cap on freed buffer memory kept for reuse "
+     "(process-wide; 0 turns the pool off)"},
     {"scan", scan, METH_O, "scan(record_set) -> (next offset after the complete batches or -1, their bytes)"},
     {"crc32c", py_crc32c, METH_O, "crc32c(data) -> CRC32C of data (the one the decoder checks batches with)"},
     {NULL}};
@@ -943,7 +1156,17 @@ PyMODINIT_FUNC PyInit__arrowbatch(void) {
         crc_zeros(crc_short, CRC_SHORT);
     }
 #endif
-    if (PyType_Ready(&DecoderType) < 0) return NULL;
+    if (PyType_Ready(&DecoderType) < 0 || PyType_Ready(&ColumnBufferType) < 0) return NULL;
+#ifdef HAVE_MREMAP
+    pool_lock = PyThread_allocate_lock();
+    if (pool_lock == NULL) return PyErr_NoMemory();
+    /* By default an eighth of the machine's memory, at most 1 GiB: enough for the last few tables a
+     * process read, little next to what it has (and the kernel reclaims MADV_FREE pages under pressure). */
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    pool_max_bytes = (Py_ssize_t)1 << 30;
+    if (pages > 0 && page > 0 && (Py_ssize_t)pages / 8 * page < pool_max_bytes)
+        pool_max_bytes = (Py_ssize_t)pages / 8 * page;
+#endif
     PyObject *m = PyModule_Create(&moduledef);
     if (m == NULL) return NULL;
     CorruptRecordError = PyErr_NewExceptionWithDoc("gregor.client._arrowbatch.CorruptRecordError",

@@ -27,6 +27,13 @@ with OffsetOutOfRangeError.
 
 It speaks only the Kafka protocol (Metadata, ListOffsets, Fetch v4-12), so it reads Kafka brokers as
 well as Gregor's.
+
+Memory: a read holds at most two Fetch responses per broker (one decoded, one arriving: see
+queued.max.messages.kbytes) and the RecordBatches being built (arrow.batch.max.records / .bytes). The
+column buffers of tables a process has dropped are kept for reuse by its next reads, up to
+`gregor.client.buffer_pool_bytes()` (an eighth of the machine's memory, at most 1 GiB; the kernel may
+take them back whenever it needs the memory): writing into memory already mapped saves the page faults
+that otherwise cost a fresh read much of its time.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ import threading
 from concurrent.futures import Future
 from typing import Any
 
+from gregor.client.decoder import receive_buffer
 from gregor.client.errors import AuthenticationError, BrokerUnavailableError
 from gregor.client.reader_config import ReaderConfig
 from gregor.protocol.apis import BY_KEY
@@ -64,7 +65,7 @@ class Connection:
         self.cfg = cfg
         self._tls = tls
         self._sock: socket.socket | None = None
-        self._bufs = [bytearray(_FIRST_BUFFER_BYTES), bytearray(_FIRST_BUFFER_BYTES)]
+        self._bufs = [receive_buffer(_FIRST_BUFFER_BYTES), receive_buffer(_FIRST_BUFFER_BYTES)]
         self._next_buf = 0
         self._pending: collections.deque[tuple[int, Api, int]] = collections.deque()
         self._early: Future[Struct] | None = None  # the oldest response, being read by the helper thread
@@ -197,7 +198,7 @@ class Connection:
                                              f"is {self.cfg.receive_message_max_bytes})")
             if size > len(buf):
                 # A new buffer rather than a resize: views of an earlier response may still exist.
-                buf = self._bufs[i] = bytearray(max(size, min(2 * len(buf), self.cfg.receive_message_max_bytes)))
+                buf = self._bufs[i] = receive_buffer(max(size, min(2 * len(buf), self.cfg.receive_message_max_bytes)))
             frame = memoryview(buf)[:size]
             self._read_into(frame)
             got, body = decode_response(frame, api, version)

@@ -22,5 +22,23 @@ scan = _impl.scan
 EXHAUSTED: int = _impl.EXHAUSTED
 FULL: int = _impl.FULL
 DONE: int = _impl.DONE
+
+
+def receive_buffer(size: int) -> bytearray | memoryview:
+    """A writable buffer of `size` bytes for a Fetch response: from the extension's pool of mappings
+    (memory a previous read used, already faulted in), or a bytearray."""
+    if C_DECODER:
+        return memoryview(_impl.allocate(size))
+    return bytearray(size)
+
+
+def buffer_pool_bytes(max_bytes: int | None = None) -> tuple[int, int]:
+    """(cap, bytes held) of the process-wide pool of freed buffer memory kept for reuse; `max_bytes` sets
+    the cap (0 turns the pool off). Without the extension there is no pool: (0, 0)."""
+    if C_DECODER:
+        return _impl.pool_bytes(max_bytes)  # type: ignore[no-any-return]
+    return 0, 0
+
+
 # Either implementation's error: the fallback's class, or the extension's (a ValueError too).
 CorruptRecordError: tuple[type[ValueError], ...] = (pydecoder.CorruptRecordError, _impl.CorruptRecordError)

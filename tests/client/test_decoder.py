@@ -216,3 +216,24 @@ def test_layout_is_checked() -> None:
         ArrowLayout(timestamp_unit="ns")
     assert LAYOUT.arrow_schema().names == ["partition", "offset", "timestamp", "timestampType", "key", "value",
                                            "headers"]
+
+
+def test_reused_buffer_memory_holds_no_stale_bytes() -> None:
+    """Large buffers come back from the pool of freed mappings with the last read's bytes in them: what is
+    built on them must still equal a fresh decode (validity bits, offsets, data)."""
+    from gregor.client.decoder import buffer_pool_bytes
+
+    full = [Record(o, 1000 + o, b"K" * 20, b"V" * 60, [Header("hh", b"x" * 10)]) for o in range(30_000)]
+    sparse = [Record(o, 2000 + o, None if o % 2 else b"k", None if o % 3 else b"v",
+                     [] if o % 5 else [Header("h", None)]) for o in range(30_000)]
+    limit, held = buffer_pool_bytes()
+    assert limit > 0
+    for records in (full, sparse, full, sparse):
+        data = b"".join(batch(records[i : i + 5000], i) for i in range(0, 30_000, 5000))
+        rows, _, sizes = decode_rows(data, 0, 30_000, max_rows=25_000)
+        assert sizes == [25_000, 5_000]
+        assert rows == [row(r) for r in records]
+    assert buffer_pool_bytes()[1] > 0, "freed column buffers went to the pool"
+    buffer_pool_bytes(0)
+    assert buffer_pool_bytes() == (0, 0)
+    buffer_pool_bytes(limit)
