@@ -634,11 +634,6 @@ typedef struct {
     char msg[200];
 } WalkError;
 
-#define WALK_FAIL(...)                                       \
-    do {                                                     \
-        snprintf(err->msg, sizeof(err->msg), __VA_ARGS__);   \
-        return -1;                                           \
-    } while (0)
 
 static inline void bit_append(Buf *b, int64_t i, int valid) {
     uint8_t *bits = (uint8_t *)b->p;
@@ -706,91 +701,160 @@ static inline int append_var(Decoder *d, int valid_buf, int offs_buf, int data_b
 }
 
 /* The records of one batch body (uncompressed) appended to the columns, without the GIL. Returns 0,
- * -1 with `err` set (corrupt data), or -2 (out of memory). */
+ * -1 with `err` set (corrupt data), or -2 (out of memory).
+ *
+ * reserve_batch made room for the batch's rows in every row-wise buffer and for its body's length in
+ * the key and value data, so this loop writes through local pointers with no capacity checks (kept in
+ * registers: the compiler cannot assume that writes through the data pointers leave the Decoder's
+ * fields alone) and stores the lengths back once. Headers, rare, grow their buffers as they come. */
+#define FAIL(...)                                            \
+    do {                                                     \
+        snprintf(err->msg, sizeof(err->msg), __VA_ARGS__);   \
+        rc = -1;                                             \
+        goto done;                                           \
+    } while (0)
+
 static int walk_records(Decoder *d, const BatchInfo *bi, const uint8_t *p, const uint8_t *end, WalkError *err) {
-    const int64_t start = d->start, stop = d->end, scale = d->ts_scale;
+    const int64_t start = d->start, stop = d->end, scale = d->ts_scale, base = bi->base_offset;
     const int want_key = d->want_key, want_value = d->want_value, want_headers = d->want_headers;
+    const int log_append = bi->log_append;
+    const int64_t append_ts = bi->max_ts * scale;
+    int64_t row = d->rows, key_nulls = d->key_nulls, value_nulls = d->value_nulls, list_nulls = d->header_list_nulls;
+    int64_t *off_out = (int64_t *)d->b[B_OFFSET].p, *ts_out = (int64_t *)d->b[B_TS].p;
+    int32_t *tstype_out = (int32_t *)d->b[B_TSTYPE].p;
+    uint8_t *kbits = (uint8_t *)d->b[B_KVALID].p, *vbits = (uint8_t *)d->b[B_VVALID].p;
+    uint8_t *hbits = (uint8_t *)d->b[B_HVALID].p;
+    /* offsets[row + 1] is where row ends: point past the leading 0 */
+    int32_t *koffs = want_key ? (int32_t *)d->b[B_KOFFS].p + 1 : NULL;
+    int32_t *voffs = want_value ? (int32_t *)d->b[B_VOFFS].p + 1 : NULL;
+    int32_t *hoffs = want_headers ? (int32_t *)d->b[B_HOFFS].p + 1 : NULL;
+    char *kdata = d->b[B_KDATA].p, *vdata = d->b[B_VDATA].p;
+    Py_ssize_t kend = d->b[B_KDATA].len, vend = d->b[B_VDATA].len;
+    int64_t seen = 0;
+    int rc = 0;
     for (int32_t i = 0; i < bi->records; i++) {
         int64_t len, ts_delta, off_delta, klen, vlen, nh;
-        if (read_varlong(&p, end, &len) < 0 || len < 0 || len > end - p)
-            WALK_FAIL("record %d of the batch at offset %lld: bad record length", i, (long long)bi->base_offset);
+        if (read_varlong(&p, end, &len) < 0 || len < 1 || len > end - p)
+            FAIL("record %d of the batch at offset %lld: bad record length", i, (long long)base);
         const uint8_t *rend = p + len;
-        if (rend - p < 1) WALK_FAIL("record %d of the batch at offset %lld is empty", i, (long long)bi->base_offset);
         p++; /* attributes: unused */
         if (read_varlong(&p, rend, &ts_delta) < 0 || read_varlong(&p, rend, &off_delta) < 0 ||
             read_varlong(&p, rend, &klen) < 0 || klen > rend - p || klen < -1)
-            WALK_FAIL("record %d of the batch at offset %lld: bad header fields or key length", i,
-                      (long long)bi->base_offset);
+            FAIL("record %d of the batch at offset %lld: bad header fields or key length", i, (long long)base);
         const uint8_t *key = p;
         if (klen > 0) p += klen;
         if (read_varlong(&p, rend, &vlen) < 0 || vlen > rend - p || vlen < -1)
-            WALK_FAIL("record %d of the batch at offset %lld: bad value length", i, (long long)bi->base_offset);
+            FAIL("record %d of the batch at offset %lld: bad value length", i, (long long)base);
         const uint8_t *value = p;
         if (vlen > 0) p += vlen;
         if (read_varlong(&p, rend, &nh) < 0 || nh < 0 || nh > rend - p)
-            WALK_FAIL("record %d of the batch at offset %lld: bad header count", i, (long long)bi->base_offset);
-        int64_t offset = bi->base_offset + off_delta;
+            FAIL("record %d of the batch at offset %lld: bad header count", i, (long long)base);
+        int64_t offset = base + off_delta;
         int keep = offset >= start && offset < stop;
-        d->records_seen++;
+        seen++;
         if (keep) {
-            int64_t row = d->rows;
-            int64_t ts = bi->log_append ? bi->max_ts : bi->base_ts + ts_delta;
-            ((int64_t *)d->b[B_OFFSET].p)[row] = offset;
-            ((int64_t *)d->b[B_TS].p)[row] = ts * scale;
-            ((int32_t *)d->b[B_TSTYPE].p)[row] = bi->log_append;
-            d->b[B_OFFSET].len += 8;
-            d->b[B_TS].len += 8;
-            d->b[B_TSTYPE].len += 4;
-            int r = 0;
-            if (want_key) r = append_var(d, B_KVALID, B_KOFFS, B_KDATA, row, key, klen, &d->key_nulls);
-            if (r == 0 && want_value) r = append_var(d, B_VVALID, B_VOFFS, B_VDATA, row, value, vlen, &d->value_nulls);
-            if (r == -1) return -2;
-            if (r == -2) WALK_FAIL("more than 2 GiB of keys or values in one Arrow batch: lower arrow.batch.max.bytes");
-            if (want_headers) {
-                bit_append(&d->b[B_HVALID], row, nh > 0);
-                if (nh == 0) d->header_list_nulls++;
+            const uint8_t bit = (uint8_t)(1u << (row & 7));
+            const int64_t byte = row >> 3;
+            off_out[row] = offset;
+            ts_out[row] = log_append ? append_ts : (bi->base_ts + ts_delta) * scale;
+            tstype_out[row] = log_append;
+            if (want_key) {
+                if (bit == 1) kbits[byte] = 0;
+                if (klen >= 0) {
+                    kbits[byte] |= bit;
+                    memcpy(kdata + kend, key, (size_t)klen);
+                    kend += klen;
+                } else {
+                    key_nulls++;
+                }
+                koffs[row] = (int32_t)kend;
             }
-            d->rows = row + 1;
+            if (want_value) {
+                if (bit == 1) vbits[byte] = 0;
+                if (vlen >= 0) {
+                    vbits[byte] |= bit;
+                    memcpy(vdata + vend, value, (size_t)vlen);
+                    vend += vlen;
+                } else {
+                    value_nulls++;
+                }
+                voffs[row] = (int32_t)vend;
+            }
+            if (kend > INT32_MAX || vend > INT32_MAX)
+                FAIL("more than 2 GiB of keys or values in one Arrow batch: lower arrow.batch.max.bytes");
+            if (want_headers) {
+                if (bit == 1) hbits[byte] = 0;
+                if (nh > 0)
+                    hbits[byte] |= bit;
+                else
+                    list_nulls++;
+            }
+            row++;
         }
         for (int64_t h = 0; h < nh; h++) {
             int64_t hklen, hvlen;
             if (read_varlong(&p, rend, &hklen) < 0 || hklen < 0 || hklen > rend - p)
-                WALK_FAIL("record %d of the batch at offset %lld: bad header key length", i, (long long)bi->base_offset);
+                FAIL("record %d of the batch at offset %lld: bad header key length", i, (long long)base);
             const uint8_t *hkey = p;
             p += hklen;
             if (read_varlong(&p, rend, &hvlen) < 0 || hvlen < -1 || hvlen > rend - p)
-                WALK_FAIL("record %d of the batch at offset %lld: bad header value length", i,
-                          (long long)bi->base_offset);
+                FAIL("record %d of the batch at offset %lld: bad header value length", i, (long long)base);
             const uint8_t *hval = p;
             if (hvlen > 0) p += hvlen;
             if (keep && want_headers) {
                 Buf *kd = &d->b[B_HKDATA];
                 if (grow(d, B_HKOFFS, 4) < 0 || grow(d, B_HVOFFS, 4) < 0 || grow(d, B_HKDATA, hklen) < 0 ||
-                    grow(d, B_HVVALID, 1) < 0)
-                    return -2;
+                    grow(d, B_HVVALID, 1) < 0) {
+                    rc = -2;
+                    goto done;
+                }
                 if (!d->bad_utf8 && !utf8_valid(hkey, hklen)) d->bad_utf8 = 1;
                 memcpy(kd->p + kd->len, hkey, (size_t)hklen);
                 kd->len += hklen;
-                if (kd->len > INT32_MAX) WALK_FAIL("more than 2 GiB of header keys in one Arrow batch");
+                if (kd->len > INT32_MAX) FAIL("more than 2 GiB of header keys in one Arrow batch");
                 i32_append(&d->b[B_HKOFFS], (int32_t)kd->len);
                 int r2 = append_var(d, B_HVVALID, B_HVOFFS, B_HVDATA, d->headers, hval, hvlen, &d->header_value_nulls);
-                if (r2 == -1) return -2;
-                if (r2 == -2) WALK_FAIL("more than 2 GiB of header values in one Arrow batch");
+                if (r2 == -1) {
+                    rc = -2;
+                    goto done;
+                }
+                if (r2 == -2) FAIL("more than 2 GiB of header values in one Arrow batch");
                 d->headers++;
             }
         }
         if (p != rend)
-            WALK_FAIL("record %d of the batch at offset %lld: its length does not match its fields", i,
-                      (long long)bi->base_offset);
+            FAIL("record %d of the batch at offset %lld: its length does not match its fields", i, (long long)base);
         if (keep && want_headers) {
-            if (d->headers > INT32_MAX) WALK_FAIL("more than 2^31 headers in one Arrow batch");
-            if (grow(d, B_HOFFS, 4) < 0) return -2;
-            i32_append(&d->b[B_HOFFS], (int32_t)d->headers);
+            if (d->headers > INT32_MAX) FAIL("more than 2^31 headers in one Arrow batch");
+            hoffs[row - 1] = (int32_t)d->headers;
         }
     }
-    if (p != end) WALK_FAIL("the batch at offset %lld has bytes after its last record", (long long)bi->base_offset);
-    return 0;
+    if (p != end) FAIL("the batch at offset %lld has bytes after its last record", (long long)base);
+done:
+    d->rows = row;
+    d->records_seen += seen;
+    d->key_nulls = key_nulls;
+    d->value_nulls = value_nulls;
+    d->header_list_nulls = list_nulls;
+    d->b[B_OFFSET].len = d->b[B_TS].len = row * 8;
+    d->b[B_TSTYPE].len = row * 4;
+    if (want_key) {
+        d->b[B_KVALID].len = (row + 7) / 8;
+        d->b[B_KOFFS].len = (row + 1) * 4;
+        d->b[B_KDATA].len = kend;
+    }
+    if (want_value) {
+        d->b[B_VVALID].len = (row + 7) / 8;
+        d->b[B_VOFFS].len = (row + 1) * 4;
+        d->b[B_VDATA].len = vend;
+    }
+    if (want_headers) {
+        d->b[B_HVALID].len = (row + 7) / 8;
+        d->b[B_HOFFS].len = (row + 1) * 4;
+    }
+    return rc;
 }
+#undef FAIL
 
 /* The control type of a control batch's record (0 abort, 1 commit), or -1 when its key is not one. */
 static int control_type(const uint8_t *p, const uint8_t *end) {
