@@ -9,11 +9,14 @@
     table = gc.read_arrow("localhost:9092", "events",
                           start=datetime(2026, 11, 1, tzinfo=timezone.utc), end=gc.ByTimestamp(1762000000000))
 
-pandas:  `df = table.to_pandas()` (or `types_mapper=pd.ArrowDtype` to keep Arrow types).
-Polars:  `df = polars.from_arrow(table)`; lazily, batch by batch:
-         `polars.from_arrow(reader.read_all())` or `polars.from_arrow(b) for b in gc.read_arrow_batches(...)`.
-DuckDB:  `duckdb.sql("select partition, count(*) from tbl group by 1")` finds a local `tbl = read_arrow(...)`;
-         streaming: `rbr = gc.ArrowReader(...).to_reader(); duckdb.sql("select count(*) from rbr")`.
+pandas:  df = table.to_pandas()                (types_mapper=pd.ArrowDtype keeps the Arrow types)
+Polars:  df = polars.from_arrow(table)
+         for batch in gc.read_arrow_batches("localhost:9092", "events"):   # bounded memory
+             part = polars.from_arrow(batch)
+DuckDB:  tbl = gc.read_arrow("localhost:9092", "events")
+         duckdb.sql("select key, count(*) from tbl group by key")          # finds the local `tbl`
+         rbr = gc.ArrowReader("localhost:9092", "events", start=1000).to_reader()
+         duckdb.sql('select count(*), max("offset") from rbr')             # streams; quote "offset"
 
 Settings are librdkafka's (gregor.client.reader_config lists them all): pass `config={"security.protocol":
 "sasl_ssl", ...}` or keywords with underscores for dots (`fetch_max_bytes=8 << 20`). Offsets: an int

@@ -10,6 +10,8 @@ read_uncommitted, as in Kafka's Java client and Spark's Kafka source.
 
 from __future__ import annotations
 
+import re
+import zoneinfo
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -149,6 +151,13 @@ class ReaderConfig:
             raise ConfigError(f"security.protocol {self.security_protocol} needs sasl.username and sasl.password")
         if bool(self.ssl_certificate_location) != bool(self.ssl_key_location):
             raise ConfigError("ssl.certificate.location and ssl.key.location go together")
+        tz = self.arrow_timestamp_timezone
+        if tz and not re.fullmatch(r"[+-]\d\d:\d\d", tz):
+            try:
+                zoneinfo.ZoneInfo(tz)
+            except (ValueError, zoneinfo.ZoneInfoNotFoundError):
+                raise ConfigError(f"arrow.timestamp.timezone: {tz!r} is not a time zone (e.g. UTC, Europe/Paris, "
+                                  f"+02:00, or '' for none)") from None
 
     @property
     def tls(self) -> bool:

@@ -95,6 +95,8 @@ def test_wrong_password(broker: BrokerProcess) -> None:
     ({"group.id": "g"}, "Unknown configuration 'group.id'"),
     ({"bootstrap.servers": "nohost"}, "is not host:port"),
     ({"bootstrap.servers": ""}, "bootstrap.servers is empty"),
+    ({"arrow.timestamp.timezone": "Mars/Olympus"}, "is not a time zone"),
+    ({"arrow.timestamp.unit": "ns"}, "arrow.timestamp.unit"),
 ])
 def test_bad_settings_name_the_setting(settings: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
@@ -108,3 +110,5 @@ def test_settings_accept_keywords_and_librdkafka_aliases() -> None:
     assert cfg.bootstrap() == [("a", 1), ("b", 2)]
     assert (cfg.fetch_wait_max_ms, cfg.sasl_mechanism, cfg.check_crcs, cfg.tls, cfg.sasl) == (250, "PLAIN", False,
                                                                                              True, True)
+    for tz in ("", "Europe/Paris", "+02:00"):
+        assert ReaderConfig.parse({"bootstrap.servers": "h:1", "arrow.timestamp.timezone": tz}).arrow_timestamp_timezone == tz
