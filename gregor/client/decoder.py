@@ -2,14 +2,19 @@
 
 Both have one interface (see gregor/client/_arrowbatch.c): `Decoder` with set_range, set_aborted,
 feed, take; `scan` for the next fetch offset of a record set; `CorruptRecordError`; and the status
-codes EXHAUSTED, FULL, DONE that feed returns. `C_DECODER` says which one is in use.
+codes EXHAUSTED, FULL, DONE that feed returns. `C_DECODER` says which one is in use
+(GREGOR_CLIENT_PURE_PYTHON=1 in the environment picks the pure-Python one).
 """
 
 from __future__ import annotations
 
+import os
+
 from gregor.client import pydecoder
 
 try:
+    if os.environ.get("GREGOR_CLIENT_PURE_PYTHON"):  # what an install without a compiler runs (for tests)
+        raise ImportError("pure Python decoder asked for")
     from gregor.client import _arrowbatch as _impl  # type: ignore[attr-defined]
 
     C_DECODER = True

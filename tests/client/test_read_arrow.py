@@ -198,6 +198,28 @@ def test_a_topic_that_does_not_exist(broker: BrokerProcess) -> None:
         read_arrow(broker.bootstrap, "nope", retries=1, retry_backoff_ms=10)
 
 
+def test_without_the_c_extension(broker: BrokerProcess) -> None:
+    """An install without a compiler reads the same rows through the pure-Python decoder."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    topic = "pure-python"
+    create_topic(broker.bootstrap, topic)
+    produce_mixed(broker.bootstrap, topic, 400, seed=9, **{"compression.type": "lz4"})
+    code = ("import json, sys\n"
+            "from gregor.client import decoder, read_arrow\n"
+            "from tests.client.reference import rows\n"
+            "assert not decoder.C_DECODER\n"
+            f"t = read_arrow({broker.bootstrap!r}, {topic!r}, start=5, end=390, max_partition_fetch_bytes=5000)\n"
+            "print(json.dumps(rows(t), default=lambda b: b.hex()))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "GREGOR_CLIENT_PURE_PYTHON": "1"}).stdout
+    expected = json.loads(json.dumps(consume(broker.bootstrap, topic)[5:390], default=lambda b: b.hex()))
+    assert json.loads(out) == expected
+
+
 def test_importing_gregor_client_needs_no_pyarrow(tmp_path: Path) -> None:
     import subprocess
     import sys
