@@ -108,7 +108,7 @@ def read_arrow_run(bootstrap: str, n: int, pid: int, settings: dict[str, str], w
         raise SystemExit(f"read_arrow read {table.num_rows} rows, expected {n}")
     s = reader.stats
     note = (f"[{s.fetches} fetches, {s.prefetched} sent ahead, {s.response_bytes / 1e6:.0f} MB fetched, "
-            f"decode {s.decode_s:.2f} s wall, {faults} page faults]")
+            f"decode {s.decode_s:.2f} s, waiting for fetches {s.wait_s:.2f} s, {faults} page faults]")
     return Run(what, n, table.nbytes / 1e6, m, note)
 
 

@@ -58,6 +58,10 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 
+# Splitting a partition's range pays only for long ranges: each sub-range costs a connection.
+MIN_SUBRANGE_OFFSETS = 100_000
+
+
 @dataclass(frozen=True)
 class ByTimestamp:
     """An offset given by time: the first record whose timestamp is at least `ms` (epoch milliseconds)."""
@@ -105,7 +109,11 @@ def _query(spec: Position, what: str) -> tuple[int | None, int | None]:
 class ArrowReader:
     """One read: the ranges are planned when it is made (Metadata, ListOffsets), the records fetched while
     it is iterated. Iterate it for RecordBatches (each holds rows of one partition, in offset order), or
-    call read_all(). Close it (or use it as a context manager) to close its connections early."""
+    call read_all(). Close it (or use it as a context manager) to close its connections early.
+
+read_all() reads long partition ranges as sub-ranges in parallel (fetch.partition.ranges, 2 unless
+set) and puts the rows back in order; iterating keeps one range per partition unless that setting
+says otherwise, so each partition's batches come in offset order."""
 
     def __init__(self, bootstrap: str | None, topic: str, partitions: Sequence[int] | None = None,
                  start: PositionSpec = "earliest", end: PositionSpec = "latest", *,
@@ -169,37 +177,41 @@ class ArrowReader:
             ranges[p] = (lo, max(lo, hi))
         return ranges
 
-    def _cursors(self) -> list[Cursor]:
+    def _cursors(self, ranges_per_partition: int) -> list[Cursor]:
+        """A cursor per partition, or per sub-range of at least MIN_SUBRANGE_OFFSETS offsets."""
         flags = self.layout.decoder_flags()
         cursors = []
         for p, (lo, hi) in self.ranges.items():
-            d = Decoder(check_crcs=self.cfg.check_crcs, read_committed=self.cfg.read_committed, **flags)
-            d.set_range(lo, hi)
-            cursors.append(Cursor(self.topic, p, lo, hi, d))
+            k = max(1, min(ranges_per_partition, (hi - lo) // MIN_SUBRANGE_OFFSETS))
+            bounds = [lo + (hi - lo) * i // k for i in range(k)] + [hi]
+            for lane in range(k):
+                d = Decoder(check_crcs=self.cfg.check_crcs, read_committed=self.cfg.read_committed, **flags)
+                d.set_range(bounds[lane], bounds[lane + 1])
+                cursors.append(Cursor(self.topic, p, bounds[lane], bounds[lane + 1], d, lane=lane))
         return cursors
 
-    def _batches(self) -> Iterator[tuple[int, pa.RecordBatch]]:
+    def _batches(self, ranges_per_partition: int) -> Iterator[tuple[Cursor, pa.RecordBatch]]:
         if self._fetcher is not None:
             raise RuntimeError("an ArrowReader is read once")
-        self._fetcher = Fetcher(self.cluster, self.cfg, self._cursors(),
+        self._fetcher = Fetcher(self.cluster, self.cfg, self._cursors(ranges_per_partition),
                                 Decompressor(self.cfg.batch_decompressed_max_bytes))
         try:
             for cursor, taken in self._fetcher.run():
-                yield cursor.partition, record_batch(self.layout, self.schema, self.topic, cursor.partition, taken)
+                yield cursor, record_batch(self.layout, self.schema, self.topic, cursor.partition, taken)
         finally:
             self.close()
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
-        for _, batch in self._batches():
+        for _, batch in self._batches(self.cfg.fetch_partition_ranges or 1):
             yield batch
 
     def read_all(self) -> pa.Table:
         """Every row as one Table, partition after partition, each in offset order."""
         pa = import_pyarrow()
-        by_partition: dict[int, list[pa.RecordBatch]] = {}
-        for partition, batch in self._batches():
-            by_partition.setdefault(partition, []).append(batch)
-        return pa.Table.from_batches([b for p in sorted(by_partition) for b in by_partition[p]], schema=self.schema)
+        parts: dict[tuple[int, int], list[pa.RecordBatch]] = {}
+        for cursor, batch in self._batches(self.cfg.fetch_partition_ranges or 2):
+            parts.setdefault((cursor.partition, cursor.lane), []).append(batch)
+        return pa.Table.from_batches([b for key in sorted(parts) for b in parts[key]], schema=self.schema)
 
     def to_reader(self) -> pa.RecordBatchReader:
         """A pyarrow.RecordBatchReader over the batches (what DuckDB and Polars scan lazily)."""

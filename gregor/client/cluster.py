@@ -68,18 +68,19 @@ class Cluster:
         self._tls = tls_context(cfg) if cfg.tls else None
         self._connect = connect
         self.brokers: dict[int, tuple[str, int, str | None]] = {}  # node id -> host, port, rack
-        self._conns: dict[int, Connection] = {}
+        self._conns: dict[tuple[int, int], Connection] = {}  # (node id, lane) -> connection
         self.backoff = Backoff(cfg)
 
-    def connection(self, node_id: int) -> Connection:
-        """An open connection to broker `node_id` (BrokerUnavailableError if unknown or unreachable)."""
-        conn = self._conns.get(node_id)
+    def connection(self, node_id: int, lane: int = 0) -> Connection:
+        """An open connection to broker `node_id` (BrokerUnavailableError if unknown or unreachable). Lanes
+        are separate connections to the same broker, for fetches that must be in flight together."""
+        conn = self._conns.get((node_id, lane))
         if conn is None or not conn.connected:
             if node_id not in self.brokers:
                 raise BrokerUnavailableError(f"broker {node_id} is not in the cluster's metadata")
             host, port, _ = self.brokers[node_id]
             conn = self._connect(host, port, node_id, self.cfg, self._tls)
-            self._conns[node_id] = conn
+            self._conns[(node_id, lane)] = conn
             conn.open()
         return conn
 
@@ -97,7 +98,7 @@ class Cluster:
             except BrokerUnavailableError as e:
                 errors.append(str(e))
                 continue
-            self._conns[nid] = conn
+            self._conns[(nid, 0)] = conn
             return conn
         raise BrokerUnavailableError("no broker reachable: " + "; ".join(errors))
 
@@ -129,8 +130,8 @@ class Cluster:
         version = conn.version(METADATA, 1, 12)
         resp = conn.request(METADATA, version, {"topics": [{"name": topic}], "allow_auto_topic_creation": False})
         self.brokers = {b.node_id: (b.host, b.port, b.rack) for b in resp.brokers}
-        for nid in [n for n, c in self._conns.items() if n >= 0 and n not in self.brokers]:
-            self._conns.pop(nid).close()
+        for key in [k for k in self._conns if k[0] >= 0 and k[0] not in self.brokers]:
+            self._conns.pop(key).close()
         t = next((t for t in resp.topics if t.name == topic), None)
         if t is None or t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
             raise ReaderError(f"topic {topic} does not exist", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)

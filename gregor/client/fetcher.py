@@ -1,7 +1,9 @@
 """The fetch loop: exact offset ranges of a topic's partitions, read with Fetch from each partition's leader
 (or the replica it names for our rack, KIP-392) and decoded into Arrow column buffers as they arrive.
 
-One request per broker is in flight at a time. As soon as a response is in, the next offsets are read
+One request per broker and lane is in flight at a time (a lane is a connection: a partition's range
+may be split into sub-ranges read on lanes of their own, so that the broker always has the next fetch
+of the partition queued while it serves one). As soon as a response is in, the next offsets are read
 from its batch headers alone (`scan`) and the next Fetch goes out *before* the records are decoded,
 so the broker serves the next response while this one is decoded - as long as
 queued.max.messages.kbytes has room for both (the received response and the bound on the next).
@@ -52,6 +54,7 @@ class Cursor:
     position: int
     end: int
     decoder: Any  # a gregor.client.decoder.Decoder
+    lane: int = 0  # which connection to the broker: one sub-range of a partition per lane
     leader: int = -1
     leader_epoch: int = -1
     preferred: int = -1  # the replica the leader named for our rack (KIP-392), -1 for the leader itself
@@ -71,7 +74,8 @@ class FetchStats:
     response_bytes: int = 0
     retries: int = 0
     prefetched: int = 0  # fetches sent before the previous response was decoded
-    decode_s: float = 0.0
+    decode_s: float = 0.0  # wall time in the decoder
+    wait_s: float = 0.0  # wall time waiting for responses (the broker, or the network, is behind the decoder)
     bytes_by_node: dict[int, int] = field(default_factory=dict)  # record bytes fetched from each broker
 
 
@@ -86,7 +90,8 @@ class Fetcher:
         self.decompress = decompress
         self.stats = FetchStats()
         self._stale = True  # leaders must be looked up before the first fetch
-        self._inflight: dict[int, tuple[list[Cursor], int]] = {}  # node -> cursors asked, bound on the answer
+        # (node, lane) -> the cursors asked, and the bound on the answer's size
+        self._inflight: dict[tuple[int, int], tuple[list[Cursor], int]] = {}
 
     # --- the loop ------------------------------------------------------------------------------
 
@@ -104,9 +109,9 @@ class Fetcher:
                 wait = min((c.retry_at for c in live), default=0.0) - time.monotonic()
                 time.sleep(max(wait, 0.001))
                 continue
-            node = next(iter(self._inflight))
-            asked, _ = self._inflight.pop(node)
-            yield from self._receive(node, asked)
+            key = next(iter(self._inflight))
+            asked, _ = self._inflight.pop(key)
+            yield from self._receive(key, asked)
 
     def _target(self, c: Cursor) -> int:
         if c.preferred >= 0 and c.preferred in self.cluster.brokers:
@@ -123,7 +128,7 @@ class Fetcher:
         """A Fetch to every broker that has none in flight, for its partitions not waiting for a retry."""
         now = time.monotonic()
         busy = {id(c) for cs, _ in self._inflight.values() for c in cs}
-        by_node: dict[int, list[Cursor]] = {}
+        by_key: dict[tuple[int, int], list[Cursor]] = {}
         for c in live:
             if id(c) in busy or c.retry_at > now:
                 continue
@@ -131,24 +136,24 @@ class Fetcher:
             if node < 0:
                 self._fail(c, f"{c} has no leader", ErrorCode.LEADER_NOT_AVAILABLE)
                 continue
-            if node not in self._inflight:
-                by_node.setdefault(node, []).append(c)
-        for node, cs in by_node.items():
+            if (node, c.lane) not in self._inflight:
+                by_key.setdefault((node, c.lane), []).append(c)
+        for key, cs in by_key.items():
             bound = self._response_bound(len(cs))
             if self._inflight and self._buffered() + bound > self.cfg.queued_max_bytes:
                 continue  # at least one request is always allowed, whatever the cap
-            self._send(node, cs, bound)
+            self._send(key, cs, bound)
 
-    def _send(self, node: int, cs: list[Cursor], bound: int) -> bool:
+    def _send(self, key: tuple[int, int], cs: list[Cursor], bound: int) -> bool:
         try:
-            conn = self.cluster.connection(node)
+            conn = self.cluster.connection(*key)
             version = conn.version(FETCH, *FETCH_VERSIONS)
             conn.send(FETCH, version, self._fetch_body(cs))
         except BrokerUnavailableError as e:
             for c in cs:
                 self._fail(c, str(e), None)
             return False
-        self._inflight[node] = (cs, bound)
+        self._inflight[key] = (cs, bound)
         self.stats.fetches += 1
         return True
 
@@ -165,13 +170,17 @@ class Fetcher:
             "forgotten_topics_data": [], "rack_id": cfg.client_rack,
         }
 
-    def _receive(self, node: int, asked: list[Cursor]) -> Iterator[tuple[Cursor, tuple[Any, ...]]]:
+    def _receive(self, key: tuple[int, int], asked: list[Cursor]) -> Iterator[tuple[Cursor, tuple[Any, ...]]]:
+        node = key[0]
+        t0 = time.perf_counter()
         try:
-            resp = self.cluster.connection(node).receive()
+            resp = self.cluster.connection(*key).receive()
         except BrokerUnavailableError as e:
             for c in asked:
                 self._fail(c, str(e), None)
             return
+        finally:
+            self.stats.wait_s += time.perf_counter() - t0
         if resp.error_code != ErrorCode.NONE:
             for c in asked:
                 self._handle_error(c, node, resp.error_code)
@@ -194,7 +203,7 @@ class Fetcher:
                     size += len(records)
         self.stats.response_bytes += size
         self.stats.bytes_by_node[node] = self.stats.bytes_by_node.get(node, 0) + size
-        self._prefetch(node, [c for c, _, _ in ready], size)
+        self._prefetch(key, [c for c, _, _ in ready], size)
         for c, p, records in ready:
             yield from self._decode(c, p, records)
 
@@ -219,18 +228,18 @@ class Fetcher:
                               f"was planned up to offset {c.end} (has the log been truncated?)")
         return False
 
-    def _prefetch(self, node: int, cs: list[Cursor], held: int) -> None:
-        """Send the next Fetch to `node` now, while the response just received (`held` bytes) is decoded,
-        if the cap on buffered responses leaves room for it."""
-        go = [c for c in cs if c.position < c.end and self._target(c) == node and not self._stale]
+    def _prefetch(self, key: tuple[int, int], cs: list[Cursor], held: int) -> None:
+        """Send the next Fetch on `key`'s connection now, while the response just received (`held` bytes) is
+        decoded, if the cap on buffered responses leaves room for it."""
+        go = [c for c in cs if c.position < c.end and self._target(c) == key[0] and not self._stale]
         if not go:
             return
         bound = self._response_bound(len(go))
         if held + self._buffered() + bound > self.cfg.queued_max_bytes:
             return
-        if self._send(node, go, bound):
+        if self._send(key, go, bound):
             self.stats.prefetched += 1
-            self.cluster.connection(node).receive_later()
+            self.cluster.connection(*key).receive_later()
 
     def _decode(self, c: Cursor, p: Struct, records: memoryview) -> Iterator[tuple[Cursor, tuple[Any, ...]]]:
         d = c.decoder

@@ -117,7 +117,7 @@ def test_compacted_topic_with_offset_gaps(broker: BrokerProcess) -> None:
         assert got == [r for r in expected if start <= r["offset"] < end], (start, end)
 
 
-def test_segments_rolled_mid_range(broker: BrokerProcess) -> None:
+def test_segments_rolled_mid_range(broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch) -> None:
     topic = "rolled"
     create_topic(broker.bootstrap, topic, **{"segment.bytes": "16384"})
     produce_mixed(broker.bootstrap, topic, 4000, seed=7, **{"batch.size": 4000})
@@ -127,6 +127,14 @@ def test_segments_rolled_mid_range(broker: BrokerProcess) -> None:
     for fetch_bytes in (1024, 50_000, 16 << 20):
         got = read_arrow(broker.bootstrap, topic, start=123, end=3900, max_partition_fetch_bytes=fetch_bytes)
         assert rows(got) == expected[123:3900], fetch_bytes
+    # The range split into sub-ranges read in parallel, each starting and ending inside a batch.
+    monkeypatch.setattr("gregor.client.arrow.MIN_SUBRANGE_OFFSETS", 100)
+    for ranges in (2, 7):
+        reader = ArrowReader(broker.bootstrap, topic, start=123, end=3900, fetch_partition_ranges=ranges,
+                             max_partition_fetch_bytes=20_000, arrow_batch_max_records=300)
+        assert rows(reader.read_all()) == expected[123:3900], ranges
+        batches = list(ArrowReader(broker.bootstrap, topic, start=123, end=3900, fetch_partition_ranges=ranges))
+        assert sorted(o for b in batches for o in b.column("offset").to_pylist()) == list(range(123, 3900))
 
 
 def test_log_append_time(broker: BrokerProcess) -> None:
