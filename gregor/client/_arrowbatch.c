@@ -248,7 +248,7 @@ static void pool_put(char *p, Py_ssize_t cap, Py_ssize_t used) {
     int n_evict = 0;
     used = round_up(used, 4096);
     if (used > cap) used = cap;
-    if (used > pool_max_bytes) {
+    if (pool_max_bytes == 0 || used > pool_max_bytes) {
         munmap(p, (size_t)cap);
         return;
     }
