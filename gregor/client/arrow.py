@@ -111,9 +111,9 @@ class ArrowReader:
     it is iterated. Iterate it for RecordBatches (each holds rows of one partition, in offset order), or
     call read_all(). Close it (or use it as a context manager) to close its connections early.
 
-read_all() reads long partition ranges as sub-ranges in parallel (fetch.partition.ranges, 2 unless
-set) and puts the rows back in order; iterating keeps one range per partition unless that setting
-says otherwise, so each partition's batches come in offset order."""
+With fetch.partition.ranges > 1, long partition ranges are read as sub-ranges in parallel: read_all()
+puts the rows back in order; iterated, a partition's batches come from its sub-ranges in turn (each
+batch in offset order)."""
 
     def __init__(self, bootstrap: str | None, topic: str, partitions: Sequence[int] | None = None,
                  start: PositionSpec = "earliest", end: PositionSpec = "latest", *,
@@ -202,14 +202,14 @@ says otherwise, so each partition's batches come in offset order."""
             self.close()
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
-        for _, batch in self._batches(self.cfg.fetch_partition_ranges or 1):
+        for _, batch in self._batches(self.cfg.fetch_partition_ranges):
             yield batch
 
     def read_all(self) -> pa.Table:
         """Every row as one Table, partition after partition, each in offset order."""
         pa = import_pyarrow()
         parts: dict[tuple[int, int], list[pa.RecordBatch]] = {}
-        for cursor, batch in self._batches(self.cfg.fetch_partition_ranges or 2):
+        for cursor, batch in self._batches(self.cfg.fetch_partition_ranges):
             parts.setdefault((cursor.partition, cursor.lane), []).append(batch)
         return pa.Table.from_batches([b for key in sorted(parts) for b in parts[key]], schema=self.schema)
 

@@ -84,6 +84,11 @@ class Connection:
     def in_flight(self) -> int:
         return len(self._pending)
 
+    @property
+    def answered(self) -> bool:
+        """The helper thread has the oldest response in (receive() returns at once)."""
+        return self._early is not None and self._early.done()
+
     def open(self) -> None:
         if self._sock is not None:
             return

@@ -27,6 +27,7 @@ from typing import Any
 
 from gregor.client import decoder as dec
 from gregor.client.cluster import EARLIEST, LATEST, RETRIABLE, Cluster, error_name
+from gregor.client.connection import Connection
 from gregor.client.errors import BrokerUnavailableError, CorruptBatchError, OffsetOutOfRangeError, ReaderError
 from gregor.client.reader_config import ReaderConfig
 from gregor.protocol.apis import BY_KEY
@@ -90,8 +91,8 @@ class Fetcher:
         self.decompress = decompress
         self.stats = FetchStats()
         self._stale = True  # leaders must be looked up before the first fetch
-        # (node, lane) -> the cursors asked, and the bound on the answer's size
-        self._inflight: dict[tuple[int, int], tuple[list[Cursor], int]] = {}
+        # (node, lane) -> the cursors asked, the bound on the answer's size, the connection asked
+        self._inflight: dict[tuple[int, int], tuple[list[Cursor], int, Connection]] = {}
 
     # --- the loop ------------------------------------------------------------------------------
 
@@ -109,9 +110,16 @@ class Fetcher:
                 wait = min((c.retry_at for c in live), default=0.0) - time.monotonic()
                 time.sleep(max(wait, 0.001))
                 continue
-            key = next(iter(self._inflight))
-            asked, _ = self._inflight.pop(key)
-            yield from self._receive(key, asked)
+            key = self._next_answer()
+            asked, _, conn = self._inflight.pop(key)
+            yield from self._receive(key, conn, asked)
+
+    def _next_answer(self) -> tuple[int, int]:
+        """The connection whose answer to read next: one already in, else the oldest request."""
+        for key, (_, _, conn) in self._inflight.items():
+            if conn.answered:
+                return key
+        return next(iter(self._inflight))
 
     def _target(self, c: Cursor) -> int:
         if c.preferred >= 0 and c.preferred in self.cluster.brokers:
@@ -122,12 +130,12 @@ class Fetcher:
         return min(self.cfg.fetch_max_bytes, n_partitions * self.cfg.max_partition_fetch_bytes) + 1024
 
     def _buffered(self) -> int:
-        return sum(bound for _, bound in self._inflight.values())
+        return sum(bound for _, bound, _ in self._inflight.values())
 
     def _send_idle(self, live: list[Cursor]) -> None:
         """A Fetch to every broker that has none in flight, for its partitions not waiting for a retry."""
         now = time.monotonic()
-        busy = {id(c) for cs, _ in self._inflight.values() for c in cs}
+        busy = {id(c) for cs, _, _ in self._inflight.values() for c in cs}
         by_key: dict[tuple[int, int], list[Cursor]] = {}
         for c in live:
             if id(c) in busy or c.retry_at > now:
@@ -153,7 +161,7 @@ class Fetcher:
             for c in cs:
                 self._fail(c, str(e), None)
             return False
-        self._inflight[key] = (cs, bound)
+        self._inflight[key] = (cs, bound, conn)
         self.stats.fetches += 1
         return True
 
@@ -170,11 +178,12 @@ class Fetcher:
             "forgotten_topics_data": [], "rack_id": cfg.client_rack,
         }
 
-    def _receive(self, key: tuple[int, int], asked: list[Cursor]) -> Iterator[tuple[Cursor, tuple[Any, ...]]]:
+    def _receive(self, key: tuple[int, int], conn: Connection, asked: list[Cursor]
+                 ) -> Iterator[tuple[Cursor, tuple[Any, ...]]]:
         node = key[0]
         t0 = time.perf_counter()
         try:
-            resp = self.cluster.connection(*key).receive()
+            resp = conn.receive()
         except BrokerUnavailableError as e:
             for c in asked:
                 self._fail(c, str(e), None)
@@ -203,7 +212,7 @@ class Fetcher:
                     size += len(records)
         self.stats.response_bytes += size
         self.stats.bytes_by_node[node] = self.stats.bytes_by_node.get(node, 0) + size
-        self._prefetch(key, [c for c, _, _ in ready], size)
+        self._prefetch(key, conn, [c for c, _, _ in ready], size)
         for c, p, records in ready:
             yield from self._decode(c, p, records)
 
@@ -228,7 +237,7 @@ class Fetcher:
                               f"was planned up to offset {c.end} (has the log been truncated?)")
         return False
 
-    def _prefetch(self, key: tuple[int, int], cs: list[Cursor], held: int) -> None:
+    def _prefetch(self, key: tuple[int, int], conn: Connection, cs: list[Cursor], held: int) -> None:
         """Send the next Fetch on `key`'s connection now, while the response just received (`held` bytes) is
         decoded, if the cap on buffered responses leaves room for it."""
         go = [c for c in cs if c.position < c.end and self._target(c) == key[0] and not self._stale]
@@ -239,7 +248,7 @@ class Fetcher:
             return
         if self._send(key, go, bound):
             self.stats.prefetched += 1
-            self.cluster.connection(*key).receive_later()
+            conn.receive_later()
 
     def _decode(self, c: Cursor, p: Struct, records: memoryview) -> Iterator[tuple[Cursor, tuple[Any, ...]]]:
         d = c.decoder

@@ -66,11 +66,11 @@ PROPS: tuple[Prop, ...] = (
              "is retried, per partition and in a row, before the read fails"),
     Prop("retry.backoff.ms", "int", 100, lo=1, hi=300_000, doc="First wait before a retry (doubling each time)"),
     Prop("retry.backoff.max.ms", "int", 1000, lo=1, hi=300_000, doc="Longest wait before a retry"),
-    Prop("fetch.partition.ranges", "int", None, lo=1, hi=64,
+    Prop("fetch.partition.ranges", "int", 1, lo=1, hi=64,
          doc="Read each partition's range as this many consecutive sub-ranges fetched in parallel, each on a "
-             "connection of its own, so the broker always has the partition's next fetch queued while it "
-             "serves one (sub-ranges of at least 100,000 offsets). Unset: 2 for read_arrow (the Table is put "
-             "back in offset order), 1 for the streaming forms (whose batches then come in offset order)"),
+             "connection of its own, so a broker with cores to spare always has the partition's next fetch "
+             "queued while it serves one (sub-ranges of at least 100,000 offsets). read_all() puts the rows "
+             "back in offset order; iterated, a partition's batches then come from its sub-ranges in turn"),
     Prop("batch.decompressed.max.bytes", "int", 128 * _MIB, lo=1024, hi=INT_MAX,
          doc="Largest a compressed record batch may expand to (a decompression bomb fails the read instead)"),
     Prop("arrow.batch.max.records", "int", 65536, lo=1, hi=INT_MAX,
@@ -109,7 +109,7 @@ class ReaderConfig:
     check_crcs: bool
     receive_message_max_bytes: int
     queued_max_messages_kbytes: int
-    fetch_partition_ranges: int | None
+    fetch_partition_ranges: int
     socket_timeout_ms: int
     socket_connection_setup_timeout_ms: int
     retries: int
