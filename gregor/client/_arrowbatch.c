@@ -229,7 +229,7 @@ typedef struct {
 static Py_ssize_t round_up(Py_ssize_t n, Py_ssize_t unit) { return (n + unit - 1) / unit * unit; }
 
 #ifdef HAVE_MREMAP
-#define POOL_SLOTS 512
+#define POOL_SLOTS 4096 /* a read of GBs frees thousands of buffers: all may come back */
 static struct {
     char *p;
     Py_ssize_t cap;  /* bytes mapped */
@@ -243,9 +243,6 @@ static PyThread_type_lock pool_lock;
  * on pooled memory; unmap it if it does not fit. It is marked MADV_FREE before anyone can take it
  * from the pool (after, it would drop what they wrote). */
 static void pool_put(char *p, Py_ssize_t cap, Py_ssize_t used) {
-    char *evict[POOL_SLOTS];
-    Py_ssize_t evict_cap[POOL_SLOTS];
-    int n_evict = 0;
     used = round_up(used, 4096);
     if (used > cap) used = cap;
     if (pool_max_bytes == 0 || used > pool_max_bytes) {
@@ -257,8 +254,7 @@ static void pool_put(char *p, Py_ssize_t cap, Py_ssize_t used) {
 #endif
     PyThread_acquire_lock(pool_lock, WAIT_LOCK);
     while (pool_n > 0 && (pool_n == POOL_SLOTS || pool_bytes + used > pool_max_bytes)) {
-        evict[n_evict] = pool[0].p;
-        evict_cap[n_evict++] = pool[0].cap;
+        munmap(pool[0].p, (size_t)pool[0].cap); /* eviction is rare: a read larger than the pool */
         pool_bytes -= pool[0].used;
         memmove(&pool[0], &pool[1], sizeof(pool[0]) * (size_t)(--pool_n));
     }
@@ -268,7 +264,6 @@ static void pool_put(char *p, Py_ssize_t cap, Py_ssize_t used) {
     pool_n++;
     pool_bytes += used;
     PyThread_release_lock(pool_lock);
-    for (int i = 0; i < n_evict; i++) munmap(evict[i], (size_t)evict_cap[i]);
 }
 
 /* A pooled mapping of at least `want` bytes: the smallest that fits (a builder asks for the size its
