@@ -184,6 +184,12 @@ def main() -> None:
               f"({committed_median / uncommitted_median:.2f}x)")
         return
     print(f"read_arrow: median {median / 1e6:.2f} M rows/s, best {max(r.rate for r in ours) / 1e6:.2f} M rows/s")
+    # What limits it: CPU per row on each side, and the time each spent waiting for a CPU.
+    reader_ns = statistics.median(r.m.own / r.rows for r in ours) * 1e9
+    broker_ns = statistics.median(r.m.cpu / r.rows for r in ours) * 1e9
+    waited = statistics.median(r.m.wait[0] + r.m.wait[1] for r in ours)
+    print(f"read_arrow CPU per row: reader {reader_ns:.0f} ns (all its threads), broker {broker_ns:.0f} ns; "
+          f"both waited {waited:.2f} s per run for a CPU held by other processes")
     if theirs:
         base = statistics.median(r.rate for r in theirs)
         print(f"confluent-kafka: median {base / 1e6:.2f} M rows/s; ratio read_arrow / confluent-kafka "
