@@ -111,9 +111,9 @@ class ArrowReader:
     it is iterated. Iterate it for RecordBatches (each holds rows of one partition, in offset order), or
     call read_all(). Close it (or use it as a context manager) to close its connections early.
 
-With fetch.partition.ranges > 1, long partition ranges are read as sub-ranges in parallel: read_all()
-puts the rows back in order; iterated, a partition's batches come from its sub-ranges in turn (each
-batch in offset order)."""
+    With fetch.partition.ranges > 1, long partition ranges are read as sub-ranges in parallel: read_all()
+    puts the rows back in order; iterated, a partition's batches come from its sub-ranges in turn (each
+    batch in offset order)."""
 
     def __init__(self, bootstrap: str | None, topic: str, partitions: Sequence[int] | None = None,
                  start: PositionSpec = "earliest", end: PositionSpec = "latest", *,
