@@ -1,7 +1,8 @@
-"""Build configuration beyond pyproject.toml: the C record walk (gregor/protocol/_recordwalk.c).
+"""Build configuration beyond pyproject.toml: the C record walk (gregor/protocol/_recordwalk.c) and the
+C Arrow decoder of the client (gregor/client/_arrowbatch.c).
 
-The extension is optional: where no compiler is available the install still succeeds and
-gregor.protocol.validator falls back to its pure-Python walk (much slower per record).
+Both extensions are optional: where no compiler is available the install still succeeds and
+gregor.protocol.validator and gregor.client.decoder fall back to pure Python (much slower per record).
 """
 
 from setuptools import Extension, setup
@@ -13,6 +14,12 @@ setup(
             ["gregor/protocol/_recordwalk.c"],
             extra_compile_args=["-O3"],
             optional=True,
-        )
+        ),
+        Extension(
+            "gregor.client._arrowbatch",
+            ["gregor/client/_arrowbatch.c"],
+            extra_compile_args=["-O3"],
+            optional=True,
+        ),
     ]
 )
