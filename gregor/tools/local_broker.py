@@ -108,3 +108,15 @@ class BrokerProcess:
 
     def log_text(self) -> str:
         return "\n".join(self.log_lines)
+
+    def wait_for_log(self, needle: str, timeout_s: float = 10.0, since: int = 0) -> str:
+        """The first log line from index `since` on that contains `needle`, waiting for it: the broker's
+        output reaches `log_lines` through a reader thread, a moment after the broker wrote it."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            for line in self.log_lines[since:]:
+                if needle in line:
+                    return line
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no log line with {needle!r} within {timeout_s} s:\n" + self.log_text()[-4000:])
+            time.sleep(0.05)

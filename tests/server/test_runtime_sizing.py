@@ -66,6 +66,11 @@ def test_num_replica_fetchers_resized_without_restart(start_broker: StartBroker,
     common = {"zookeeper.connect": zk_connect, "replica.lag.time.max.ms": "3000", "replica.fetch.wait.max.ms": "100"}
     b0, b1 = (start_broker({**common, "broker.id": str(i)}) for i in range(2))
     admin = AdminClient({"bootstrap.servers": b0.bootstrap})
+    # Broker 0 learns of broker 1 through its ZooKeeper watch: a replication factor of 2 needs both seen.
+    deadline = time.monotonic() + 15
+    while len(admin.list_topics(timeout=5).brokers) < 2:
+        assert time.monotonic() < deadline, "broker 0 never saw broker 1"
+        time.sleep(0.1)
     n = 8
     admin.create_topics([NewTopic("sized", n, 2, config={"min.insync.replicas": "2"})])["sized"].result(30)
     _produce_everywhere(b0.bootstrap, "sized", n, "before")

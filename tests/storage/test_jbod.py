@@ -147,7 +147,7 @@ def test_enospc_takes_only_that_dir_offline(tmp_path: Path) -> None:
         assert seen[dirs[0]][0] == ErrorCode.NONE and ("fill", other) in seen[dirs[0]][1]
         assert create_topic(c, "later", 2).error_code == ErrorCode.NONE
         assert set(where(dirs[:1], "later")) == {0, 1}
-        assert f"log dir {full} failed" in b.log_text()
+        b.wait_for_log(f"log dir {full} failed")
     finally:
         if b is not None:
             b.kill()
