@@ -44,7 +44,7 @@ def zookeeper_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKe
     """One real ZooKeeper for the whole run (started on first use, ~1 s); tests keep apart by chroot."""
     why = zookeeper_available()
     if why is not None:
-        pytest.fail(f"ZooKeeper cannot start: {why}; scripts/install.sh installs it")
+        pytest.fail(f"ZooKeeper cannot start: {why}; scripts/install.sh cluster installs it")
     zk = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper")).start()
     yield zk
     zk.kill()

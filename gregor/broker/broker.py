@@ -65,7 +65,6 @@ from gregor.metadata.store import (
     SetBrokerConfigs,
     TopicMetadata,
 )
-from gregor.metadata.zookeeper import ZooKeeperMetadataStore
 from gregor.metrics.registry import BrokerMetrics
 from gregor.network.socket_server import SocketServer
 from gregor.protocol.errors import ErrorCode, KafkaError
@@ -93,6 +92,11 @@ class Broker:
             if "broker.id" not in config.explicit:
                 raise ConfigError("broker.id must be set explicitly when zookeeper.connect is set (each broker of a "
                                   "cluster needs its own id)")
+            try:  # kazoo is the `cluster` extra: a lone broker runs without it
+                from gregor.metadata.zookeeper import ZooKeeperMetadataStore
+            except ModuleNotFoundError as e:
+                raise ConfigError(f"zookeeper.connect needs the ZooKeeper client ({e}): run scripts/install.sh "
+                                  "cluster (or pip install 'gregor[cluster]')") from None
             store = ZooKeeperMetadataStore(config)
         self.broker_epoch = -1  # this registration's epoch (the znode's czxid); renewed with the session
         self.store = store or EmbeddedMetadataStore(
