@@ -65,7 +65,7 @@ if [ ! -x .venv/bin/python ]; then
   # Without a pip of its own when this Python's pip can install into it (pip --python): putting pip into a
   # new venv costs more CPU than all of a broker's dependencies (6 s of the quickstart's 18). Add one
   # with `.venv/bin/python -m ensurepip` if you want it.
-  if "$PY" -m pip --python "$PY" --version >/dev/null 2>&1; then
+  if "$PY" -m pip --python "$("$PY" -c 'import sys; print(sys.executable)')" --version >/dev/null 2>&1; then
     "$PY" -m venv --without-pip .venv
   else
     "$PY" -m venv .venv
