@@ -96,6 +96,7 @@ def raw_zk(zk_connect: str) -> Iterator[KazooClient]:
 SLOW_FIRST = (
     "spark-pipeline",
     "spark",
+    "tests/test_benchmarks_start.py",
     "tests/cluster/test_transactions_cluster.py",
     "tests/spark/test_standalone.py",
     "tests/clients/test_transactions.py",
