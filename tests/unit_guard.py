@@ -88,9 +88,19 @@ def guarded(test: str) -> Iterator[None]:
     _guard.test = test
     try:
         yield
+    except IsolationError:
+        raise
+    except BaseException as e:
+        if violations:  # the refused call is why it failed (a broker that "did not start"): say so first
+            raise _failure(test, violations) from e
+        raise
     finally:
         _guard.test, _guard.exempt_threads, _guard.violations = outer
-    # Reached only when the body did not raise: an IsolationError it swallowed still fails the test.
+    # The body did not raise: an IsolationError it swallowed still fails the test.
     if violations:
-        raise IsolationError(f"{test}: a unit test {violations[0]}"
-                             + (f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""))
+        raise _failure(test, violations)
+
+
+def _failure(test: str, violations: list[str]) -> IsolationError:
+    more = f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""
+    return IsolationError(f"{test}: a unit test {violations[0]}{more}")

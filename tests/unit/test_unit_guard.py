@@ -87,3 +87,14 @@ def test_threads_running_before_the_test_are_not() -> None:
         assert done.wait(10)
     t.join()
     assert outcome == ["bound"]
+
+
+def test_a_failure_after_a_refusal_is_reported_as_the_refusal() -> None:
+    with pytest.raises(IsolationError, match="inner: a unit test started a subprocess") as info:
+        with guarded("inner"):
+            try:
+                subprocess.run(["true"], check=False)
+            except IsolationError:
+                pass
+            raise AssertionError("the broker did not start")  # what such a test then says
+    assert isinstance(info.value.__cause__, AssertionError)
