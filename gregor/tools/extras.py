@@ -29,7 +29,7 @@ _INSTALLS = {CLUSTER: ("ZooKeeper and a Java runtime from Debian, and kazoo",
 
 def missing(extra: str) -> list[str]:
     """What `extra` needs that is not installed here (empty when everything is)."""
-    out = [name for name in _MODULES[extra] if importlib.util.find_spec(name) is None]
+    out = [name for name in _MODULES[extra] if not _importable(name)]
     if shutil.which("java") is None:
         out.append("a Java runtime")
     if extra == CLUSTER and not os.path.exists(ZOOKEEPER_JARS[0]):
@@ -44,3 +44,11 @@ def require(extra: str, command: str) -> None:
         what, by_hand = _INSTALLS[extra]
         raise ToolError(f"{command} needs {', '.join(lacking)}, not installed here. In the Gregor checkout, "
                         f"scripts/install.sh {extra} installs it ({what}); elsewhere: {by_hand}")
+
+
+def _importable(name: str) -> bool:
+    """Found without importing it (pyspark takes a second to import)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ImportError:
+        return False
