@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Install Gregor, start a broker on 127.0.0.1:9092, produce and consume a first message,
-# then keep the broker running in the foreground (Ctrl-C stops it cleanly).
+# Install Gregor (the broker and its Python dependencies only: no system package, no Java, no
+# ZooKeeper), start a broker on 127.0.0.1:9092, produce and consume a first message, then keep the
+# broker running in the foreground (Ctrl-C stops it cleanly). Clusters and Spark pipelines need more:
+# scripts/install.sh cluster|spark installs it.
 set -euo pipefail
 cd "$(dirname "$0")"
 fail() { echo "quickstart: $*" >&2; exit 1; }
@@ -8,7 +10,7 @@ fail() { echo "quickstart: $*" >&2; exit 1; }
 if (echo > /dev/tcp/127.0.0.1/9092) 2>/dev/null; then
   fail "port 9092 is already in use (a broker already running? stop it, or see who holds it: ss -ltnp 'sport = :9092')"
 fi
-bash scripts/install.sh
+bash scripts/install.sh broker
 . .venv/bin/activate
 gregor serve --override log.dirs=./gregor-data &
 broker=$!

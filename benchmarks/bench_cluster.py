@@ -2,6 +2,7 @@
 and controlled shutdown (issue 10's performance section). Run on demand; prints its figures.
 
     python benchmarks/bench_cluster.py [--records 2000000] [--rdkafka-performance PATH] [--skip ...]
+    python benchmarks/bench_cluster.py --smoke   # tiny, for CI: it still runs end to end
 
 Everything runs on loopback: ZooKeeper, three `gregor serve` processes (gregor.tools.local_cluster
 with its documented timeouts: zookeeper.session.timeout.ms=4000) and the client, all sharing this
@@ -129,10 +130,15 @@ def main() -> int:
     ap.add_argument("--partitions", type=int, default=6)
     ap.add_argument("--rdkafka-performance", default=DEFAULT_PERF)
     ap.add_argument("--rate", type=int, default=20_000, help="records/s for the latency run")
+    ap.add_argument("--latency-seconds", type=float, default=10.0, help="how long the latency run produces")
     ap.add_argument("--kills", type=int, default=5)
     ap.add_argument("--cs-partitions", type=int, default=1000)
     ap.add_argument("--skip", nargs="*", default=[], choices=["throughput", "latency", "failover", "shutdown"])
+    ap.add_argument("--smoke", action="store_true", help="a tiny end-to-end run, for CI (its figures mean nothing)")
     args = ap.parse_args()
+    if args.smoke:
+        args.records, args.partitions, args.rate, args.latency_seconds = 2_000, 2, 500, 1.0
+        args.kills, args.cs_partitions = 1, 30
     with LocalCluster(3, overrides={"auto.create.topics.enable": "false"}) as c:
         print(f"cluster: {c.bootstrap} (ZooKeeper {c.zk_connect}), {os.cpu_count()} cores shared")
         if "throughput" not in args.skip:
@@ -144,7 +150,7 @@ def main() -> int:
                     print(f"throughput acks={'all' if acks == '-1' else acks}: {rate:,.0f} records/s "
                           f"(100 B, {args.partitions} partitions, RF 3, min.insync.replicas 2)")
         if "latency" not in args.skip:
-            p50, p99, mx = latency(c, args.rate, 10.0)
+            p50, p99, mx = latency(c, args.rate, args.latency_seconds)
             print(f"end-to-end latency at {args.rate:,}/s (acks=all): p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {mx:.1f} ms")
         if "failover" not in args.skip:
             times = failover(c, args.kills)

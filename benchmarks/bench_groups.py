@@ -1,6 +1,7 @@
 """Consumer group benchmarks against a real broker process.
 
 Usage: python benchmarks/bench_groups.py [--records N] [--groups G] [--seconds S]
+       python benchmarks/bench_groups.py --smoke   # tiny, for CI: it still runs end to end
 
 1. Group consume throughput: 3 confluent-kafka consumers (separate processes) in one group over
    a 6-partition topic, against one consumer using assign() on all partitions.
@@ -178,7 +179,10 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--groups", type=int, default=1000)
     ap.add_argument("--seconds", type=int, default=20)
+    ap.add_argument("--smoke", action="store_true", help="a tiny end-to-end run, for CI (its figures mean nothing)")
     args = ap.parse_args()
+    if args.smoke:
+        args.records, args.groups, args.seconds = 3_000, 5, 2
     with tempfile.TemporaryDirectory() as d:
         broker = BrokerProcess(Path(d) / "data", {"group.initial.rebalance.delay.ms": "0"}).start()
         assert broker.proc is not None

@@ -2,6 +2,7 @@
 
     python benchmarks/bench_metadata.py store    # the store alone, in this process
     python benchmarks/bench_metadata.py broker   # a real `gregor serve` over the wire
+    python benchmarks/bench_metadata.py store|broker --smoke   # tiny, for CI: it still runs end to end
 
 Both shapes: 100 topics x 100 partitions (100 writes, or 100 CreateTopics requests) and 1 topic x 10,000.
 `store` times each store write and, with a 1 ms ticker on an event loop, the loop's worst lateness: stores
@@ -84,9 +85,9 @@ async def _idle_stall(seconds: float) -> float:
     return worst * 1000
 
 
-def bench_store() -> None:
+def bench_store(shapes: list[tuple[int, int]]) -> None:
     print(f"idle loop: worst lateness {asyncio.run(_idle_stall(0.5)):.1f} ms in 0.5 s (noise floor)", flush=True)
-    for topics, parts in SHAPES:
+    for topics, parts in shapes:
         r = asyncio.run(_store_run(topics, parts))
         print(f"store {topics} x {parts}: total {r['total_s']:.3f} s, slowest write {r['slowest_write_ms']:.1f} ms, "
               f"loop stall {r['loop_stall_ms']:.1f} ms, close {r['close_ms']:.0f} ms", flush=True)
@@ -131,8 +132,8 @@ def _broker_run(topics: int, parts: int) -> tuple[float, float]:
             b.kill()
 
 
-def bench_broker() -> None:
-    for topics, parts in SHAPES:
+def bench_broker(shapes: list[tuple[int, int]]) -> None:
+    for topics, parts in shapes:
         total, worst = _broker_run(topics, parts)
         print(f"broker {topics} x {parts}: CreateTopics acknowledged in {total:.3f} s, "
               f"slowest ApiVersions meanwhile {worst:.0f} ms", flush=True)
@@ -141,5 +142,7 @@ def bench_broker() -> None:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["store", "broker"])
+    ap.add_argument("--smoke", action="store_true", help="a tiny end-to-end run, for CI (its figures mean nothing)")
     args = ap.parse_args()
-    bench_store() if args.what == "store" else bench_broker()
+    shapes = [(2, 5), (1, 10)] if args.smoke else SHAPES
+    bench_store(shapes) if args.what == "store" else bench_broker(shapes)

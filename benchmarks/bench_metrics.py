@@ -2,6 +2,7 @@
 
 Usage: python benchmarks/bench_metrics.py [--records 1000000] [--rounds 4] [--value-bytes 100]
        [--batch-records 10000]  (--records 20000 --batch-records 1: one record a Produce request)
+       [--smoke]  (tiny, for CI: it still runs end to end)
        [--one on|off]  (one broker; for pairs: farm-bench --vs "python benchmarks/bench_metrics.py --one off ..."
                         -- python benchmarks/bench_metrics.py --one on ...)
 
@@ -111,7 +112,10 @@ def main() -> None:
                          "farm-bench --vs pairs (two brokers side by side skew each other on a 2-core machine)")
     ap.add_argument("--batch-records", type=int, default=10000,
                     help="the producer's batch.num.messages: 1 makes a Produce request a record (the per-request cost)")
+    ap.add_argument("--smoke", action="store_true", help="a tiny end-to-end run, for CI (its figures mean nothing)")
     a = ap.parse_args()
+    if a.smoke:
+        a.records, a.rounds = 2_000, 1
     value = b"x" * a.value_bytes
     if a.one:
         one(a.one == "on", a.records, value, a.batch_records)

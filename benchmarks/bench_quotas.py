@@ -4,7 +4,7 @@ request_percentage and every Produce recorded for producer_byte_rate, with limit
 sent).
 
 Usage: python benchmarks/bench_quotas.py [--records 300000] [--value-bytes 100] [--rounds 2]
-       [--batch-bytes 1000000]
+       [--batch-bytes 1000000] [--smoke (tiny, for CI: it still runs end to end)]
 
 One broker process; the rounds alternate none / configured on the same broker (AlterClientQuotas
 in between) so disk and machine load drift hit both alike. Producer: confluent-kafka in this
@@ -94,7 +94,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--batch-bytes", type=int, default=1_000_000,
                     help="the producer's batch.size: small batches make many small requests, the per-request cost")
+    ap.add_argument("--smoke", action="store_true", help="a tiny end-to-end run, for CI (its figures mean nothing)")
     args = ap.parse_args()
+    if args.smoke:
+        args.records, args.rounds = 2_000, 1
     value = b"v" * args.value_bytes
     quotas = [(entity(client=CLIENT_ID), {"producer_byte_rate": 1e12, "request_percentage": 1e6}),
               (entity(client=None), {"consumer_byte_rate": 1e12})]

@@ -1,7 +1,7 @@
 """librdkafka's rdkafka_performance (a C client) against a broker started from this tree.
 
 Usage: python benchmarks/bench_rdkafka.py [--rdkafka-performance PATH] [--records 5000000] [--runs 3]
-       [--value-bytes 100] [--data-base DIR]
+       [--value-bytes 100] [--data-base DIR] [--smoke (tiny, for CI: it still runs end to end)]
 
 The issue's figure is 100-byte records on 1 partition, produce then consume, in records/s. A Python
 client tops out near 1M records/s on its own, so the client here is librdkafka's C example
@@ -92,7 +92,10 @@ def main() -> None:
     ap.add_argument("--value-bytes", type=int, default=100)
     ap.add_argument("--data-base", default="/dev/shm" if os.path.isdir("/dev/shm") else None,
                     help="parent dir of the broker's data dir (default /dev/shm, a tmpfs)")
+    ap.add_argument("--smoke", action="store_true", help="a tiny end-to-end run, for CI (its figures mean nothing)")
     args = ap.parse_args()
+    if args.smoke:
+        args.records, args.runs = 2_000, 1
     binary = args.rdkafka_performance
     if not binary:
         print("skipped: no rdkafka_performance binary (give --rdkafka-performance PATH or set RDKAFKA_PERFORMANCE;"

@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_spark.py --records 10000000 [--partitions 4] [--master local[2]]
         [--bootstrap-server HOST:PORT]   # default: start a broker in a temp dir
+    .venv/bin/python benchmarks/bench_spark.py --smoke   # tiny, for CI: it still runs end to end
 
 1. sink: spark.range -> 100-byte values -> df.write.format("gregor") (fills the topic);
 2. source: spark.read.format("gregor") into df.count() and into a groupBy aggregation;
@@ -46,15 +47,18 @@ def main() -> int:
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--bootstrap-server", default=None)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--smoke", action="store_true", help="a tiny end-to-end run, for CI (its figures mean nothing)")
     args = ap.parse_args()
+    if args.smoke:
+        args.records, args.partitions, args.runs = 2_000, 2, 1
 
-    from gregor.pipeline.demo import LocalBroker
+    from gregor.tools.local_broker import BrokerProcess
 
     workdir = Path(tempfile.mkdtemp(prefix="gregor-bench-spark-"))
     broker = None
     bootstrap = args.bootstrap_server
     if bootstrap is None:
-        broker = LocalBroker(workdir / "broker").start()
+        broker = BrokerProcess(workdir / "broker").start()
         bootstrap = broker.bootstrap
     try:
         return bench(args, bootstrap, workdir)
@@ -83,12 +87,13 @@ def bench(args: argparse.Namespace, bootstrap: str, workdir: Path) -> int:
             F.lpad(F.col("id").cast("string"), args.value_bytes, "x").alias("value"))
 
     # Warm-up on a scratch topic: starts the Python workers and JIT-compiles the JVM paths, which
-    # otherwise land on whichever measurement runs first (several seconds here).
-    create_topics(bootstrap, {f"{topic}-warmup": args.partitions})
-    (values(200_000).write.format("gregor").mode("append").option("kafka.bootstrap.servers", bootstrap)
-     .option("topic", f"{topic}-warmup").save())
-    spark.read.format("gregor").option("kafka.bootstrap.servers", bootstrap).option("subscribe", f"{topic}-warmup") \
-        .load().count()
+    # otherwise land on whichever measurement runs first (several seconds here). A smoke run measures nothing.
+    if not args.smoke:
+        create_topics(bootstrap, {f"{topic}-warmup": args.partitions})
+        (values(200_000).write.format("gregor").mode("append").option("kafka.bootstrap.servers", bootstrap)
+         .option("topic", f"{topic}-warmup").save())
+        spark.read.format("gregor").option("kafka.bootstrap.servers", bootstrap) \
+            .option("subscribe", f"{topic}-warmup").load().count()
 
     rows = values(n)
     secs, _ = timed(lambda: rows.write.format("gregor").mode("append").option("kafka.bootstrap.servers", bootstrap)

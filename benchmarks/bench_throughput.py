@@ -2,7 +2,7 @@
 
 Usage: python benchmarks/bench_throughput.py [--records N] [--partitions 1 8] [--value-bytes 100]
        [--compression none|gzip|snappy|lz4|zstd] [--acks all|1] [--rdkafka-performance PATH] [--no-baseline]
-       [--idempotence] [--authorizer]
+       [--idempotence] [--authorizer] [--smoke (tiny, for CI: it still runs end to end)]
 
 Clients: confluent-kafka (librdkafka) in this process, and optionally librdkafka's C
 rdkafka_performance example (built outside this repo) so the Python client is not the
@@ -200,7 +200,10 @@ def main() -> None:
     ap.add_argument("--authorizer", action="store_true",
                     help="run the broker with Kafka's ACL authorizer, the client an ordinary principal allowed by "
                          "ACLs (every Produce and Fetch is checked per topic)")
+    ap.add_argument("--smoke", action="store_true", help="a tiny end-to-end run, for CI (its figures mean nothing)")
     args = ap.parse_args()
+    if args.smoke:
+        args.records, args.partitions = 2_000, [1]
     if args.idempotence:
         args.acks = "all"
     with tempfile.TemporaryDirectory() as d:

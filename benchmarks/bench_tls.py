@@ -1,6 +1,7 @@
 """TLS cost: produce and consume throughput over an SSL listener relative to PLAINTEXT, on one broker.
 
 Usage: python benchmarks/bench_tls.py [--records 300000] [--value-bytes 1024] [--runs 3]
+       python benchmarks/bench_tls.py --smoke   # tiny, for CI: it still runs end to end
 
 One broker with a PLAINTEXT and an SSL listener (certificates made with openssl in a temp dir). Each run
 produces --records records (acks=1, confluent-kafka, in a child process so the client has its own
@@ -75,7 +76,10 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=300_000)
     ap.add_argument("--value-bytes", type=int, default=1024)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--smoke", action="store_true", help="a tiny end-to-end run, for CI (its figures mean nothing)")
     args = ap.parse_args()
+    if args.smoke:
+        args.records, args.runs = 500, 1
     base = Path(tempfile.mkdtemp(prefix="bench-tls-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
     pki = make_pki(base / "pki")
     broker = BrokerProcess(base / "data", {

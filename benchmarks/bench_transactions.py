@@ -1,7 +1,7 @@
 """Transactions: throughput against plain idempotent produce, and end-to-end latency for read_committed.
 
 Usage: python benchmarks/bench_transactions.py [--seconds 10] [--value-bytes 100] [--partitions 4]
-       [--spark-rows 1000000] [--no-spark]
+       [--spark-rows 1000000] [--no-spark] [--smoke (tiny, for CI: it still runs end to end)]
 
 Against one real broker process, with confluent-kafka (librdkafka): for `--seconds` each, a producer
 sends 100-byte records (acks=all) as fast as it can
@@ -155,7 +155,10 @@ def main() -> None:
     ap.add_argument("--latency-rate", type=float, default=20_000,
                     help="records/s of the latency runs (the throughput runs go flat out)")
     ap.add_argument("--no-spark", action="store_true")
+    ap.add_argument("--smoke", action="store_true", help="a tiny end-to-end run, for CI (its figures mean nothing)")
     args = ap.parse_args()
+    if args.smoke:
+        args.seconds, args.partitions, args.spark_rows, args.latency_rate = 0.5, 2, 1_000, 1_000
     with tempfile.TemporaryDirectory() as d:
         b = BrokerProcess(Path(d)).start()
         try:

@@ -4,6 +4,7 @@
                                      [--time-limit S] [--safe] [--out DIR]
     python benchmarks/fuzz_broker.py --seed 1 --index 4711      # replay one input on a fresh broker
     python benchmarks/fuzz_broker.py --replay /tmp/gregor-fuzz-findings/1-4711.hex
+    python benchmarks/fuzz_broker.py --smoke     # tiny, for CI: it still runs end to end
 
 What it does: starts `gregor serve` (gregor.tools.local_broker) on a fresh data dir with overrides
 that keep partitions, segments and waits small; writes a canary topic; then sends the inputs of
@@ -721,7 +722,10 @@ def main() -> int:
     ap.add_argument("--index", type=int, default=None, help="replay input INDEX of --seed on a fresh broker")
     ap.add_argument("--replay", default=None, help="replay a .hex file written by a finding")
     ap.add_argument("-q", "--quiet", action="store_true")
+    ap.add_argument("--smoke", action="store_true", help="a tiny end-to-end run, for CI (its figures mean nothing)")
     args = ap.parse_args()
+    if args.smoke:
+        args.count = 300
     if args.index is not None or args.replay:
         return replay_main(args)
     r = run(args.seed, args.count, connections=args.connections, batch=args.batch,

@@ -94,7 +94,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     chromium = shutil.which("chromium")
     if chromium is None:
-        print("chromium is not installed (scripts/install.sh installs it)", file=sys.stderr)
+        print("chromium is not installed (scripts/install.sh test installs it)", file=sys.stderr)
         return 1
     from playwright.sync_api import sync_playwright
 

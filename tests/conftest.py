@@ -1,4 +1,6 @@
-"""Shared fixtures: real broker processes on loopback, each with its own data dir."""
+"""Shared fixtures (real broker processes on loopback, each with its own data dir), what kind each test is
+(unit under tests/unit, integration elsewhere; the unit ones guarded, see tests/unit_guard.py), and how
+the suite is spread over pytest-xdist workers."""
 
 from __future__ import annotations
 
@@ -12,7 +14,10 @@ from kazoo.client import KazooClient
 from gregor.config import BrokerConfig
 from gregor.metadata.zookeeper import ZooKeeperMetadataStore, ZooKeeperSettings, parse_connect
 from gregor.tools.local_zookeeper import ZooKeeperServer, zookeeper_available
+from tests import unit_guard
 from tests.broker_process import BrokerProcess
+
+UNIT_DIR = Path(__file__).resolve().parent / "unit"
 
 
 @pytest.fixture
@@ -44,7 +49,7 @@ def zookeeper_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKe
     """One real ZooKeeper for the whole run (started on first use, ~1 s); tests keep apart by chroot."""
     why = zookeeper_available()
     if why is not None:
-        pytest.fail(f"ZooKeeper cannot start: {why}; scripts/install.sh installs it")
+        pytest.fail(f"ZooKeeper cannot start: {why}; scripts/install.sh cluster installs it")
     zk = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper")).start()
     yield zk
     zk.kill()
@@ -97,6 +102,7 @@ def raw_zk(zk_connect: str) -> Iterator[KazooClient]:
 SLOW_FIRST = (
     "spark-pipeline",
     "spark",
+    "tests/test_benchmarks_start.py",
     "tests/cluster/test_transactions_cluster.py",
     "tests/spark/test_standalone.py",
     "tests/clients/test_transactions.py",
@@ -135,7 +141,14 @@ def group_of(nodeid: str) -> str:
     return module
 
 
+def is_unit(item: pytest.Item) -> bool:
+    return Path(item.path).is_relative_to(UNIT_DIR)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The folder says what a test is, so `-m unit` and `-m integration` select by it (scripts/test.sh unit).
+    for item in items:
+        item.add_marker(pytest.mark.unit if is_unit(item) else pytest.mark.integration)
     rank = {name: i for i, name in enumerate(SLOW_FIRST)}
     # A stable sort: the collection order stays within a group, and among the groups not named.
     items.sort(key=lambda item: rank.get(group_of(item.nodeid), len(rank)))
@@ -155,3 +168,23 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
             return group_of(nodeid)
 
     return GroupScheduling(config, log)
+
+
+# --- unit tests stay unit tests: no sockets, no processes (tests/unit_guard.py) ---
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> object:
+    """Fixtures too: a unit test that asks for a broker is not one. (Teardown is not guarded: the session's
+    fixtures, ZooKeeper among them, are finalized in the last test's teardown, whichever it is.)"""
+    if item.get_closest_marker("unit") is None:
+        return (yield)
+    with unit_guard.guarded(item.nodeid):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> object:
+    if item.get_closest_marker("unit") is None:
+        return (yield)
+    with unit_guard.guarded(item.nodeid):
+        return (yield)

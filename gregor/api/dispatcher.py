@@ -51,12 +51,18 @@ class Dispatcher:
     def dispatch(
         self, conn: Connection, frame: memoryview, api_key: int, version: int, correlation_id: int
     ) -> tuple[Api, ResponseBody] | None:
-        if not conn.authenticated and api_key not in PRE_AUTH_APIS:
-            if conn.sasl is not None and conn.sasl.principal_name is not None:  # KIP-368: the session ran out
+        if (not conn.authenticated or conn.sasl is not None) and api_key not in PRE_AUTH_APIS:
+            sasl = conn.sasl
+            # KIP-368: the session's end is checked against the clock on every request, as Kafka's SocketServer
+            # does, not left to the expiry timer (handlers/sasl.py): that fires late on a busy loop, and early
+            # under uvloop, whose timers run on a loop time cached at the start of each iteration.
+            if sasl is not None and sasl.principal_name is not None and (
+                    not conn.authenticated or sasl.session_expired(int(time.time() * 1000))):
                 raise CloseConnection(f"request (API key {api_key}) after the SASL session of User:"
-                                      f"{conn.sasl.principal_name} expired without re-authentication")
-            raise CloseConnection(f"unexpected request (API key {api_key}) before SASL authentication on listener "
-                                  f"{conn.listener.name}")
+                                      f"{sasl.principal_name} expired without re-authentication")
+            if not conn.authenticated:
+                raise CloseConnection(f"unexpected request (API key {api_key}) before SASL authentication on "
+                                      f"listener {conn.listener.name}")
         handler = self.handlers.get(api_key)
         if handler is None:
             raise CloseConnection(f"unknown or unsupported API key {api_key}")

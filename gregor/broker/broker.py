@@ -58,7 +58,6 @@ from gregor.coordinator.transaction.state_manager import TRANSACTION_STATE_TOPIC
 from gregor.metadata.cache import MetadataCache
 from gregor.metadata.embedded import EmbeddedMetadataStore
 from gregor.metadata.store import SESSION, SESSION_RESTORED, BrokerInfo, MetadataStore
-from gregor.metadata.zookeeper import ZooKeeperMetadataStore, ZooKeeperSettings
 from gregor.metrics.registry import BrokerMetrics
 from gregor.network.socket_server import ConnectionLimits, SocketServer, SocketServerSettings
 from gregor.replication.log_configs import log_config_for
@@ -100,6 +99,11 @@ class Broker:
             if "broker.id" not in config.explicit:
                 raise ConfigError("broker.id must be set explicitly when zookeeper.connect is set (each broker of a "
                                   "cluster needs its own id)")
+            try:  # kazoo is the `cluster` extra: a lone broker runs without it
+                from gregor.metadata.zookeeper import ZooKeeperMetadataStore, ZooKeeperSettings
+            except ModuleNotFoundError as e:
+                raise ConfigError(f"zookeeper.connect needs the ZooKeeper client ({e}): run scripts/install.sh "
+                                  "cluster (or pip install 'gregor[cluster]')") from None
             store = ZooKeeperMetadataStore(ZooKeeperSettings.from_config(config))
         self.broker_epoch = -1  # this registration's epoch (the znode's czxid); renewed with the session
         self.store = store or EmbeddedMetadataStore(config.log_dirs[0], config.broker_id, snapshot_bytes=s.snapshot_bytes)

@@ -13,8 +13,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gregor.tools.extras import SPARK, require
+
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    require(SPARK, "gregor pipeline demo")
     from gregor.pipeline.demo import run_demo
 
     result = run_demo(args.output.resolve(), bootstrap=args.bootstrap_server, events=args.events,
@@ -44,6 +47,7 @@ def cmd_ship_logs(args: argparse.Namespace) -> int:
 
 
 def cmd_job(args: argparse.Namespace) -> int:
+    require(SPARK, f"gregor pipeline {args.job}")
     from gregor.pipeline.submit import run_job
 
     return run_job(args.job, args, master=args.master)

@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from gregor.tools.common import HelpFormatter, ToolError, UsageError, parse_key_values
+from gregor.tools.extras import CLUSTER, require
 from gregor.tools.local_cluster import CLUSTER_DEFAULTS, fetch_metadata, wait_until
-from gregor.tools.local_zookeeper import ZooKeeperServer, zookeeper_available
+from gregor.tools.local_zookeeper import ZooKeeperServer
 
 STATE_FILE = "cluster.json"
 DEFAULT_DIR = "gregor-cluster"
@@ -77,9 +78,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     if state is not None and any(_alive(b["pid"], "gregor") for b in state["brokers"]):
         raise ToolError(f"a cluster already runs from {d} ('gregor cluster status --dir {args.dir}'; "
                         f"'gregor cluster down --dir {args.dir}' stops it)")
-    why = zookeeper_available()
-    if why is not None:
-        raise ToolError(f"cannot start ZooKeeper: {why}")
+    require(CLUSTER, "gregor cluster up")
     overrides = {**CLUSTER_DEFAULTS, **parse_key_values(args.override, "--override")}
     d.mkdir(parents=True, exist_ok=True)
     zk = ZooKeeperServer(d / "zookeeper", port=args.zookeeper_port).start()  # its own session already

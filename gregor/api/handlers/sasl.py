@@ -143,7 +143,11 @@ def _authenticated(ctx: RequestContext, auth: SaslServerAuthenticator, name: str
 def _session_expired(conn: Connection, auth: SaslServerAuthenticator) -> None:
     """KIP-368: the session lifetime passed without a completed re-authentication."""
     auth.expiry_timer = None  # type: ignore[attr-defined]
-    if conn.closed or conn.sasl is not auth or not auth.session_expired(_now_ms()):
+    if conn.closed or conn.sasl is not auth or auth.session_expiration_ms is None:
+        return
+    left_ms = auth.session_expiration_ms - _now_ms()
+    if left_ms > 0:  # early: uvloop measures timers on a loop time cached at the start of its iteration
+        auth.expiry_timer = asyncio.get_running_loop().call_later(left_ms / 1000.0, _session_expired, conn, auth)  # type: ignore[attr-defined]
         return
     conn.authenticated = False
     max_ms = auth.listener.max_reauth_ms.get(auth.mechanism or "", 0)
