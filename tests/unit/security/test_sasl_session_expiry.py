@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from gregor.api.dispatcher import Dispatcher
+from gregor.api.dispatcher import Dispatcher, supported_apis
 from gregor.api.handlers.sasl import _session_expired
-from gregor.network.socket_server import CloseConnection
+from gregor.network.connection import CloseConnection
 from gregor.protocol import apis
 from gregor.protocol.frames import encode_request
 from gregor.security.sasl.authenticator import SaslServerAuthenticator
@@ -44,12 +44,12 @@ def session(expires_in_ms: int | None, authenticated: bool = True) -> Any:
 
 def dispatch(conn: Any, api_key: int) -> str:
     served: list[int] = []
-    broker = SimpleNamespace(quotas=SimpleNamespace(enabled=False))
     handlers = {k: (lambda ctx, req, k=k: served.append(k) or {"error_code": 0}) for k in BODIES}
+    services = SimpleNamespace(quotas=SimpleNamespace(enabled=False), supported_apis=supported_apis(handlers))
     version, body = BODIES[api_key]
     frame = memoryview(encode_request(apis.BY_KEY[api_key], version, 7, "t", body))[4:]
     try:
-        Dispatcher(broker, handlers).dispatch(conn, frame, api_key, version, 7)  # type: ignore[arg-type]
+        Dispatcher(services, handlers).dispatch(conn, frame, api_key, version, 7)  # type: ignore[arg-type]
     except CloseConnection as e:
         return f"closed: {e}"
     assert served == [api_key]
