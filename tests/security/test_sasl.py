@@ -53,7 +53,7 @@ def _start(data_dir: Path, pki: Pki) -> BrokerProcess:
         "listener.name.reauth.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,OAUTHBEARER",
         # The OAUTHBEARER check is configurable: here a test factory that accepts one fixed token.
         "listener.name.reauth.oauthbearer.sasl.server.callback.handler.class":
-            "tests.security.test_sasl_mechanisms:custom_validator",
+            "tests.unit.security.test_sasl_mechanisms:custom_validator",
         "listener.name.reauth.connections.max.reauth.ms": str(REAUTH_MS),
     }).start()
 

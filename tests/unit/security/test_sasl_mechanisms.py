@@ -256,12 +256,12 @@ def custom_validator(options: dict[str, str]) -> Any:
 
 
 def test_oauthbearer_configurable_validator() -> None:
-    factory = load_validator_factory("tests.security.test_sasl_mechanisms:custom_validator")
+    factory = load_validator_factory("tests.unit.security.test_sasl_mechanisms:custom_validator")
     s = OAuthBearerServer(factory({}))
     s.evaluate(client_first("let-me-in"), 0)
     assert s.authorization_id == "robot"
     assert load_validator_factory(None) is unsecured_validator
-    assert load_validator_factory("tests.security.test_sasl_mechanisms.custom_validator") is custom_validator
+    assert load_validator_factory("tests.unit.security.test_sasl_mechanisms.custom_validator") is custom_validator
     with pytest.raises(ValueError, match="cannot load"):
         load_validator_factory("no.such.module:f")
 
