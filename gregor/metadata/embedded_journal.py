@@ -96,12 +96,7 @@ class MetadataJournal:
         for a in doc.get("acls", []):
             state.set_acls(*acls_from_json(a))
         for t in doc.get("topics", []):
-            rows = t["partitions"]
-            parts = ({int(p): PartitionState(**s) for p, s in rows.items()} if isinstance(rows, dict)  # format 1
-                     else _partitions_from_journal(rows))
-            state.topics[t["name"]] = TopicMetadata(
-                t["name"], uuid.UUID(t["topic_id"]), parts, dict(t.get("configs", {})), t.get("internal", False)
-            )
+            state.topics[t["name"]] = _topic_from_journal(t)
         self._replay_journal()
 
     def _replay_journal(self) -> None:
@@ -249,7 +244,9 @@ def _partitions_to_journal(parts: dict[int, PartitionState]) -> str:
                           for i in range(0, len(rows), _ROWS_PER_DUMPS)) + "]"
 
 
-def _partitions_from_journal(rows: list[list[Any]]) -> dict[int, PartitionState]:
+def _partitions_from_journal(rows: list[list[Any]] | dict[str, dict[str, Any]]) -> dict[int, PartitionState]:
+    if isinstance(rows, dict):  # the first snapshot format: {"<id>": {<PartitionState's fields>}}
+        return {int(p): PartitionState(**s) for p, s in rows.items()}
     out = {}
     for r in rows:
         if len(r) == 2:
