@@ -42,6 +42,7 @@ from gregor.metadata.records import (
 )
 from gregor.metadata.store import MetadataError, PartitionState, TopicMetadata
 from gregor.security.acl import acls_from_json, acls_to_json
+from gregor.storage.files import fsync_dir
 
 FILE_NAME = "gregor-metadata.json"
 JOURNAL_NAME = "gregor-metadata.journal"
@@ -69,7 +70,7 @@ class MetadataJournal:
         self._closed = False
         self._load()
         self._journal_fd = os.open(self._journal_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        _fsync_dir(self._dir)
+        fsync_dir(self._dir)
 
     def check_writable(self) -> None:
         if self.failed is not None:
@@ -189,7 +190,7 @@ class MetadataJournal:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, self._path)
-        _fsync_dir(self._dir)
+        fsync_dir(self._dir)
 
     def _compact_locked(self) -> None:
         """Fold the journal into the snapshot. Safe at every step: records the new snapshot holds are
@@ -304,14 +305,6 @@ def _parse_line(line: bytes) -> dict[str, Any] | None:
     except ValueError:
         return None
     return doc if isinstance(doc, dict) and isinstance(doc.get("v"), int) else None
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _new_cluster_id() -> str:

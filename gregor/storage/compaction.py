@@ -67,9 +67,9 @@ from gregor.protocol.validator import (
     ValidationRules,
     read_records,
 )
-from gregor.storage.checkpoint import fsync_dir
 from gregor.storage.config import CleanerConfig, LogConfig
 from gregor.storage.errors import CorruptRecordError, StorageError
+from gregor.storage.files import fsync_dir, unlink_if_exists
 from gregor.storage.index import INT32_MAX
 from gregor.storage.log import CleanerSnapshot, Log
 from gregor.storage.offset_map import OffsetMap
@@ -494,10 +494,7 @@ def _unlink_deleted_namesakes(log_dir: str, group: list[SegmentInfo]) -> None:
     for info in group:
         prefix = os.path.join(log_dir, file_prefix(info.base_offset))
         for suffix in SEGMENT_SUFFIXES:
-            try:
-                os.unlink(prefix + suffix + DELETED_SUFFIX)
-            except FileNotFoundError:
-                pass
+            unlink_if_exists(prefix + suffix + DELETED_SUFFIX)
 
 
 def _mtime_ns(log: Log, info: SegmentInfo) -> int:
