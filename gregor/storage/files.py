@@ -8,19 +8,19 @@ import os
 
 def fsync_dir(path: str) -> None:
     """Make renames and file creations in directory `path` durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    _fsync(path, os.O_RDONLY | os.O_DIRECTORY)
 
 
 def fsync_file(path: str) -> None:
     """fsync the file at `path`; a file that does not exist (never written) has nothing to make durable."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        _fsync(path, os.O_RDONLY)
     except FileNotFoundError:
-        return
+        pass
+
+
+def _fsync(path: str, flags: int) -> None:
+    fd = os.open(path, flags)
     try:
         os.fsync(fd)
     finally:
