@@ -46,4 +46,7 @@ def test_every_cited_function_exists() -> None:
 def test_the_layer_table_is_the_enforced_one() -> None:
     section = DOC.read_text().split("\n## Layers\n", 1)[1].split("\n## ", 1)[0]
     rows = {int(n): set(re.findall(r"`(\w+)`", cells)) for n, cells in LAYER_ROW.findall(section)}
-    assert rows == {i: set(names) - {""} for i, names in enumerate(LAYERS)}
+    enforced = {i: set(names) - {""} for i, names in enumerate(LAYERS)}
+    assert rows == enforced, "docs/architecture.md's layer table (and its package list) must follow LAYERS: " + "; ".join(
+        f"layer {i}: add {sorted(enforced[i] - rows.get(i, set()))}, drop {sorted(rows.get(i, set()) - enforced[i])}"
+        for i in sorted(set(rows) | set(enforced)) if rows.get(i) != enforced.get(i))
