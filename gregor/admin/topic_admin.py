@@ -170,13 +170,7 @@ class TopicAdmin:
             rf = self.settings.default_replication_factor if replication_factor == -1 else replication_factor
             if n <= 0:
                 raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"Number of partitions was set to an invalid non-positive value: {n}.")
-            if rf <= 0:
-                raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
-            if rf > len(brokers):
-                raise KafkaError(
-                    ErrorCode.INVALID_REPLICATION_FACTOR,
-                    f"Replication factor: {rf} larger than available brokers: {len(brokers)}.",
-                )
+            check_replication_factor(rf, len(brokers))
             self._check_count_before_layout(n, rf, len(brokers))
             layout = self._assign(0, n, rf)
         self.check_partition_limits(len(layout), layout)
@@ -230,11 +224,7 @@ class TopicAdmin:
             )
         else:
             self._check_count_before_layout(count - current, rf, len(brokers))
-            if rf > len(brokers):
-                raise KafkaError(
-                    ErrorCode.INVALID_REPLICATION_FACTOR,
-                    f"Replication factor: {rf} larger than available brokers: {len(brokers)}.",
-                )
+            check_replication_factor(rf, len(brokers))
             # Kafka continues the topic's layout: the new partitions start after partition 0's first replica.
             first_replica = topic.partitions[0].replicas[0]
             ordered = sorted(brokers)
@@ -396,6 +386,15 @@ class TopicAdmin:
         return {p: list(r) for p, r in assignment.items()}
 
 
+def check_replication_factor(rf: int, n_brokers: int) -> None:
+    """Kafka's refusals of a replication factor: not positive, or more than the brokers there are."""
+    if rf <= 0:
+        raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
+    if rf > n_brokers:
+        raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                         f"Replication factor: {rf} larger than available brokers: {n_brokers}.")
+
+
 def initial_state(replicas: list[int], live: Sequence[int]) -> PartitionState:
     """A new partition's state, as Kafka's controller writes it: the first live replica leads, the live
     replicas are the ISR, leader epoch 0 (leader -1 and an empty ISR if none is live)."""
@@ -447,14 +446,10 @@ def assign_replicas(brokers: Sequence[BrokerInfo], count: int, rf: int, first_pa
     does: a partition's replicas land on distinct racks whenever there are at least rf racks. A
     random start (and shift) spreads the leaders of small topics over the cluster; `start_index`
     fixes both (tests, and CreatePartitions continuing a topic)."""
-    if rf <= 0:
-        raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
+    n = len(brokers)
+    check_replication_factor(rf, n)
     if count <= 0:
         raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"Number of partitions was set to an invalid non-positive value: {count}.")
-    n = len(brokers)
-    if rf > n:
-        raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
-                         f"Replication factor: {rf} larger than available brokers: {n}.")
     with_rack = [b for b in brokers if b.rack is not None]
     if with_rack and len(with_rack) != n:
         raise PlacementError("Not all brokers have rack information for replica rack aware assignment.")

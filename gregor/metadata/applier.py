@@ -21,7 +21,7 @@ No I/O, no clock, no locks here: callers hold whatever lock orders their writes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from typing import Any, Protocol, TypeVar
 
 from gregor.metadata.records import (
@@ -97,13 +97,13 @@ class MetadataState:
 
     # --- keyed values: an empty value removes the key ---------------------------------------------
     def set_broker_configs(self, entity: str, configs: dict[str, str]) -> None:
-        _put(self.broker_configs, entity, configs)
+        put_or_remove(self.broker_configs, entity, configs)
 
     def set_entity_configs(self, path: str, configs: dict[str, str]) -> None:
-        _put(self.entity_configs, path, configs)
+        put_or_remove(self.entity_configs, path, configs)
 
     def set_acls(self, pattern: ResourcePattern, entries: frozenset[AccessControlEntry]) -> None:
-        _put(self.acl_entries, pattern, entries)
+        put_or_remove(self.acl_entries, pattern, entries)
 
     def image(self, cluster_id: str, brokers: tuple[BrokerInfo, ...], controller_id: int) -> MetadataImage:
         """A copy of everything, with the store's live brokers and controller."""
@@ -114,10 +114,12 @@ class MetadataState:
 
 
 K = TypeVar("K")
-V = TypeVar("V", dict[str, str], frozenset[AccessControlEntry])
+V = TypeVar("V", bound=Sized)
 
 
-def _put(table: dict[K, V], key: K, value: V) -> None:
+def put_or_remove(table: dict[K, V], key: K, value: V) -> None:
+    """Keyed metadata values (configs, ACLs) as every view of them keeps them: an empty value removes the
+    key, so no table holds empty entries and "none" reads the same everywhere."""
     if value:
         table[key] = value
     else:

@@ -23,6 +23,7 @@ import threading
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping
 
+from gregor.metadata.applier import put_or_remove
 from gregor.metadata.store import (
     ACLS,
     BROKER_CONFIGS,
@@ -124,20 +125,11 @@ class MetadataCache:
             if event.controller_id is not None:
                 self.controller_id = event.controller_id
             self._notify(BROKERS, "")
-        elif event.kind == BROKER_CONFIGS:
+        elif event.kind in (BROKER_CONFIGS, ENTITY_CONFIGS):  # a broker entity, or a user/client/group path
             entity = event.entity or ""
-            if event.configs:
-                self._broker_configs[entity] = dict(event.configs)
-            else:
-                self._broker_configs.pop(entity, None)
-            self._notify(BROKER_CONFIGS, entity)
-        elif event.kind == ENTITY_CONFIGS:
-            path = event.entity or ""
-            if event.configs:
-                self._entity_configs[path] = dict(event.configs)
-            else:
-                self._entity_configs.pop(path, None)
-            self._notify(ENTITY_CONFIGS, path)
+            table = self._broker_configs if event.kind == BROKER_CONFIGS else self._entity_configs
+            put_or_remove(table, entity, dict(event.configs or {}))
+            self._notify(event.kind, entity)
         elif event.kind == ACLS and event.acl_pattern is not None:
             self.acls.set(event.acl_pattern, event.acls or ())
             self._notify(ACLS, str(event.acl_pattern))

@@ -13,11 +13,12 @@ import dataclasses
 import json
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from gregor.metadata.applier import decide, decide_state_update, replay
 from gregor.metadata.embedded_journal import FILE_NAME, JOURNAL_NAME, MetadataJournal
-from gregor.metadata.records import Record
+from gregor.metadata.records import PartitionStateRecord, Record
 from gregor.metadata.store import (
     BROKERS,
     BrokerInfo,
@@ -34,6 +35,9 @@ __all__ = ["FILE_NAME", "JOURNAL_NAME", "PRODUCER_ID_BLOCK_FILE", "EmbeddedMetad
 
 PRODUCER_ID_BLOCK_FILE = "gregor-producer-id-block.json"
 DEFAULT_SNAPSHOT_BYTES = 20 * 1024 * 1024  # metadata.log.max.record.bytes.between.snapshots
+
+T = TypeVar("T")
+R = TypeVar("R", bound=Record)
 
 
 class EmbeddedMetadataStore(MetadataStore):
@@ -113,59 +117,48 @@ class EmbeddedMetadataStore(MetadataStore):
 
     # --- changes: decided and replayed by the applier, made durable by the journal -------------
     def apply(self, changes: Sequence[Change]) -> list[int | MetadataError]:
-        with self._lock:
-            self._journal.check_writable()
-            results: list[int | MetadataError] = []
-            written: list[tuple[int, Record]] = []
-            events: list[MetadataEvent] = []
-            for ch in changes:
-                try:
-                    record = decide(ch, self._state)
-                except MetadataError as e:
-                    results.append(e)
-                    continue
-                results.append(self._apply_record(record, written, events))
-            self._commit(written, events)
-            return results
+        return self._write(changes, lambda ch: decide(ch, self._state), lambda _ch, _record, version: version)
 
     def update_partition_states(self, updates: Sequence[StateUpdate],
                                 controller_epoch: int | None = None) -> list[int | MetadataError]:
+        def decide_one(u: StateUpdate) -> PartitionStateRecord:
+            if controller_epoch is not None and (controller_epoch != self._controller_epoch
+                                                 or self._controller_id() == -1):
+                raise ControllerMovedError(
+                    f"controller epoch {controller_epoch} is not the current {self._controller_epoch}")
+            return decide_state_update(u, self._state)
+
+        # Each update's result is the partition state's new version (what a conditional write needs next).
+        return self._write(updates, decide_one, lambda u, record, _version: record.partitions[u.partition].version)
+
+    def _write(self, items: Sequence[T], decide_one: Callable[[T], R],
+               result: Callable[[T, R, int], int]) -> list[int | MetadataError]:
+        """Decide each item against the state and replay its record into it at once (a later item sees it),
+        then make them all durable in one journal append (one fsync) and publish their events. Per item,
+        `result(item, record, metadata version)`, or the MetadataError that refused it."""
         with self._lock:
             self._journal.check_writable()
             results: list[int | MetadataError] = []
             written: list[tuple[int, Record]] = []
             events: list[MetadataEvent] = []
-            for u in updates:
-                if controller_epoch is not None and (controller_epoch != self._controller_epoch
-                                                     or self._controller_id() == -1):
-                    results.append(ControllerMovedError(
-                        f"controller epoch {controller_epoch} is not the current {self._controller_epoch}"))
-                    continue
+            for item in items:
                 try:
-                    record = decide_state_update(u, self._state)
+                    record = decide_one(item)
                 except MetadataError as e:
                     results.append(e)
                     continue
-                self._apply_record(record, written, events)
-                results.append(record.partitions[u.partition].version)
-            self._commit(written, events)
+                v = self._state.version + 1
+                event = replay(self._state, record, v)
+                assert event is not None
+                self._state.version = v
+                written.append((v, record))
+                events.append(event)
+                results.append(result(item, record, v))
+            if written:
+                self._journal.append(written)
+            for ev in events:  # only once durable
+                self._publish(ev)
             return results
-
-    def _apply_record(self, record: Record, written: list[tuple[int, Record]], events: list[MetadataEvent]) -> int:
-        """Into memory at once (a later change of the same call sees it); returns its version."""
-        v = self._state.version + 1
-        event = replay(self._state, record, v)
-        assert event is not None
-        self._state.version = v
-        written.append((v, record))
-        events.append(event)
-        return v
-
-    def _commit(self, written: list[tuple[int, Record]], events: list[MetadataEvent]) -> None:
-        if written:
-            self._journal.append(written)
-        for ev in events:  # only once durable
-            self._publish(ev)
 
     def close(self) -> None:
         """Fold the journal into the snapshot (a cleanly stopped broker leaves one self-contained file)."""

@@ -42,6 +42,7 @@ from gregor.metadata.records import (
 )
 from gregor.metadata.store import MetadataError, PartitionState, TopicMetadata
 from gregor.security.acl import acls_from_json, acls_to_json
+from gregor.storage.files import fsync_dir
 
 FILE_NAME = "gregor-metadata.json"
 JOURNAL_NAME = "gregor-metadata.journal"
@@ -69,7 +70,7 @@ class MetadataJournal:
         self._closed = False
         self._load()
         self._journal_fd = os.open(self._journal_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        _fsync_dir(self._dir)
+        fsync_dir(self._dir)
 
     def check_writable(self) -> None:
         if self.failed is not None:
@@ -96,12 +97,7 @@ class MetadataJournal:
         for a in doc.get("acls", []):
             state.set_acls(*acls_from_json(a))
         for t in doc.get("topics", []):
-            rows = t["partitions"]
-            parts = ({int(p): PartitionState(**s) for p, s in rows.items()} if isinstance(rows, dict)  # format 1
-                     else _partitions_from_journal(rows))
-            state.topics[t["name"]] = TopicMetadata(
-                t["name"], uuid.UUID(t["topic_id"]), parts, dict(t.get("configs", {})), t.get("internal", False)
-            )
+            state.topics[t["name"]] = _topic_from_journal(t)
         self._replay_journal()
 
     def _replay_journal(self) -> None:
@@ -194,7 +190,7 @@ class MetadataJournal:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, self._path)
-        _fsync_dir(self._dir)
+        fsync_dir(self._dir)
 
     def _compact_locked(self) -> None:
         """Fold the journal into the snapshot. Safe at every step: records the new snapshot holds are
@@ -249,7 +245,9 @@ def _partitions_to_journal(parts: dict[int, PartitionState]) -> str:
                           for i in range(0, len(rows), _ROWS_PER_DUMPS)) + "]"
 
 
-def _partitions_from_journal(rows: list[list[Any]]) -> dict[int, PartitionState]:
+def _partitions_from_journal(rows: list[list[Any]] | dict[str, dict[str, Any]]) -> dict[int, PartitionState]:
+    if isinstance(rows, dict):  # the first snapshot format: {"<id>": {<PartitionState's fields>}}
+        return {int(p): PartitionState(**s) for p, s in rows.items()}
     out = {}
     for r in rows:
         if len(r) == 2:
@@ -307,14 +305,6 @@ def _parse_line(line: bytes) -> dict[str, Any] | None:
     except ValueError:
         return None
     return doc if isinstance(doc, dict) and isinstance(doc.get("v"), int) else None
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _new_cluster_id() -> str:

@@ -16,6 +16,7 @@ import time
 
 from kazoo.exceptions import NoNodeError
 
+from gregor.metadata.applier import put_or_remove
 from gregor.metadata.store import ACLS, BROKER_CONFIGS, ENTITY_CONFIGS, LOG_DIR_FAILURE, LogDirFailure
 from gregor.metadata.zk_reading import ReadContext
 from gregor.metadata.zk_znodes import (
@@ -205,13 +206,7 @@ class ConfigReader:
                 configs = {str(k): str(v) for k, v in (json.loads(r.get()[0] or b"{}").get("config") or {}).items()}
             except (NoNodeError, ValueError):
                 configs = {}
-            with self._ctx.lock:
-                if configs != self.entity_configs.get(p, {}):
-                    if configs:
-                        self.entity_configs[p] = configs
-                    else:
-                        self.entity_configs.pop(p, None)
-                    self._ctx.publish_locked(ENTITY_CONFIGS, entity=p, configs=dict(configs))
+            self._keep_configs(self.entity_configs, ENTITY_CONFIGS, p, configs)
 
     def _read_broker_configs(self, entities: set[str] | None) -> None:
         """Dynamic broker configs: the named entities, or all of them (and the children watch) for None;
@@ -226,13 +221,14 @@ class ConfigReader:
                 configs = {str(k): str(v) for k, v in json.loads(r.get()[0]).get("config", {}).items()}
             except NoNodeError:
                 configs = {}
-            with self._ctx.lock:
-                if configs != self.broker_configs.get(e, {}):
-                    if configs:
-                        self.broker_configs[e] = configs
-                    else:
-                        self.broker_configs.pop(e, None)
-                    self._ctx.publish_locked(BROKER_CONFIGS, entity=e, configs=dict(configs))
+            self._keep_configs(self.broker_configs, BROKER_CONFIGS, e, configs)
+
+    def _keep_configs(self, table: dict[str, dict[str, str]], kind: str, key: str, configs: dict[str, str]) -> None:
+        """`configs` read for `key` into the image's `table`, published as `kind` only if they changed it."""
+        with self._ctx.lock:
+            if configs != table.get(key, {}):
+                put_or_remove(table, key, configs)
+                self._ctx.publish_locked(kind, entity=key, configs=dict(configs))
 
     # --- ACLs: the znodes, found again through Kafka's change notifications ---------------------------
     def _read_all_acls(self) -> None:

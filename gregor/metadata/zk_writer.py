@@ -68,6 +68,13 @@ from gregor.security.acl import AccessControlEntry, ResourcePattern
 Call = Callable[..., Any]
 
 
+def _delete_partitions_in(tx: Any, topic_path: str, parts: list[str]) -> None:
+    """Add the deletion of these partitions' znodes (each state, then the partition) to `tx`."""
+    for p in parts:
+        tx.delete(f"{topic_path}/partitions/{p}/state")
+        tx.delete(f"{topic_path}/partitions/{p}")
+
+
 class AclRaceLost(Exception):
     """The ACL znode changed between its read and the conditional write: decide again from a new read."""
 
@@ -202,11 +209,7 @@ class ZooKeeperWriter:
         tx.create(f"{_topic_path(t.name)}/partitions", b"")
         items = sorted(t.partitions.items())
         _create_states(tx, t.name, items[:PARTITIONS_PER_MULTI])
-        config_path = f"{CONFIG_TOPICS}/{t.name}"
-        if self._zk.exists(config_path) is not None:  # left by a deletion Kafka-style: replaced
-            tx.set_data(config_path, config_znode(t.configs))
-        else:
-            tx.create(config_path, config_znode(t.configs))
+        self._put_topic_configs(tx, t.name, t.configs)  # a znode left by a deletion Kafka-style is replaced
         results = tx.commit()
         if isinstance(results[0], NodeExistsError):
             raise TopicExistsError(t.name)
@@ -227,9 +230,7 @@ class ZooKeeperWriter:
                 self._delete_partitions(path, parts[PARTITIONS_PER_MULTI:])
                 parts = parts[:PARTITIONS_PER_MULTI]
             tx = self._zk.transaction()
-            for p in parts:
-                tx.delete(f"{path}/partitions/{p}/state")
-                tx.delete(f"{path}/partitions/{p}")
+            _delete_partitions_in(tx, path, parts)
             if self._zk.exists(f"{path}/partitions") is not None:
                 tx.delete(f"{path}/partitions")
             tx.delete(path)
@@ -246,16 +247,21 @@ class ZooKeeperWriter:
     def _topic_configs(self, r: TopicConfigsRecord, reads: ZnodeReads) -> list[str]:
         tx = self._zk.transaction()
         tx.check(_topic_path(r.name), -1)  # the topic is still there
-        config_path = f"{CONFIG_TOPICS}/{r.name}"
-        if self._zk.exists(config_path) is not None:
-            tx.set_data(config_path, config_znode(r.configs))
-        else:
-            tx.create(config_path, config_znode(r.configs))
+        config_path = self._put_topic_configs(tx, r.name, r.configs)
         results = tx.commit()
         if isinstance(results[0], NoNodeError):
             raise NoSuchTopicError(r.name)
         _raise_first(results, f"setting configs of topic {r.name}")
         return [config_path]
+
+    def _put_topic_configs(self, tx: Any, name: str, configs: dict[str, str]) -> str:
+        """Add the writing of the topic's config znode to `tx` (set when it exists, else created); its path."""
+        path = f"{CONFIG_TOPICS}/{name}"
+        if self._zk.exists(path) is not None:
+            tx.set_data(path, config_znode(configs))
+        else:
+            tx.create(path, config_znode(configs))
+        return path
 
     def _add_partitions(self, r: PartitionsRecord, reads: ZnodeReads) -> list[str]:
         added = sorted(r.partitions.items())
@@ -301,9 +307,7 @@ class ZooKeeperWriter:
         pending = []
         for i in range(0, len(parts), PARTITIONS_PER_MULTI):
             tx = self._zk.transaction()
-            for p in parts[i:i + PARTITIONS_PER_MULTI]:
-                tx.delete(f"{path}/partitions/{p}/state")
-                tx.delete(f"{path}/partitions/{p}")
+            _delete_partitions_in(tx, path, parts[i:i + PARTITIONS_PER_MULTI])
             pending.append(self._call(tx.commit_async))
         for r in pending:
             r.get()  # a failure (deleted meanwhile) shows in the final multi, which is retried

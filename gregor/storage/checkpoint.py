@@ -16,6 +16,7 @@ import os
 from collections.abc import Iterable, Mapping
 
 from gregor.storage.errors import CorruptCheckpointError
+from gregor.storage.files import fsync_dir
 
 VERSION = 0
 
@@ -26,15 +27,6 @@ CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 
 TopicPartition = tuple[str, int]
-
-
-def fsync_dir(path: str) -> None:
-    """Make renames and file creations in directory `path` durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_lines(path: str, lines: list[str], version: int = VERSION, sync: bool = True) -> None:

@@ -67,9 +67,9 @@ from gregor.protocol.validator import (
     ValidationRules,
     read_records,
 )
-from gregor.storage.checkpoint import fsync_dir
 from gregor.storage.config import CleanerConfig, LogConfig
 from gregor.storage.errors import CorruptRecordError, StorageError
+from gregor.storage.files import fsync_dir, unlink_if_exists
 from gregor.storage.index import INT32_MAX
 from gregor.storage.log import CleanerSnapshot, Log
 from gregor.storage.offset_map import OffsetMap
@@ -253,16 +253,6 @@ class Cleaner:
         stats.elapsed_s = time.monotonic() - t0
         return stats, horizon, bool(closed)
 
-    @contextmanager
-    def _reader(self, log: Log, info: SegmentInfo) -> Iterator[int]:
-        fds = log.open_segment_readers([info.segment])
-        if fds is None:
-            raise CleanAborted(f"segment {info.base_offset} left the log")
-        try:
-            yield fds[0]
-        finally:
-            os.close(fds[0])
-
     def _batches(self, log: Log, info: SegmentInfo, throttler: _Throttler | None,
                  headers_only: bool = False) -> Iterator[tuple[BatchHeader, memoryview]]:
         """The segment's batches up to its planned size, read through a duplicated descriptor."""
@@ -270,7 +260,7 @@ class Cleaner:
         clock = time.perf_counter
         yield_s = GIL_YIELD_INTERVAL_S
         last_yield = clock()
-        with self._reader(log, info) as fd:
+        with _segment_reader(log, info) as fd:
             chunk = _HEADER_CHUNK_BYTES if headers_only else self.config.io_buffer_size
             for h, raw in _iter_file_batches(fd, info.size, chunk, headers_only):
                 if stop.is_set():
@@ -494,19 +484,24 @@ def _unlink_deleted_namesakes(log_dir: str, group: list[SegmentInfo]) -> None:
     for info in group:
         prefix = os.path.join(log_dir, file_prefix(info.base_offset))
         for suffix in SEGMENT_SUFFIXES:
-            try:
-                os.unlink(prefix + suffix + DELETED_SUFFIX)
-            except FileNotFoundError:
-                pass
+            unlink_if_exists(prefix + suffix + DELETED_SUFFIX)
 
 
-def _mtime_ns(log: Log, info: SegmentInfo) -> int:
+@contextmanager
+def _segment_reader(log: Log, info: SegmentInfo) -> Iterator[int]:
+    """A descriptor of the segment's file of its own (the cleaner reads without the log's lock), closed after;
+    CleanAborted when the segment left the log meanwhile."""
     fds = log.open_segment_readers([info.segment])
     if fds is None:
         raise CleanAborted(f"segment {info.base_offset} left the log")
     try:
-        return os.fstat(fds[0]).st_mtime_ns
+        yield fds[0]
     finally:
         os.close(fds[0])
+
+
+def _mtime_ns(log: Log, info: SegmentInfo) -> int:
+    with _segment_reader(log, info) as fd:
+        return os.fstat(fd).st_mtime_ns
 
 

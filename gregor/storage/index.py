@@ -30,6 +30,7 @@ import sys
 from array import array
 
 from gregor.storage.errors import CorruptIndexError
+from gregor.storage.files import fsync_file, unlink_if_exists
 
 INT32_MAX = 2**31 - 1
 NO_TIMESTAMP = -1
@@ -67,10 +68,7 @@ class _Index:
         self._unsynced = True  # the file may have changes not yet fsynced (unknown when opened)
         self._file_created = not new  # a new index's file is created by its first write
         if new:
-            try:  # a stale file of the same name (a segment re-created at the same base) goes
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
+            unlink_if_exists(path)  # a stale file of the same name (a segment re-created at the same base) goes
             self._init_empty()
             self._loaded = True
             self._unsynced = False
@@ -162,14 +160,7 @@ class _Index:
             return
         self._unsynced = False  # first: a write racing with this fsync sets it again
         try:
-            try:
-                fd = os.open(self.path, os.O_RDONLY)
-            except FileNotFoundError:  # never written: nothing to make durable
-                return
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_file(self.path)
         except BaseException:
             self._unsynced = True
             raise
@@ -203,10 +194,7 @@ class _Index:
         self.path = new_path
 
     def delete(self) -> None:
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+        unlink_if_exists(self.path)
 
     def _relative(self, offset: int) -> int:
         rel = offset - self.base_offset

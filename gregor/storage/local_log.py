@@ -27,9 +27,9 @@ import threading
 from collections.abc import Callable, Iterator
 
 from gregor.protocol.records import BatchHeader, ControlRecord, read_control_record
-from gregor.storage.checkpoint import fsync_dir
 from gregor.storage.config import LogConfig
 from gregor.storage.errors import KafkaStorageError
+from gregor.storage.files import fsync_dir
 from gregor.storage.segment import (
     DELETED_SUFFIX,
     SWAP_SUFFIX,

@@ -14,10 +14,11 @@ import logging
 import os
 from typing import Protocol
 
-from gregor.storage.checkpoint import TopicPartition, fsync_dir
+from gregor.storage.checkpoint import TopicPartition
 from gregor.storage.config import LogConfig
 from gregor.storage.dir_failure import LogDirFailureChannel
 from gregor.storage.errors import LogOfflineError, StorageError
+from gregor.storage.files import fsync_dir
 from gregor.storage.log import Log
 from gregor.storage.log_dirs import create_log, logs_per_dir
 from gregor.storage.log_table import LogTable

@@ -19,11 +19,11 @@ from gregor.storage.checkpoint import (
     REPLICATION_OFFSET_CHECKPOINT,
     OffsetCheckpointFile,
     TopicPartition,
-    fsync_dir,
 )
 from gregor.storage.clean_shutdown import CLEAN_SHUTDOWN_FILE, Plan, read_segment_sizes
 from gregor.storage.config import LogConfig
 from gregor.storage.errors import CorruptCheckpointError
+from gregor.storage.files import fsync_dir
 from gregor.storage.log import Log, parse_topic_partition
 from gregor.storage.segment_files import LOG_SUFFIX, SegmentFileCache
 

@@ -28,6 +28,7 @@ from typing import NamedTuple
 from gregor.protocol.primitives import DecodeError
 from gregor.storage.config import LogConfig
 from gregor.storage.errors import StorageError
+from gregor.storage.files import unlink_if_exists
 from gregor.storage.leader_epoch import LeaderEpochFileCache
 from gregor.storage.local_log import LocalLog
 from gregor.storage.producer_state import SNAPSHOT_SUFFIX
@@ -125,7 +126,7 @@ class LogLoader:
                 if base <= old < max(end, base + 1):
                     logger.info("swap %s replaces segment %d", seg.log_path, old)
                     for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
-                        _unlink(os.path.join(self.dir, file_prefix(old) + suffix))
+                        unlink_if_exists(os.path.join(self.dir, file_prefix(old) + suffix))
                     logs.discard(old)
                     if old in opened:
                         opened.pop(old).close()
@@ -254,10 +255,3 @@ class LogLoader:
             s.delete_files()
         if later:
             del segments[i + 1 :]
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from gregor.storage.checkpoint import TopicPartition, fsync_dir
+from gregor.storage.checkpoint import TopicPartition
 from gregor.storage.config import LogConfig
 from gregor.storage.dir_failure import LogDirFailureChannel
 from gregor.storage.errors import (
@@ -46,6 +46,7 @@ from gregor.storage.errors import (
     StorageError,
     UnexpectedAppendOffsetError,
 )
+from gregor.storage.files import fsync_dir
 from gregor.storage.log import Log
 from gregor.storage.log_dirs import FUTURE_DIR_SUFFIX, MOVED_DIR_SUFFIX, remove_log_dir
 from gregor.storage.log_table import LogTable

@@ -54,6 +54,7 @@ from gregor.storage.errors import (
     RecordValidationError,
     TransactionCoordinatorFencedError,
 )
+from gregor.storage.files import unlink_if_exists
 from gregor.storage.txn_index import AbortedTxn
 
 logger = logging.getLogger(__name__)
@@ -367,7 +368,7 @@ class ProducerStateManager:
                 self._delete_snapshot(off)
 
     def _delete_snapshot(self, offset: int) -> None:
-        _unlink(os.path.join(self.dir, snapshot_name(offset)))
+        unlink_if_exists(os.path.join(self.dir, snapshot_name(offset)))
         if self._snapshots is not None and offset in self._snapshots:
             self._snapshots.remove(offset)
 
@@ -433,13 +434,6 @@ class ProducerStateManager:
         latest = self.latest_snapshot_offset()
         if self.producers or (latest is not None and latest != log_end_offset):
             self.snapshot_at_roll(log_end_offset)  # a failure is logged: closing the log goes on
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 def read_snapshot_file(path: str) -> dict[int, ProducerStateEntry]:

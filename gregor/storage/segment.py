@@ -30,6 +30,7 @@ from gregor.protocol.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, read
 from gregor.protocol.validator import ValidationRules
 from gregor.storage.config import LogConfig
 from gregor.storage.errors import CorruptIndexError, KafkaStorageError
+from gregor.storage.files import unlink_if_exists
 from gregor.storage.index import INT32_MAX, NO_TIMESTAMP, OffsetIndex, TimeIndex
 from gregor.storage.leader_epoch import LeaderEpochFileCache
 from gregor.storage.segment_files import (  # noqa: F401 - the cache and its helpers are imported from here
@@ -477,10 +478,7 @@ class LogSegment(SegmentFile):
 
     def delete_files(self) -> None:
         for path in self.file_paths():
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
+            unlink_if_exists(path)
 
 
 def _jitter(config: LogConfig) -> int:

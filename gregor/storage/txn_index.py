@@ -21,6 +21,8 @@ import os
 import struct
 from typing import NamedTuple
 
+from gregor.storage.files import fsync_file, unlink_if_exists
+
 logger = logging.getLogger(__name__)
 
 TXN_INDEX_SUFFIX = ".txnindex"
@@ -112,7 +114,7 @@ class TransactionIndex:
 
     def _rewrite(self, entries: list[AbortedTxn]) -> None:
         if not entries:
-            _unlink(self.path)
+            unlink_if_exists(self.path)
         else:
             tmp = self.path + ".tmp"
             with open(tmp, "wb") as fh:
@@ -141,24 +143,10 @@ class TransactionIndex:
         if not self._dirty:
             return
         self._dirty = False
-        try:
-            fd = os.open(self.path, os.O_RDONLY)
-        except FileNotFoundError:
-            return
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_file(self.path)
 
     def delete(self) -> None:
-        _unlink(self.path)
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
+        unlink_if_exists(self.path)
 
 
 def parse_entries(data: bytes) -> tuple[list[AbortedTxn], int, str | None]:

@@ -110,6 +110,11 @@ def parse_key_values(items: list[str], option: str) -> dict[str, str]:
     return out
 
 
+def delete_config_keys(args: argparse.Namespace) -> list[str]:
+    """--delete-config k1,k2 (kafka-configs.sh's form) as its keys; none when the option is absent."""
+    return [k.strip() for k in (args.delete_config or "").split(",") if k.strip()]
+
+
 def client_config(servers: str, **extra: Any) -> dict[str, Any]:
     """librdkafka configuration for a console tool: its own log silenced (the tool reports what
     went wrong itself, once), plus `extra` (librdkafka property names)."""

@@ -34,6 +34,7 @@ from gregor.tools.common import (
     check_reachable,
     client_config,
     client_security_config,
+    delete_config_keys,
     is_no_answer,
     kafka_message,
     no_answer,
@@ -91,10 +92,6 @@ def parse_add_config(text: str) -> dict[str, str]:
     return out
 
 
-def _deletes(args: argparse.Namespace) -> list[str]:
-    return [k.strip() for k in (args.delete_config or "").split(",") if k.strip()]
-
-
 def run_configs(args: argparse.Namespace) -> int:
     types: list[str] = args.entity_type
     names: list[str | None] = args.entity_names or []
@@ -142,7 +139,8 @@ def _users_clients(args: argparse.Namespace) -> int:
             args.entity_name = names[0]
             users.cmd_describe(args)
         return 0
-    keys = {i.partition("=")[0].strip() for i in users._split_top_level(args.add_config or "")} | set(_deletes(args))
+    keys = {i.partition("=")[0].strip() for i in users._split_top_level(args.add_config or "")}
+    keys |= set(delete_config_keys(args))
     scram = keys & set(users.SCRAM_NAMES)
     if scram:
         if keys - scram:
@@ -241,7 +239,7 @@ def _describe(args: argparse.Namespace, kind: str, name: str | None) -> int:
 
 def _alter(args: argparse.Namespace, kind: str, name: str | None) -> int:
     adds = parse_add_config(args.add_config or "")
-    deletes = _deletes(args)
+    deletes = delete_config_keys(args)
     if set(adds) & set(deletes):
         raise UsageError("a config cannot be both added and deleted")
     if name is None:

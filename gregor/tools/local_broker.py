@@ -109,13 +109,15 @@ class BrokerProcess:
     def log_text(self) -> str:
         return "\n".join(self.log_lines)
 
-    def wait_for_log(self, needle: str, timeout_s: float = 10.0, since: int = 0) -> str:
-        """The first log line from index `since` on that contains `needle`, waiting for it: the broker's
-        output reaches `log_lines` through a reader thread, a moment after the broker wrote it."""
+    def wait_for_log(self, needle: str | re.Pattern[str], timeout_s: float = 10.0, since: int = 0) -> str:
+        """The first log line from index `since` on that contains `needle` (a compiled pattern: that it
+        matches, `search`), waiting for it: the broker's output reaches `log_lines` through a reader
+        thread, a moment after the broker wrote it. `since = len(log_lines)` before an action skips what
+        was logged earlier."""
         deadline = time.monotonic() + timeout_s
         while True:
             for line in self.log_lines[since:]:
-                if needle in line:
+                if (needle.search(line) is not None) if isinstance(needle, re.Pattern) else needle in line:
                     return line
             if time.monotonic() > deadline:
                 raise AssertionError(f"no log line with {needle!r} within {timeout_s} s:\n" + self.log_text()[-4000:])

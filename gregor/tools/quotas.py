@@ -35,6 +35,7 @@ from gregor.tools.common import (
     add_request_timeout,
     bootstrap,
     check_reachable,
+    delete_config_keys,
     read_command_config,
     timeout_s,
 )
@@ -229,7 +230,7 @@ def run_quotas(args: argparse.Namespace) -> int:
             print(f"Quota configs for {describe_entity(entry.entity)} are {values}")
         return 0
     adds = parse_add_config(args.add_config or "")
-    deletes = [k.strip() for k in (args.delete_config or "").split(",") if k.strip()]
+    deletes = delete_config_keys(args)
     if not adds and not deletes:
         raise UsageError("--alter needs --add-config and/or --delete-config")
     for k in deletes:

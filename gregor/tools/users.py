@@ -30,6 +30,7 @@ from gregor.tools.common import (
     check_reachable,
     client_config,
     client_security_config,
+    delete_config_keys,
     error_code,
     is_no_answer,
     kafka_message,
@@ -167,7 +168,7 @@ def cmd_alter(args: argparse.Namespace) -> int:
     if not args.entity_name:
         raise UsageError("--alter needs --entity-name USER")
     upserts = parse_add_config(args.add_config) if args.add_config else {}
-    deletes = [d.strip() for d in (args.delete_config or "").split(",") if d.strip()]
+    deletes = delete_config_keys(args)
     if not upserts and not deletes:
         raise UsageError("--alter needs --add-config and/or --delete-config")
     for name in deletes:

@@ -3,24 +3,21 @@ topic creation seen by every broker, duplicate ids refused, a SIGKILLed broker l
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
 
 from gregor.broker.broker import Broker
-from gregor.config import BrokerConfig
 from gregor.metadata.store import SESSION
 from gregor.metadata.zookeeper import ZooKeeperMetadataStore, parse_connect
 from gregor.tools.local_broker import BrokerProcess
+from tests.in_process import InProcessBroker
 from tests.server.admin_wire import CREATE_TOPICS, metadata
+from tests.waiting import wait_for
 from tests.wire import WireClient
 
 SESSION_MS = "2000"
@@ -39,22 +36,13 @@ def _metadata(b: BrokerProcess, *topics: str):  # type: ignore[no-untyped-def]
         c.close()
 
 
-def _wait(cond: Callable[[], bool], timeout_s: float) -> float:
-    t0 = time.monotonic()
-    while not cond():
-        if time.monotonic() - t0 > timeout_s:
-            raise AssertionError(f"condition not met in {timeout_s} s")
-        time.sleep(0.05)
-    return time.monotonic() - t0
-
-
 @pytest.mark.serial  # seen by all within 1 s
 def test_three_brokers_join_and_a_topic_created_through_one_is_seen_by_all(
         start_broker: Callable[..., BrokerProcess], zk_connect: str) -> None:
     brokers = _cluster(start_broker, zk_connect)
     expected = [(i, x.port) for i, x in enumerate(brokers)]
     for b in brokers:  # the last one's registration reaches the first ones through their watches
-        _wait(lambda b=b: sorted((x.node_id, x.port) for x in _metadata(b).brokers) == expected, 2)
+        wait_for(lambda b=b: sorted((x.node_id, x.port) for x in _metadata(b).brokers) == expected, 2)
         assert _metadata(b).cluster_id == _metadata(brokers[0]).cluster_id
     # Over the wire to broker 0: librdkafka's AdminClient sends CreateTopics only to the controller, which
     # the controller slice elects (until it is merged, Metadata reports none).
@@ -73,7 +61,7 @@ def test_three_brokers_join_and_a_topic_created_through_one_is_seen_by_all(
                 return False
         return True
 
-    took = _wait(seen_by_all, 5)
+    took = wait_for(seen_by_all, 5)
     assert took < 1.0  # the others learn through their watches, within moments
     for b in brokers:
         (t,) = _metadata(b, "rf3").topics
@@ -108,61 +96,30 @@ def test_a_sigkilled_broker_leaves_metadata_after_its_session_timeout(
         start_broker: Callable[..., BrokerProcess], zk_connect: str) -> None:
     brokers = _cluster(start_broker, zk_connect)
     brokers[2].kill()
-    took = _wait(lambda: sorted(x.node_id for x in _metadata(brokers[0]).brokers) == [0, 1], 15)
+    took = wait_for(lambda: sorted(x.node_id for x in _metadata(brokers[0]).brokers) == [0, 1], 15)
     assert took > 0.5  # the session outlived the process a while: nothing told ZooKeeper but the timeout
     # Each broker learns it through its own ZooKeeper watch: broker 1's may fire a moment after broker 0's.
-    _wait(lambda: sorted(x.node_id for x in _metadata(brokers[1]).brokers) == [0, 1], 5)
+    wait_for(lambda: sorted(x.node_id for x in _metadata(brokers[1]).brokers) == [0, 1], 5)
     # a clean stop unregisters at once
     assert brokers[1].stop() == 0
-    _wait(lambda: sorted(x.node_id for x in _metadata(brokers[0]).brokers) == [0], 2)
-
-
-class InProcessBroker:
-    """The real Broker on its own loop thread, so the test can reach its store's session."""
-
-    def __init__(self, props: dict[str, str]) -> None:
-        self.config = BrokerConfig(props)
-        self.loop = asyncio.new_event_loop()
-        self.started = threading.Event()
-        self.session_events: list[str] = []
-        self.thread = threading.Thread(target=self.loop.run_until_complete, args=(self._main(),), daemon=True)
-        self.thread.start()
-        assert self.started.wait(30), "broker did not start"
-
-    async def _main(self) -> None:
-        self.broker = Broker(self.config)
-        await self.broker.start()
-        self.broker.metadata_cache.add_listener(
-            lambda kind, what: self.session_events.append(what) if kind == SESSION else None)
-        self.started.set()
-        await self.broker.wait_stopped()
-        await self.broker.shutdown()
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.broker.bound_ports[0]}"
-
-    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        async def run() -> Any:
-            return fn(*args)
-        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(10)
-
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.broker.request_stop)
-        self.thread.join(30)
-        self.loop.close()
+    wait_for(lambda: sorted(x.node_id for x in _metadata(brokers[0]).brokers) == [0], 2)
 
 
 def test_an_expired_session_is_reported_and_the_broker_registers_again(
         start_broker: Callable[..., BrokerProcess], zk_connect: str, tmp_path: Path) -> None:
     other = _cluster(start_broker, zk_connect, 1)[0]
+    session_events: list[str] = []
+
+    def follow_session(broker: Broker) -> None:
+        broker.metadata_cache.add_listener(lambda kind, what: session_events.append(what) if kind == SESSION else None)
+
     b = InProcessBroker({"log.dirs": str(tmp_path / "inproc"), "listeners": "PLAINTEXT://127.0.0.1:0",
                          "zookeeper.connect": zk_connect, "broker.id": "7", "broker.rack": "rack-a",
-                         "zookeeper.session.timeout.ms": SESSION_MS})
+                         "zookeeper.session.timeout.ms": SESSION_MS}, on_start=follow_session)
     try:
         old_epoch = b.broker.broker_epoch
         assert old_epoch > 0
-        _wait(lambda: sorted(x.node_id for x in _metadata(other).brokers) == [0, 7], 5)
+        wait_for(lambda: sorted(x.node_id for x in _metadata(other).brokers) == [0, 7], 5)
         assert next(x for x in _metadata(other).brokers if x.node_id == 7).rack == "rack-a"
         store = b.broker.store
         assert isinstance(store, ZooKeeperMetadataStore)
@@ -170,12 +127,12 @@ def test_an_expired_session_is_reported_and_the_broker_registers_again(
         thief.start(timeout=10)
         thief.stop()  # closes broker 7's session: ZooKeeper expires it and deletes its registration
         thief.close()
-        _wait(lambda: b.session_events[-2:] == ["lost", "restored"], 20)
+        wait_for(lambda: session_events[-2:] == ["lost", "restored"], 20)
         assert b.call(lambda: b.broker.broker_epoch) > old_epoch  # a new registration, a new broker epoch
         assert b.call(lambda: b.broker.metadata_cache.session) == "restored"
-        _wait(lambda: sorted(x.node_id for x in _metadata(other).brokers) == [0, 7], 5)
+        wait_for(lambda: sorted(x.node_id for x in _metadata(other).brokers) == [0, 7], 5)
         assert sorted(x.node_id for x in _metadata(b).brokers) == [0, 7]
     finally:
         b.stop()
     # its clean shutdown unregistered it
-    _wait(lambda: sorted(x.node_id for x in _metadata(other).brokers) == [0], 3)
+    wait_for(lambda: sorted(x.node_id for x in _metadata(other).brokers) == [0], 3)

@@ -8,7 +8,6 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable
 
 import pytest
 from kazoo.client import KazooClient
@@ -43,20 +42,13 @@ from gregor.metadata.store import (
 from gregor.metadata.zookeeper import ZooKeeperMetadataStore, ZooKeeperSettings, parse_connect
 from gregor.tools.local_zookeeper import ZooKeeperServer, free_port
 from tests.conftest import StoreFactory
+from tests.waiting import wait_for
 
 
 def _topic(name: str, n: int = 3, replicas: list[int] | None = None) -> TopicMetadata:
     r = replicas or [1, 2, 3]
     return TopicMetadata(name, uuid.uuid4(), {p: PartitionState(list(r), r[0], isr=list(r)) for p in range(n)},
                          {"retention.ms": "1000"})
-
-
-def _wait(cond: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
 
 
 class Events:
@@ -101,7 +93,7 @@ def test_chroot_cluster_id_and_kafka_znode_formats(stores: StoreFactory, raw_zk:
                      "leader_recovery_state": 0}
     assert json.loads(raw_zk.get("/config/topics/t1")[0]) == {"version": 1, "config": {"retention.ms": "1000"}}
     # the other store saw all of it through its watches
-    _wait(lambda: "t1" in b.snapshot().topics and [x.broker_id for x in b.snapshot().brokers] == [1])
+    wait_for(lambda: "t1" in b.snapshot().topics and [x.broker_id for x in b.snapshot().brokers] == [1])
     seen = b.snapshot()
     assert seen.brokers[0].rack == "r1" and seen.brokers[0].epoch == epoch
     assert seen.topics["t1"].topic_id == t.topic_id and seen.topics["t1"].partitions[1].adding_replicas == [3]
@@ -116,7 +108,7 @@ def test_duplicate_broker_id_is_refused_and_unregister_frees_it(stores: StoreFac
     a.unregister_broker(1)
     assert a.snapshot().brokers == ()
     assert b.register_broker(BrokerInfo(1, "h", 2)) > 0
-    _wait(lambda: [x.port for x in a.snapshot().brokers] == [2])
+    wait_for(lambda: [x.port for x in a.snapshot().brokers] == [2])
 
 
 def test_writes_are_read_back_before_they_return(stores: StoreFactory) -> None:
@@ -143,7 +135,7 @@ def test_writes_are_read_back_before_they_return(stores: StoreFactory) -> None:
         assert "a" not in s.snapshot().topics
         with pytest.raises(NoSuchTopicError):
             s.set_topic_configs("a", {})
-        _wait(lambda: len(ev.items) >= 5)
+        wait_for(lambda: len(ev.items) >= 5)
         kinds = [k for k, _ in ev.kinds()]
         assert kinds[0] == CREATED and CONFIGS in kinds and kinds[-1] == DELETED
         versions = [e.version for e in ev.items]
@@ -159,7 +151,7 @@ def test_conditional_state_updates_and_controller_epoch_fencing(stores: StoreFac
     a.create_topic(_topic("t", 2))
     e1 = a.elect_controller(1)
     assert e1 == 1 and b.elect_controller(2) is None and a.elect_controller(1) == 1
-    _wait(lambda: b.snapshot().controller_id == 1)
+    wait_for(lambda: b.snapshot().controller_id == 1)
     new = PartitionState([1, 2, 3], 2, leader_epoch=1, isr=[2, 3])
     res = a.update_partition_states([StateUpdate("t", 0, new, 0), StateUpdate("t", 1, new, 5),
                                      StateUpdate("nope", 0, new, 0)], controller_epoch=e1)
@@ -170,7 +162,7 @@ def test_conditional_state_updates_and_controller_epoch_fencing(stores: StoreFac
     assert b.update_partition_state("t", 0, PartitionState([1, 2, 3], 2, 1, [2], 1), 1) == 2
     # the controller moves: a's writes with its epoch are fenced
     a.resign_controller(1, e1)
-    _wait(lambda: b.snapshot().controller_id == -1)
+    wait_for(lambda: b.snapshot().controller_id == -1)
     e2 = b.elect_controller(2)
     assert e2 == 2
     res = a.update_partition_states([StateUpdate("t", 0, new, 2)], controller_epoch=e1)
@@ -180,14 +172,14 @@ def test_conditional_state_updates_and_controller_epoch_fencing(stores: StoreFac
     res = a.update_partition_states([StateUpdate("t", 0, new, 2)], controller_epoch=e1)
     assert isinstance(res[0], ControllerMovedError)
     assert b.update_partition_states([StateUpdate("t", 0, new, 2)], controller_epoch=e2) == [3]
-    _wait(lambda: a.snapshot().topics["t"].partitions[0].version == 3)
+    wait_for(lambda: a.snapshot().topics["t"].partitions[0].version == 3)
     assert a.snapshot().topics["t"].partitions[0].controller_epoch == 2
 
 
 def test_two_brokers_race_for_the_same_state_version(stores: StoreFactory) -> None:
     a, b = stores(1), stores(2)
     a.create_topic(_topic("t", 1))
-    _wait(lambda: "t" in b.snapshot().topics)
+    wait_for(lambda: "t" in b.snapshot().topics)
     results: list[object] = []
 
     def write(s: ZooKeeperMetadataStore, leader: int) -> None:
@@ -211,7 +203,7 @@ def test_watches_deliver_other_stores_changes_as_events(stores: StoreFactory) ->
         a.set_topic_configs("w", {"retention.ms": "7"})
         a.elect_controller(1)
         a.delete_topic("w")
-        _wait(lambda: (DELETED, "w") in ev.kinds())
+        wait_for(lambda: (DELETED, "w") in ev.kinds())
         kinds = ev.kinds()
         assert kinds.index((CREATED, "w")) < kinds.index((STATE, "w")) < kinds.index((DELETED, "w"))
         assert (BROKERS, None) in kinds and (CONFIGS, "w") in kinds
@@ -262,11 +254,11 @@ def test_session_expiry_publishes_lost_then_restores_registration_and_picture(
         thief.start(timeout=10)
         thief.stop()
         thief.close()
-        _wait(lambda: (SESSION, None) in ev.kinds())
+        wait_for(lambda: (SESSION, None) in ev.kinds())
         lost = next(e for e in ev.items if e.kind == SESSION)
         assert lost.session == SESSION_LOST
         other.delete_topic("gone")  # while s is away
-        _wait(lambda: any(e.kind == SESSION and e.session == SESSION_RESTORED for e in ev.items), 20)
+        wait_for(lambda: any(e.kind == SESSION and e.session == SESSION_RESTORED for e in ev.items), 20)
         img = s.snapshot()
         (me,) = img.brokers
         assert me.broker_id == 1 and me.epoch > old_epoch  # registered again: a new broker epoch
@@ -311,7 +303,7 @@ def test_scale_100_topics_and_a_1000_partition_topic(stores: StoreFactory, capsy
     t_upd = time.monotonic() - t0
     assert res == [1] * 1000
     t0 = time.monotonic()
-    _wait(lambda: all(s.leader == 2 for s in b.snapshot().topics["big"].partitions.values()), 30)
+    wait_for(lambda: all(s.leader == 2 for s in b.snapshot().topics["big"].partitions.values()), 30)
     t_seen = time.monotonic() - t0
     with capsys.disabled():
         print(f"\n[zk scale] 100 x 10-partition topics: {t_100 * 1000:.0f} ms; 1 x 1,000: {t_big * 1000:.0f} ms; "
@@ -326,13 +318,13 @@ def test_a_topic_larger_than_one_multi_is_created_seen_and_deleted(stores: Store
     a, b = stores(1), stores(2)
     a.create_topic(_topic("huge", 5000))
     assert len(a.snapshot().topics["huge"].partitions) == 5000
-    _wait(lambda: "huge" in b.snapshot().topics and len(b.snapshot().topics["huge"].partitions) == 5000, 30)
+    wait_for(lambda: "huge" in b.snapshot().topics and len(b.snapshot().topics["huge"].partitions) == 5000, 30)
     assert b.snapshot().topics["huge"].partitions[4999].isr == [1, 2, 3]
     a.add_partitions("huge", {p: PartitionState([2], 2, isr=[2]) for p in range(5000, 7500)})
-    _wait(lambda: len(b.snapshot().topics["huge"].partitions) == 7500, 30)
+    wait_for(lambda: len(b.snapshot().topics["huge"].partitions) == 7500, 30)
     a.delete_topic("huge")
     assert raw_zk.exists("/brokers/topics/huge") is None and raw_zk.exists("/config/topics/huge") is None
-    _wait(lambda: "huge" not in b.snapshot().topics, 30)
+    wait_for(lambda: "huge" not in b.snapshot().topics, 30)
 
 
 def test_a_zookeeper_restart_within_the_session_timeout_changes_nothing(tmp_path: object) -> None:
@@ -349,9 +341,9 @@ def test_a_zookeeper_restart_within_the_session_timeout_changes_nothing(tmp_path
         time.sleep(1.0)
         zk.start()
         t = ZooKeeperMetadataStore(ZooKeeperSettings.from_config(BrokerConfig({**props, "broker.id": "2"})))
-        _wait(lambda: [b.epoch for b in t.snapshot().brokers] == [epoch], 10)  # the same registration
+        wait_for(lambda: [b.epoch for b in t.snapshot().brokers] == [epoch], 10)  # the same registration
         t.create_topic(_topic("after", 1))
-        _wait(lambda: "after" in s.snapshot().topics, 15)  # s's watches survived the reconnection
+        wait_for(lambda: "after" in s.snapshot().topics, 15)  # s's watches survived the reconnection
         assert not any(e.kind == SESSION for e in ev.items)
         ev.close()
     finally:
@@ -376,12 +368,12 @@ def test_dynamic_broker_configs_in_kafka_znodes(stores: StoreFactory, raw_zk: Ka
             "version": 1, "config": {"leader.replication.throttled.rate": "1000"}}
         assert json.loads(raw_zk.get("/config/brokers/<default>")[0])["config"] == {
             "follower.replication.throttled.rate": "5"}
-        _wait(lambda: b.snapshot().broker_configs == {"1": {"leader.replication.throttled.rate": "1000"},
+        wait_for(lambda: b.snapshot().broker_configs == {"1": {"leader.replication.throttled.rate": "1000"},
                                                       DEFAULT_ENTITY: {"follower.replication.throttled.rate": "5"}})
         raw_zk.set("/config/brokers/1", json.dumps({"version": 1, "config": {"leader.replication.throttled.rate": "7"}}).encode())
-        _wait(lambda: b.snapshot().broker_configs.get("1") == {"leader.replication.throttled.rate": "7"})
+        wait_for(lambda: b.snapshot().broker_configs.get("1") == {"leader.replication.throttled.rate": "7"})
         a.set_broker_configs("1", {})
-        _wait(lambda: "1" not in b.snapshot().broker_configs)
+        wait_for(lambda: "1" not in b.snapshot().broker_configs)
         events = [(e.entity, e.configs) for e in seen.items if e.kind == BROKER_CONFIGS]
         assert events == [("1", {"leader.replication.throttled.rate": "1000"}),
                           (DEFAULT_ENTITY, {"follower.replication.throttled.rate": "5"}),
@@ -402,7 +394,7 @@ def test_user_and_client_configs_reach_other_stores_through_change_notifications
         a.set_entity_configs("users", "alice", {"SCRAM-SHA-256": "salt=x,stored_key=y,server_key=z,iterations=4096"})
         a.set_entity_configs("users", "alice/clients/app", {"producer_byte_rate": "1024"})
         a.set_entity_configs("clients", "<default>", {"consumer_byte_rate": "2048"})
-        _wait(lambda: sum(e.kind == ENTITY_CONFIGS for e in ev.items) >= 3)
+        wait_for(lambda: sum(e.kind == ENTITY_CONFIGS for e in ev.items) >= 3)
         got = {e.entity: e.configs for e in ev.items if e.kind == ENTITY_CONFIGS}
         assert got["users/alice/clients/app"] == {"producer_byte_rate": "1024"}
         assert got["clients/<default>"] == {"consumer_byte_rate": "2048"}
@@ -413,7 +405,7 @@ def test_user_and_client_configs_reach_other_stores_through_change_notifications
         assert json.loads(raw_zk.get(f"/config/changes/{sorted(notes)[0]}")[0]) == {
             "version": 2, "entity_path": "users/alice"}
         a.set_entity_configs("clients", "<default>", {})
-        _wait(lambda: any(e.kind == ENTITY_CONFIGS and e.entity == "clients/<default>" and not e.configs
+        wait_for(lambda: any(e.kind == ENTITY_CONFIGS and e.entity == "clients/<default>" and not e.configs
                           for e in ev.items))
         c = stores(3)
         assert c.snapshot().entity_configs == {
@@ -450,9 +442,9 @@ def test_change_notifications_purged_after_expiration(stores: StoreFactory, raw_
     time.sleep(0.5)  # both notifications expire
     a.set_entity_configs("users", "new", {"consumer_byte_rate": "2"})
     a.alter_acls(topic, remove=frozenset({ace}))
-    _wait(lambda: b.snapshot().entity_configs.get("users/new") == {"consumer_byte_rate": "2"}
+    wait_for(lambda: b.snapshot().entity_configs.get("users/new") == {"consumer_byte_rate": "2"}
           and topic not in b.snapshot().acls)
-    _wait(lambda: len(raw_zk.get_children("/config/changes")) == 1 and len(raw_zk.get_children("/kafka-acl-changes")) == 1)
+    wait_for(lambda: len(raw_zk.get_children("/config/changes")) == 1 and len(raw_zk.get_children("/kafka-acl-changes")) == 1)
     assert b.snapshot().entity_configs["users/old"] == {"consumer_byte_rate": "1"}
     (note,) = raw_zk.get_children("/config/changes")
     assert json.loads(raw_zk.get(f"/config/changes/{note}")[0])["entity_path"] == "users/new"

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
 
 from confluent_kafka import KafkaException
 from kazoo.client import KazooClient
@@ -25,20 +24,12 @@ from gregor.security.acl import (
 from tests.broker_process import BrokerProcess
 from tests.conftest import StoreFactory
 from tests.metadata.test_zookeeper_store import Events
+from tests.waiting import wait_for
 from tests.wire import WireClient
 
 
 def _ace(principal: str, op: AclOperation = AclOperation.READ) -> AccessControlEntry:
     return AccessControlEntry(principal, "*", op, AclPermissionType.ALLOW)
-
-
-def _wait(cond: Callable[[], bool], timeout_s: float = 5.0) -> float:
-    t0 = time.monotonic()
-    while not cond():
-        if time.monotonic() - t0 > timeout_s:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.01)
-    return time.monotonic() - t0
 
 
 def test_kafka_znodes_notifications_and_another_store_sees_changes(stores: StoreFactory, raw_zk: KazooClient) -> None:
@@ -59,12 +50,12 @@ def test_kafka_znodes_notifications_and_another_store_sees_changes(stores: Store
         ext = raw_zk.get_children("/kafka-acl-extended-changes")
         assert json.loads(raw_zk.get(f"/kafka-acl-extended-changes/{ext[0]}")[0]) == {
             "version": 1, "resourceType": "Group", "name": "app-", "patternType": "PREFIXED"}
-        _wait(lambda: sum(e.kind == ACLS for e in ev.items) >= 2, 1.0)
+        wait_for(lambda: sum(e.kind == ACLS for e in ev.items) >= 2, 1.0)
         assert b.snapshot().acls == {lit: frozenset({_ace("User:alice")}),
                                      pre: frozenset({_ace("User:bob", AclOperation.DESCRIBE)})}
         a.alter_acls(lit, remove=frozenset({_ace("User:alice")}))
         assert raw_zk.exists("/kafka-acl/Topic/orders") is None
-        _wait(lambda: lit not in b.snapshot().acls, 1.0)
+        wait_for(lambda: lit not in b.snapshot().acls, 1.0)
         # A third store starting now loads the ACLs from the znodes.
         assert stores(3).snapshot().acls == {pre: frozenset({_ace("User:bob", AclOperation.DESCRIBE)})}
     finally:
@@ -89,7 +80,7 @@ def test_concurrent_writers_on_one_pattern_lose_nothing(stores: StoreFactory) ->
     for t in threads:
         t.join(60)
     assert not errors
-    _wait(lambda: len(a.snapshot().acls.get(p, ())) == 30 and len(b.snapshot().acls.get(p, ())) == 30)
+    wait_for(lambda: len(a.snapshot().acls.get(p, ())) == 30 and len(b.snapshot().acls.get(p, ())) == 30, 5)
 
 
 def test_acl_created_through_one_broker_is_enforced_by_another(zk_connect: str, tmp_path: object) -> None:
@@ -199,7 +190,7 @@ def test_a_replicated_topic_with_acls_on_two_brokers(zk_connect: str, tmp_path: 
             finally:
                 c.close()
 
-        _wait(alice_may_read, 30)
+        wait_for(alice_may_read, 30)
         results: list[object] = []
         p = Producer({**conf("alice", "alice-pw"), "acks": "all", "enable.idempotence": True})
         for i in range(20):

@@ -240,20 +240,10 @@ def test_sasl_ssl_wrong_password(sasl_broker: BrokerProcess, pki: Pki) -> None:
     auth = refused(rdkafka_conf(sasl_broker, "SCRAM-SHA-512", "scram512", "wrong", "SASL_SSL", pki.ca),
                    topic_name("refused-ssl"))
     assert auth and EXPECTED_MESSAGE["SCRAM-SHA-512"] in auth[0].str(), auth
-    wait_for_log(sasl_broker, "(listener SASL_SSL, SASL mechanism SCRAM-SHA-512)")
+    sasl_broker.wait_for_log("(listener SASL_SSL, SASL mechanism SCRAM-SHA-512)")
 
 
 # --- refused logins ------------------------------------------------------------------------
-
-def wait_for_log(b: BrokerProcess, text: str, timeout_s: float = 10.0) -> str:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for line in list(b.log_lines):
-            if text in line:
-                return line
-        time.sleep(0.05)
-    raise AssertionError(f"no broker log line with {text!r}")
-
 
 BAD_LOGINS = [("PLAIN", "alice", "wrong"), ("PLAIN", "nobody", "x"), ("SCRAM-SHA-256", "scram256", "wrong"),
               ("SCRAM-SHA-512", "nobody", "x")]
@@ -272,7 +262,7 @@ def test_confluent_bad_login_fails_clearly(sasl_broker: BrokerProcess, mech: str
     auth = refused(rdkafka_conf(sasl_broker, mech, user, password), topic)
     assert auth
     assert EXPECTED_MESSAGE[mech] in auth[0].str()
-    line = wait_for_log(sasl_broker, f"SASL mechanism {mech}): ")
+    line = sasl_broker.wait_for_log(f"SASL mechanism {mech}): ")
     assert "Failed authentication with 127.0.0.1:" in line
     # Nothing was served: the topic was not even auto-created.
     md = AdminClient({"bootstrap.servers": addr(sasl_broker, "PLAINTEXT")}).list_topics(timeout=TIMEOUT_S)
@@ -412,9 +402,9 @@ def test_oauthbearer_bad_tokens(sasl_broker: BrokerProcess, case: str) -> None:
     auth = refused({"bootstrap.servers": addr(sasl_broker), "security.protocol": "SASL_PLAINTEXT",
                     "sasl.mechanism": "OAUTHBEARER", "oauth_cb": oauth_cb}, topic)
     assert auth and "invalid_token" in auth[0].str(), auth
-    wait_for_log(sasl_broker, "SASL mechanism OAUTHBEARER): {\"status\":\"invalid_token\"}")
+    sasl_broker.wait_for_log("SASL mechanism OAUTHBEARER): {\"status\":\"invalid_token\"}")
     detail = "Expiration Time" if case == "expired" else "empty signature"
-    wait_for_log(sasl_broker, detail)
+    sasl_broker.wait_for_log(detail)
 
 
 def test_oauthbearer_configured_validator(sasl_broker: BrokerProcess) -> None:
@@ -480,7 +470,7 @@ def test_expired_session_closes_the_connection(sasl_broker: BrokerProcess) -> No
     time.sleep(REAUTH_MS / 1000 + 0.3)
     c.send(3, 12, md_req)
     assert c.closed_by_peer()
-    wait_for_log(sasl_broker, "expired without re-authentication")
+    sasl_broker.wait_for_log("expired without re-authentication")
 
 
 # --- SCRAM credential administration ------------------------------------------------------

@@ -5,6 +5,7 @@ the client and leave a broker log line; certificates reload without a restart.""
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 import socket
 import ssl
@@ -165,19 +166,6 @@ def test_kcat_over_tls(tls_broker: BrokerProcess, pki: Pki, listener: str, who: 
     assert out.decode().splitlines() == [f"kcat-{i}" for i in range(N)]
 
 
-def _wait_log(b: BrokerProcess, needle: str, since: int, timeout_s: float = 10.0, reason: str = "") -> str:
-    """The first log line from `since` on with `needle` (and `reason`, in any case). A reason tells this
-    test's refusal from an earlier test's: a client keeps retrying a refused handshake, and those
-    refusals may be logged after `since`."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for line in b.log_lines[since:]:
-            if needle in line and reason in line.lower():
-                return line
-        time.sleep(0.05)
-    raise AssertionError(f"no broker log line with {needle!r}:\n" + "\n".join(b.log_lines[since:]))
-
-
 def _refused(conf: dict[str, Any]) -> str:
     """What a librdkafka client reports when the broker refuses its handshake (nothing is served)."""
     errors: list[str] = []
@@ -201,7 +189,10 @@ def test_refused_client_certificates(tls_broker: BrokerProcess, pki: Pki, who: s
     failed_before = value(scrape(url), FAILED_AUTH, listener="MTLS")
     errors = _refused(_rdkafka_conf(tls_broker, pki, "MTLS", who))
     assert client_sees in errors.lower(), errors
-    line = _wait_log(tls_broker, "TLS handshake with 127.0.0.1:", since, reason=broker_logs)
+    # With the reason, in any case: it tells this test's refusal from an earlier test's (a client keeps
+    # retrying a refused handshake, and those refusals may be logged after `since`).
+    line = tls_broker.wait_for_log(re.compile(rf"TLS handshake with 127\.0\.0\.1:.*(?i:{re.escape(broker_logs)})"),
+                                   since=since)
     assert "on listener MTLS failed" in line and broker_logs in line.lower(), line
     assert "before any" not in line
     refused = sum(1 for ln in tls_broker.log_lines[since:] if "TLS handshake with 127.0.0.1:" in ln)
@@ -229,7 +220,7 @@ def test_tls_1_0_client_is_refused_and_logged(tls_broker: BrokerProcess, pki: Pk
             ctx.wrap_socket(raw, server_hostname="127.0.0.1")
     assert "version" in str(e.value).lower() or "protocol" in str(e.value).lower(), e.value
     # This connection's line (by its port): an earlier test's refusal may be logged after `since`.
-    line = _wait_log(tls_broker, f"TLS handshake with 127.0.0.1:{port} ", since)
+    line = tls_broker.wait_for_log(f"TLS handshake with 127.0.0.1:{port} ", since=since)
     assert "version" in line.lower() or "protocol" in line.lower(), line
 
 
@@ -245,7 +236,7 @@ def test_plaintext_bytes_on_a_tls_listener_close_only_that_connection(tls_broker
         except ConnectionResetError:
             data = b""
         assert not data or data[:1] == b"\x15"  # nothing but a TLS alert
-    _wait_log(tls_broker, f"TLS handshake with 127.0.0.1:{port} ", since)
+    tls_broker.wait_for_log(f"TLS handshake with 127.0.0.1:{port} ", since=since)
     conf = _rdkafka_conf(tls_broker, pki, "SSL", None)
     assert "tls-still" not in AdminClient(conf).list_topics(timeout=10).topics  # the listener still serves
 
@@ -285,12 +276,12 @@ def test_encrypted_and_inline_keys_and_reload_without_restart(
         AdminClient({**evil, "socket.timeout.ms": 2000}).list_topics(timeout=3)
     since = len(b.log_lines)
     shutil.copy(pki.keystore("broker-evil"), keystore)
-    _wait_log(b, "TLS key store and trust store of listener SSL reloaded", since)
+    b.wait_for_log("TLS key store and trust store of listener SSL reloaded", since=since)
     assert AdminClient(evil).list_topics(timeout=10).brokers
     # A key store that does not load keeps the previous one serving.
     since = len(b.log_lines)
     keystore.write_text("not a pem file\n")
-    _wait_log(b, "TLS reload of listener SSL failed, keeping the previous certificates", since)
+    b.wait_for_log("TLS reload of listener SSL failed, keeping the previous certificates", since=since)
     assert AdminClient(evil).list_topics(timeout=10).brokers
 
 

@@ -21,6 +21,7 @@ import pytest
 from gregor.protocol.records import iter_records
 from tests.broker_process import BrokerProcess
 from tests.server.admin_wire import create_partitions, create_topic, delete_topic, fetch, metadata, produce
+from tests.waiting import wait_for
 from tests.wire import WireClient
 
 MAX_LATENCY_S = 0.5
@@ -65,15 +66,6 @@ class Prober:
 
 def _log_dirs(data_dir: Path, topic: str) -> int:
     return sum(1 for n in os.listdir(data_dir) if n.rsplit("-", 1)[0] == topic and not n.endswith("-delete"))
-
-
-def _wait_for(cond: Callable[[], bool], timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return cond()
 
 
 @pytest.mark.serial  # latencies under a bound
@@ -135,7 +127,7 @@ def test_killed_mid_creation_restart_answers_at_once(start_broker: Callable[...,
     n = 2000
     c.send(19, 5, {"topics": [{"name": "big", "num_partitions": n, "replication_factor": 1, "assignments": [],
                                "configs": []}], "timeout_ms": 60_000, "validate_only": False})
-    assert _wait_for(lambda: os.path.exists(data) and _log_dirs(data, "big") >= 200, 60)
+    wait_for(lambda: os.path.exists(data) and _log_dirs(data, "big") >= 200, 60)
     broker.kill()
     made = _log_dirs(data, "big")
     assert made < n, "the creation finished before the kill: nothing to resume"
@@ -154,7 +146,7 @@ def test_killed_mid_creation_restart_answers_at_once(start_broker: Callable[...,
     c = WireClient(broker.bootstrap)
     assert len(metadata(c, "big").topics[0].partitions) == n
     assert produce(c, "big", n - 1, [b"late"]).error_code == 0  # a missing log, created on first use
-    assert _wait_for(lambda: _log_dirs(data, "big") == n, 60)  # the rest in the background
+    wait_for(lambda: _log_dirs(data, "big") == n, 60)  # the rest in the background
 
 
 def test_admin_timeout_is_answered_and_the_work_goes_on(start_broker: Callable[..., BrokerProcess],
@@ -169,7 +161,7 @@ def test_admin_timeout_is_answered_and_the_work_goes_on(start_broker: Callable[.
     assert slow.error_code == 7 and "still being created" in slow.error_message, slow  # REQUEST_TIMED_OUT
     assert len(metadata(c, "slow").topics[0].partitions) == 300  # the topic exists all the same
     assert produce(c, "at-once", 299, [b"x"]).error_code == 0
-    assert _wait_for(lambda: _log_dirs(data, "at-once") == 300 and _log_dirs(data, "slow") == 300, 60)
+    wait_for(lambda: _log_dirs(data, "at-once") == 300 and _log_dirs(data, "slow") == 300, 60)
 
 
 def test_recreated_topic_starts_empty_while_old_logs_are_deleted(start_broker: Callable[..., BrokerProcess]) -> None:
@@ -205,7 +197,7 @@ def test_killed_during_batched_creation_serves_every_partition_after_restart(
     n = 3000
     c.send(19, 5, {"topics": [{"name": "flight", "num_partitions": n, "replication_factor": 1, "assignments": [],
                                "configs": []}], "timeout_ms": 60_000, "validate_only": False})
-    assert _wait_for(lambda: _log_dirs(data, "flight") >= 300, 60)
+    wait_for(lambda: _log_dirs(data, "flight") >= 300, 60)
     broker.kill()
     made = _log_dirs(data, "flight")
     assert made < n, "the creation finished before the kill"

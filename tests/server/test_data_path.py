@@ -9,10 +9,8 @@ play that follower over the wire with Fetch requests carrying its replica id.
 
 from __future__ import annotations
 
-import asyncio
 import select
 import struct
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,59 +18,23 @@ from typing import Any
 
 import pytest
 
-from gregor.broker.broker import Broker
-from gregor.config import BrokerConfig
 from gregor.metadata.store import BrokerInfo
 from gregor.protocol import apis
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.frames import decode_response
 from gregor.protocol.records import Record, build_batch, iter_headers
 from tests.broker_process import BrokerProcess
+from tests.in_process import InProcessBroker
 from tests.wire import WireClient
 
 PRODUCE, FETCH, METADATA, API_VERSIONS, CREATE_TOPICS, OFFSET_FOR_LEADER_EPOCH = 0, 1, 3, 18, 19, 23
 FOLLOWER = 1
 
 
-class InProcessBroker:
-    """The real Broker on an event loop in a thread, so a test can register a second broker id."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.config = BrokerConfig({"log.dirs": str(data_dir), "listeners": "PLAINTEXT://127.0.0.1:0"})
-        self.loop = asyncio.new_event_loop()
-        self.started = threading.Event()
-        self.thread = threading.Thread(target=self.loop.run_until_complete, args=(self._main(),), daemon=True)
-        self.thread.start()
-        assert self.started.wait(20), "broker did not start"
-        deadline = time.monotonic() + 20
-        while self.broker.log_manager.loading and time.monotonic() < deadline:
-            time.sleep(0.02)
-
-    async def _main(self) -> None:
-        self.broker = Broker(self.config)
-        await self.broker.start()
-        self.started.set()
-        await self.broker.wait_stopped()
-        await self.broker.shutdown()
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.broker.bound_ports[0]}"
-
-    def call(self, fn: Any, *args: Any) -> Any:
-        async def run() -> Any:
-            return fn(*args)
-        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(10)
-
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.broker.request_stop)
-        self.thread.join(30)
-        self.loop.close()
-
-
 @pytest.fixture
 def replicated(tmp_path: Path) -> Iterator[InProcessBroker]:
-    b = InProcessBroker(tmp_path / "data")
+    b = InProcessBroker({"log.dirs": str(tmp_path / "data"), "listeners": "PLAINTEXT://127.0.0.1:0"})
+    b.wait_loaded()
     b.call(b.broker.store.register_broker, BrokerInfo(FOLLOWER, "127.0.0.1", 1))
     yield b
     b.stop()

@@ -140,10 +140,8 @@ def test_clients_cannot_create_delete_or_grow_internal_topics(start_broker: Call
     assert len(metadata(c, OFFSETS_TOPIC).topics[0].partitions) == 50
     assert _committed(broker.bootstrap, "data") == 2
 
-    deadline = time.monotonic() + 10  # logs are created in the background: their line comes when all are
-    while time.monotonic() < deadline and not any("created" in line for line in broker.log_lines
-                                                  if OFFSETS_TOPIC in line):
-        time.sleep(0.05)
+    # Logs are created in the background: their line comes when all are.
+    broker.wait_for_log(re.compile(f"created.*{OFFSETS_TOPIC}|{OFFSETS_TOPIC}.*created"))
     mentions = [line for line in broker.log_lines if OFFSETS_TOPIC in line and "created" in line]
     assert len(mentions) == 1, mentions
 

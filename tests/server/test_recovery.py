@@ -200,10 +200,7 @@ def test_an_unloadable_log_leaves_only_its_partition_offline(start_broker: Calla
     seg.mkdir()  # cannot be opened as a file, not even by recovery
     before = len(b.log_lines)
     b.restart()
-    deadline = time.monotonic() + 60  # after a clean shutdown logs open as the broker serves: wait for all
-    while not any("every log open" in line for line in b.log_lines[before:]):
-        assert time.monotonic() < deadline, b.log_text()
-        time.sleep(0.05)
+    b.wait_for_log("every log open", timeout_s=60, since=before)  # after a clean shutdown logs open as it serves
     c = WireClient(b.bootstrap)
     md = _metadata(c, "two")
     assert md[("two", 0)] == (0, 0) and md[("two", 1)][0] == ErrorCode.KAFKA_STORAGE_ERROR, md

@@ -36,18 +36,6 @@ def _alter(bootstrap: str, entity: str, configs: dict[str, str | None]) -> tuple
             c.close()
 
 
-def _wait_log(b: BrokerProcess, pattern: str, after: int, timeout_s: float = 10.0) -> re.Match[str]:
-    """The first log line past line `after` matching `pattern`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        for line in b.log_lines[after:]:
-            m = re.search(pattern, line)
-            if m:
-                return m
-        assert time.monotonic() < deadline, f"no log line matching {pattern!r}"
-        time.sleep(0.05)
-
-
 def _produce_everywhere(bootstrap: str, topic: str, partitions: int, tag: str) -> None:
     """One acks=all record to every partition: with min.insync.replicas=2 on two replicas, each is
     acknowledged only once the follower fetched it."""
@@ -78,9 +66,10 @@ def test_num_replica_fetchers_resized_without_restart(start_broker: StartBroker,
     for count in ("2", "4", "2"):
         marks = [len(b0.log_lines), len(b1.log_lines)]
         assert _alter(b0.bootstrap, "", {"num.replica.fetchers": count}) == (0, None)
+        resized = re.compile(rf"num.replica.fetchers={count}: (\d+) partitions moved, (\d+) fetchers now")
         for i, (b, mark) in enumerate(zip((b0, b1), marks, strict=True)):
-            m = _wait_log(b, rf"num.replica.fetchers={count}: (\d+) partitions moved, (\d+) fetchers now", mark)
-            assert 1 <= int(m.group(2)) <= int(count)
+            m = resized.search(b.wait_for_log(resized, since=mark))
+            assert m is not None and 1 <= int(m.group(2)) <= int(count)
             moved[i] += int(m.group(1))
         _produce_everywhere(b0.bootstrap, "sized", n, f"at-{count}")
     assert all(moved), moved  # each follower moved partitions between fetchers, and they kept replicating
@@ -120,7 +109,7 @@ def test_listener_max_connections(start_broker: StartBroker) -> None:
         code, msg = _alter(plain, "0", {"listener.name.nosuch.max.connections": "2"})
         assert code == KafkaError.INVALID_CONFIG and "no listener NOSUCH" in (msg or ""), msg
         assert _alter(plain, "0", {"listener.name.extra.max.connections": "2"}) == (0, None)
-        _wait_log(b, r"listener connection limits: EXTRA=2", 0)
+        b.wait_for_log("listener connection limits: EXTRA=2")
         held.append(WireClient(extra))
         assert held[-1].request(18, 0, {}).error_code == 0
         assert _refused(extra)
@@ -128,7 +117,7 @@ def test_listener_max_connections(start_broker: StartBroker) -> None:
         # A cluster-level listener config may be the cluster default (Kafka's ClusterLevelListenerConfigs):
         # PLAINTEXT holds 2 (held[1], held[2]) and refuses a third.
         assert _alter(plain, "", {"listener.name.plaintext.max.connections": "2"}) == (0, None)
-        _wait_log(b, r"listener connection limits: EXTRA=2, PLAINTEXT=2", 0)
+        b.wait_for_log("listener connection limits: EXTRA=2, PLAINTEXT=2")
         assert _refused(plain)
 
         d = held[1].request(32, 4, {"resources": [{"resource_type": 4, "resource_name": "", "configuration_keys": None}],
@@ -137,7 +126,7 @@ def test_listener_max_connections(start_broker: StartBroker) -> None:
             ("listener.name.plaintext.max.connections", "2", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)]
         held.pop(1).close()  # a PLAINTEXT slot for the admin request
         assert _alter(plain, "", {"listener.name.plaintext.max.connections": None}) == (0, None)
-        _wait_log(b, r"listener connection limits: EXTRA=2$", 0)
+        b.wait_for_log(re.compile(r"listener connection limits: EXTRA=2$"))
         held += [WireClient(plain), WireClient(plain)]  # three on PLAINTEXT now
         assert all(c.request(18, 0, {}).error_code == 0 for c in held[-2:])
     finally:

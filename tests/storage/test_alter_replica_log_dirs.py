@@ -29,8 +29,8 @@ from kafka.structs import TopicPartitionReplica
 
 from gregor.tools.local_broker import BrokerProcess
 from tests.storage.jbod_util import describe_dirs, values, where
-from tests.storage.util import wait_for
 from tests.tools.cli import gregor
+from tests.waiting import wait_for
 from tests.wire import WireClient
 
 RATE = "300000"  # replica.alter.log.dirs.io.max.bytes.per.second at the start: a ~1 MB copy takes seconds

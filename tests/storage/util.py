@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable
 
 from gregor.protocol.records import BatchHeader, Record, build_batch, iter_headers, iter_records, validate_record_set
 from gregor.storage import AppendInfo, Log, LogConfig
@@ -60,9 +58,3 @@ def headers_in(data: bytes | memoryview) -> list[BatchHeader]:
     return list(iter_headers(data))
 
 
-def wait_for(cond: Callable[[], object], timeout_s: float = 10.0, what: str = "the condition") -> None:
-    """Poll `cond` until it is true; fail the test after `timeout_s` (moves and copies run on threads)."""
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)

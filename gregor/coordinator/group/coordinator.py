@@ -278,11 +278,9 @@ class GroupCoordinator:
         g = self.groups.get(group_id)
         if g is None or g.state == DEAD:
             return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
-        err = self._check_member(g, member_id, instance_id)
+        err = self._check_member(g, member_id, instance_id, generation_id)
         if err is not None:
             return SyncResult(err)
-        if generation_id != g.generation:
-            return SyncResult(ErrorCode.ILLEGAL_GENERATION)
         if (protocol_type is not None and protocol_type != g.protocol_type) or (
                 protocol_name is not None and protocol_name != g.protocol_name):
             return SyncResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
@@ -308,13 +306,18 @@ class GroupCoordinator:
                 member.sync_future = None
         return fut
 
-    def _check_member(self, g: Group, member_id: str, instance_id: str | None) -> ErrorCode | None:
+    def _check_member(self, g: Group, member_id: str, instance_id: str | None,
+                      generation_id: int | None = None) -> ErrorCode | None:
+        """Whether `member_id` may act in the group: a member (a static one under its own instance id), and,
+        given `generation_id`, of the current generation. None when it may, else the error it gets."""
         if instance_id is not None:
             known = g.static_members.get(instance_id)
             if known is not None and known != member_id:
                 return ErrorCode.FENCED_INSTANCE_ID
         if member_id not in g.members:
             return ErrorCode.UNKNOWN_MEMBER_ID
+        if generation_id is not None and generation_id != g.generation:
+            return ErrorCode.ILLEGAL_GENERATION
         return None
 
     # --- Heartbeat / LeaveGroup ------------------------------------------------------
@@ -386,11 +389,9 @@ class GroupCoordinator:
         elif not (generation_id < 0 and g.state == EMPTY):
             if g.state == COMPLETING_REBALANCE and member_id in g.members:
                 return ErrorCode.REBALANCE_IN_PROGRESS
-            err = self._check_member(g, member_id, instance_id)
+            err = self._check_member(g, member_id, instance_id, generation_id)
             if err is not None:
                 return err
-            if generation_id != g.generation:
-                return ErrorCode.ILLEGAL_GENERATION
             self.rebalance.schedule_heartbeat(g, g.members[member_id])
         return self.metadata.store_offsets(g, group_id, offsets)
 
@@ -413,11 +414,9 @@ class GroupCoordinator:
                 if err is not None:
                     return err
             else:
-                err = self._check_member(g, member_id, instance_id)
+                err = self._check_member(g, member_id, instance_id, generation_id)
                 if err is not None:
                     return err
-                if generation_id != g.generation:
-                    return ErrorCode.ILLEGAL_GENERATION
         return self.metadata.store_offsets(g, group_id, offsets, producer=(producer_id, producer_epoch))
 
     def check_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:

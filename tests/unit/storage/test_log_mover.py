@@ -12,7 +12,8 @@ import pytest
 
 from gregor.storage import LogConfig, LogManager
 from gregor.storage.errors import LogDirNotFoundError, ReplicaNotAvailableError
-from tests.storage.util import append, read_all, wait_for
+from tests.storage.util import append, read_all
+from tests.waiting import wait_for
 
 
 def where(m: LogManager, topic: str, p: int) -> str | None:

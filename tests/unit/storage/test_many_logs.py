@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from gregor.storage import LogConfig, LogManager, log_creation
-from gregor.storage.checkpoint import RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile, fsync_dir, read_lines
+from gregor.storage.checkpoint import RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile, read_lines
+from gregor.storage.files import fsync_dir
 from gregor.storage.log_manager import CLEAN_SHUTDOWN_FILE, SEGMENT_SIZES_VERSION
 from tests.storage.util import append, read_all
 
