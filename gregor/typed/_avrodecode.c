@@ -373,19 +373,26 @@ static int Decoder_init(Decoder *self, PyObject *args, PyObject *kw) {
 }
 
 /* decode(data, offsets, rows, skip) -> [(position, reason), ...]
- * Decodes the payloads data[offsets[r] + skip : offsets[r + 1]] for each r in rows (int32 buffers), in
- * order, appending one root value each; a failed payload is appended as null and reported. */
+ * Decodes the payloads data[offsets[r] + skip : offsets[r + 1]] for each r in rows (an int32 buffer, or
+ * None for every row), in order, appending one root value each; a failed payload is appended as null
+ * and reported. */
 static PyObject *Decoder_decode(Decoder *self, PyObject *args) {
-    Py_buffer data, offs, rows;
+    Py_buffer data, offs, rows = {0};
+    PyObject *rows_obj;
     Py_ssize_t skip;
-    if (!PyArg_ParseTuple(args, "y*y*y*n", &data, &offs, &rows, &skip)) return NULL;
+    if (!PyArg_ParseTuple(args, "y*y*On", &data, &offs, &rows_obj, &skip)) return NULL;
+    if (rows_obj != Py_None && PyObject_GetBuffer(rows_obj, &rows, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&data);
+        PyBuffer_Release(&offs);
+        return NULL;
+    }
     PyObject *errors = PyList_New(0);
     const int32_t *off = offs.buf;
     const int32_t *row = rows.buf;
-    Py_ssize_t noffs = offs.len / 4, nrows = rows.len / 4;
+    Py_ssize_t noffs = offs.len / 4, nrows = row ? rows.len / 4 : noffs - 1;
     const uint8_t *base = data.buf;
     for (Py_ssize_t k = 0; errors && k < nrows; k++) {
-        int32_t r = row[k];
+        int32_t r = row ? row[k] : (int32_t)k;
         const char *reason = NULL;
         for (int i = 0; i < self->n; i++) {
             Node *nd = &self->nodes[i];
@@ -428,12 +435,87 @@ static PyObject *Decoder_decode(Decoder *self, PyObject *args) {
     }
     PyBuffer_Release(&data);
     PyBuffer_Release(&offs);
-    PyBuffer_Release(&rows);
+    if (rows.buf) PyBuffer_Release(&rows);
     return errors;
 }
 
-static PyObject *buf_bytes(Buf *b, size_t len) {
-    return PyBytes_FromStringAndSize((const char *)b->p, (Py_ssize_t)len);
+/* Buffers of arrays Python has dropped, kept for the next batches: memory already mapped is written
+ * without page faults, which otherwise cost more than the decoding (pool_limit() bounds it). */
+#define POOL_SLOTS 64
+static struct { uint8_t *p; size_t cap; } pool[POOL_SLOTS];
+static int pool_n = 0;
+static size_t pool_bytes = 0, pool_max_bytes = 64u << 20;
+
+static uint8_t *pool_get(size_t want, size_t *cap) {
+    int best = -1;
+    for (int i = 0; i < pool_n; i++)
+        if (pool[i].cap >= want && (best < 0 || pool[i].cap < pool[best].cap)) best = i;
+    if (best < 0) {
+        *cap = want;
+        return malloc(want);
+    }
+    uint8_t *p = pool[best].p;
+    *cap = pool[best].cap;
+    pool_bytes -= pool[best].cap;
+    pool[best] = pool[--pool_n];
+    return p;
+}
+
+static void pool_put(uint8_t *p, size_t cap) {
+    if (!p) return;
+    if (pool_n < POOL_SLOTS && pool_bytes + cap <= pool_max_bytes) {
+        pool[pool_n].p = p;
+        pool[pool_n].cap = cap;
+        pool_n++;
+        pool_bytes += cap;
+    } else {
+        free(p);
+    }
+}
+
+/* Memory handed over to Python without a copy: read-only, back to the pool when the last Arrow array
+ * using it goes. */
+typedef struct {
+    PyObject_HEAD
+    uint8_t *p;
+    Py_ssize_t len;
+    size_t cap;
+} Chunk;
+
+static int Chunk_getbuffer(Chunk *self, Py_buffer *view, int flags) {
+    static char empty[1];
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->p ? (void *)self->p : empty, self->len, 1, flags);
+}
+
+static void Chunk_dealloc(Chunk *self) {
+    pool_put(self->p, self->cap);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyBufferProcs Chunk_as_buffer = {(getbufferproc)Chunk_getbuffer, NULL};
+
+static PyTypeObject ChunkType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "gregor.typed._avrodecode.Chunk",
+    .tp_basicsize = sizeof(Chunk),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "An Arrow buffer filled by a Decoder.",
+    .tp_dealloc = (destructor)Chunk_dealloc,
+    .tp_as_buffer = &Chunk_as_buffer,
+};
+
+/* The buffer as a Chunk, and a fresh one in its place as large as it grew (so the next batch of the same
+ * size does not reallocate on the way). */
+static PyObject *buf_take(Buf *b) {
+    Chunk *o = PyObject_New(Chunk, &ChunkType);
+    if (o == NULL) return NULL;
+    o->p = b->p;
+    o->len = (Py_ssize_t)b->len;
+    o->cap = b->cap;
+    size_t cap;
+    b->p = pool_get(b->len > 256 ? b->len : 256, &cap);
+    b->cap = b->p ? cap : 0;
+    b->len = 0;
+    return (PyObject *)o;
 }
 
 /* finish() -> [(length, nulls, validity, offsets, data), ...] per node, and a fresh start. */
@@ -442,15 +524,80 @@ static PyObject *Decoder_finish(Decoder *self, PyObject *unused) {
     if (!out) return NULL;
     for (int i = 0; i < self->n; i++) {
         Node *nd = &self->nodes[i];
-        PyObject *valid = nd->nulls ? buf_bytes(&nd->valid, nd->valid.len) : (Py_INCREF(Py_None), Py_None);
+        PyObject *valid = nd->nulls ? buf_take(&nd->valid) : (Py_INCREF(Py_None), Py_None);
         PyObject *item = Py_BuildValue("(LLNNN)", (long long)nd->length, (long long)nd->nulls, valid,
-                                       buf_bytes(&nd->offs, nd->offs.len), buf_bytes(&nd->data, nd->data.len));
+                                       nd->offs.len ? buf_take(&nd->offs) : (Py_INCREF(Py_None), Py_None),
+                                       nd->data.len ? buf_take(&nd->data) : (Py_INCREF(Py_None), Py_None));
         if (!item) { Py_DECREF(out); return NULL; }
         PyList_SET_ITEM(out, i, item);
         if (node_reset(nd)) { Py_DECREF(out); return PyErr_NoMemory(); }
     }
     return out;
 }
+
+static PyObject *pool_limit(PyObject *mod, PyObject *args) {
+    Py_ssize_t n = -1;
+    if (!PyArg_ParseTuple(args, "|n", &n)) return NULL;
+    if (n >= 0) {
+        pool_max_bytes = (size_t)n;
+        while (pool_n > 0 && pool_bytes > pool_max_bytes) {
+            pool_n--;
+            pool_bytes -= pool[pool_n].cap;
+            free(pool[pool_n].p);
+        }
+    }
+    return PyLong_FromSize_t(pool_max_bytes);
+}
+
+/* frames(data, offsets, validity, bit_offset, n) -> (ids, common)
+ * The schema id of each of n rows of a binary column (int32 buffer): -1 for a null row, -2 for one not in
+ * Confluent's frame (shorter than 5 bytes, or a magic byte other than 0). `common` is the id every row
+ * has when they all have the same one, else -3. */
+static PyObject *frames(PyObject *mod, PyObject *args) {
+    Py_buffer data, offs, valid = {0};
+    PyObject *validity;
+    Py_ssize_t bit_offset, n;
+    if (!PyArg_ParseTuple(args, "y*y*Onn", &data, &offs, &validity, &bit_offset, &n)) return NULL;
+    PyObject *out = NULL;
+    if (validity != Py_None && PyObject_GetBuffer(validity, &valid, PyBUF_SIMPLE) < 0) goto done;
+    if (n < 0 || offs.len / 4 < n + 1 || (valid.buf && (valid.len * 8 < bit_offset + n))) {
+        PyErr_SetString(PyExc_ValueError, "offsets or validity shorter than the column");
+        goto done;
+    }
+    out = PyBytes_FromStringAndSize(NULL, n * 4);
+    if (!out) goto done;
+    int32_t *ids = (int32_t *)PyBytes_AS_STRING(out);
+    const int32_t *off = offs.buf;
+    const uint8_t *d = data.buf, *vb = valid.buf;
+    int64_t common = -4;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int32_t id;
+        Py_ssize_t bit = bit_offset + i;
+        if (vb && !(vb[bit >> 3] & (1u << (bit & 7)))) id = -1;
+        else if (off[i + 1] - off[i] < 5 || off[i] < 0 || off[i + 1] > data.len || d[off[i]] != 0) id = -2;
+        else {
+            const uint8_t *p = d + off[i] + 1;
+            uint32_t v = ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+            id = v > INT32_MAX ? -2 : (int32_t)v;
+        }
+        ids[i] = id;
+        if (common == -4) common = id;
+        else if (common != id) common = -3;
+    }
+    PyObject *ids_bytes = out;
+    out = Py_BuildValue("(Nl)", ids_bytes, (long)(common == -4 ? -3 : common));
+done:
+    if (valid.buf) PyBuffer_Release(&valid);
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&offs);
+    return out;
+}
+
+static PyMethodDef module_methods[] = {
+    {"frames", frames, METH_VARARGS, "frames(data, offsets, validity, bit_offset, n) -> (ids, common id or -3)"},
+    {"pool_limit", pool_limit, METH_VARARGS, "pool_limit([bytes]) -> the bytes of dropped buffers kept for reuse"},
+    {NULL, NULL, 0, NULL},
+};
 
 static PyMethodDef Decoder_methods[] = {
     {"decode", (PyCFunction)Decoder_decode, METH_VARARGS, "decode(data, offsets, rows, skip) -> errors"},
@@ -469,10 +616,10 @@ static PyTypeObject DecoderType = {
     .tp_methods = Decoder_methods,
 };
 
-static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "gregor.typed._avrodecode", NULL, -1, NULL};
+static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "gregor.typed._avrodecode", NULL, -1, module_methods};
 
 PyMODINIT_FUNC PyInit__avrodecode(void) {
-    if (PyType_Ready(&DecoderType) < 0) return NULL;
+    if (PyType_Ready(&DecoderType) < 0 || PyType_Ready(&ChunkType) < 0) return NULL;
     PyObject *m = PyModule_Create(&moduledef);
     if (!m) return NULL;
     Py_INCREF(&DecoderType);

@@ -76,9 +76,9 @@ class AvroDecoder:
             self._writers.put(info.id, w)
         return w
 
-    def decode_group(self, col: pa.Array, rows: np.ndarray, info: SchemaInfo) -> tuple[pa.Array, list[tuple[int, str]]]:
-        """The payloads col[rows] (all written with schema `info`) as one array of the reader's type, a null for
-        each that fails, and the failures as (position in rows, reason)."""
+    def decode_group(self, col: pa.Array, rows: np.ndarray | None,
+                     info: SchemaInfo) -> tuple[pa.Array, list[tuple[int, str]]]:
+        """See gregor.typed.codec.FormatDecoder."""
         w = self.writer(info)
         if self.fast and w.plan is not None:
             try:
@@ -91,7 +91,7 @@ class AvroDecoder:
                 pass
         return self.per_record(col, rows, w)
 
-    def _fast(self, col: pa.Array, rows: np.ndarray, w: AvroSchema) -> tuple[pa.Array, list[tuple[int, str]]]:
+    def _fast(self, col: pa.Array, rows: np.ndarray | None, w: AvroSchema) -> tuple[pa.Array, list[tuple[int, str]]]:
         bufs = col.buffers()
         offsets = int32_view(bufs[1], col.offset, len(col) + 1)
         dec = w.decoder()
@@ -102,7 +102,8 @@ class AvroDecoder:
             out = dec.finish()
         return w.plan.build(out), errors
 
-    def per_record(self, col: pa.Array, rows: np.ndarray, w: AvroSchema) -> tuple[pa.Array, list[tuple[int, str]]]:
+    def per_record(self, col: pa.Array, rows: np.ndarray | None,
+                   w: AvroSchema) -> tuple[pa.Array, list[tuple[int, str]]]:
         bufs = col.buffers()
         offsets = int32_view(bufs[1], col.offset, len(col) + 1)
         data = memoryview(bufs[2]) if bufs[2] is not None else memoryview(b"")
@@ -110,7 +111,7 @@ class AvroDecoder:
         conv = self.reader.to_arrow
         values: list[Any] = []
         errors: list[tuple[int, str]] = []
-        for k, r in enumerate(rows.tolist()):
+        for k, r in enumerate(range(len(col)) if rows is None else rows.tolist()):
             payload = data[offsets[r] + HEADER: offsets[r + 1]]
             bio = io.BytesIO(payload)
             try:

@@ -148,12 +148,13 @@ class Plan:
 
     # ---- building arrays ----
 
-    def build(self, out: list[tuple[int, int, bytes | None, bytes, bytes]], i: int = 0) -> pa.Array:
+    def build(self, out: list[tuple[int, int, Any, Any, Any]], i: int = 0) -> pa.Array:
         """The Arrow array of node i from the decoder's finish() buffers. Raises pa.ArrowInvalid for a
         string that is not UTF-8 (the caller then reads the payloads per record)."""
         n = self.nodes[i]
         length, nulls, valid, offs, data = out[i]
         vbuf = pa.py_buffer(valid) if valid is not None else None
+        offs, data = _buffer(offs), _buffer(data)
         k = n.kind
         if k == K_UNION and not n.arg:
             return self.build(out, n.children[0])
@@ -163,25 +164,25 @@ class Plan:
             kids = [self.build(out, c) for c in n.children]
             return pa.StructArray.from_buffers(n.type, length, [vbuf], nulls, children=kids)
         if k == K_ARRAY:
-            return pa.ListArray.from_buffers(n.type, length, [vbuf, pa.py_buffer(offs)], nulls,
+            return pa.ListArray.from_buffers(n.type, length, [vbuf, offs], nulls,
                                              children=[self.build(out, n.children[0])])
         if k == K_MAP:
             keys, values = self.build(out, n.children[0]), self.build(out, n.children[1])
             entries = pa.StructArray.from_arrays([keys, values], fields=[n.type.key_field, n.type.item_field])
-            return pa.MapArray.from_buffers(n.type, length, [vbuf, pa.py_buffer(offs)], nulls, children=[entries])
+            return pa.MapArray.from_buffers(n.type, length, [vbuf, offs], nulls, children=[entries])
         if k == K_ENUM:
-            idx = pa.Array.from_buffers(pa.int32(), length, [vbuf, pa.py_buffer(data)], nulls)
+            idx = pa.Array.from_buffers(pa.int32(), length, [vbuf, data], nulls)
             assert n.symbols is not None
             return n.symbols.take(idx)
         if k in (K_BYTES, K_FIXED):
-            arr = pa.Array.from_buffers(n.type, length, [vbuf, pa.py_buffer(offs), pa.py_buffer(data)], nulls)
+            arr = pa.Array.from_buffers(n.type, length, [vbuf, offs, data], nulls)
             if n.type == pa.string():
                 arr.validate(full=True)
             return arr
         if n.millis:
-            raw = pa.Array.from_buffers(pa.timestamp("ms", tz=n.type.tz), length, [vbuf, pa.py_buffer(data)], nulls)
+            raw = pa.Array.from_buffers(pa.timestamp("ms", tz=n.type.tz), length, [vbuf, data], nulls)
             return raw.cast(n.type)
-        return pa.Array.from_buffers(n.type, length, [vbuf, pa.py_buffer(data)], nulls)
+        return pa.Array.from_buffers(n.type, length, [vbuf, data], nulls)
 
 
 def compile_plan(schema: Any, named: dict[str, Any]) -> Plan | None:
@@ -192,6 +193,10 @@ def compile_plan(schema: Any, named: dict[str, Any]) -> Plan | None:
         return Plan(schema, named)
     except UnsupportedSchema:
         return None
+
+
+def _buffer(chunk: Any) -> pa.Buffer:
+    return pa.py_buffer(chunk if chunk is not None else b"")
 
 
 def int32_view(buf: pa.Buffer | None, offset: int, count: int) -> np.ndarray:

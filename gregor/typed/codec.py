@@ -19,6 +19,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+try:
+    from gregor.typed import _avrodecode
+except ImportError:  # no compiler at install time: numpy reads the frames
+    _avrodecode = None  # type: ignore[assignment]
+
 from gregor.typed.errors import CorruptRecordError, RegistryLookupError, UnsupportedSchema
 from gregor.typed.registry_client import RegistryClient, SchemaInfo
 
@@ -33,7 +38,10 @@ class FormatDecoder(Protocol):
     schema_type: str
     arrow_type: pa.DataType
 
-    def decode_group(self, col: pa.Array, rows: np.ndarray, info: SchemaInfo) -> tuple[pa.Array, list[tuple[int, str]]]:
+    def decode_group(self, col: pa.Array, rows: np.ndarray | None,
+                     info: SchemaInfo) -> tuple[pa.Array, list[tuple[int, str]]]:
+        """The payloads col[rows] (every row when rows is None), all written with schema `info`, as one
+        array of the reader's type with a null for each that fails, and the failures as (position, reason)."""
         ...
 
 
@@ -51,25 +59,31 @@ class DecodedColumn:
         return self.corrupt.is_valid()
 
 
-def frames(col: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(schema id of each row: -1 for a null payload, -2 for a bad frame; the row's payload length)."""
+def frames(col: pa.Array) -> tuple[np.ndarray, int]:
+    """The schema id of each row (-1 for a null payload, -2 for a bad frame), and the id all rows share
+    (-3 when they do not)."""
     n = len(col)
     bufs = col.buffers()
-    offsets = np.frombuffer(bufs[1], dtype="<i4", count=n + 1, offset=col.offset * 4) if n else np.zeros(1, "<i4")
-    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None and bufs[2].size else np.zeros(8, np.uint8)
-    starts = offsets[:-1].astype(np.int64)
-    lengths = offsets[1:].astype(np.int64) - starts
-    framed = lengths >= 5
+    data = bufs[2] if bufs[2] is not None else b""
+    offsets = bufs[1] if bufs[1] is not None else np.zeros(n + 1, "<i4")
+    if _avrodecode is not None:
+        offs = np.frombuffer(offsets, dtype="<i4", count=n + 1, offset=col.offset * 4)
+        raw, common = _avrodecode.frames(data, offs, bufs[0], col.offset, n)
+        return np.frombuffer(raw, dtype="<i4"), common
+    offs = np.frombuffer(offsets, dtype="<i4", count=n + 1, offset=col.offset * 4)
+    data_np = np.frombuffer(data, dtype=np.uint8) if len(data) else np.zeros(8, np.uint8)
+    starts = offs[:-1].astype(np.int64)
+    framed = (offs[1:].astype(np.int64) - starts) >= 5
     at = np.where(framed, starts, 0)
-    ids = ((data[np.minimum(at + 1, len(data) - 1)].astype(np.int64) << 24)
-           | (data[np.minimum(at + 2, len(data) - 1)].astype(np.int64) << 16)
-           | (data[np.minimum(at + 3, len(data) - 1)].astype(np.int64) << 8)
-           | data[np.minimum(at + 4, len(data) - 1)].astype(np.int64))
-    ok = framed & (data[at] == 0)
-    ids = np.where(ok, ids, -2)
+    ids = np.zeros(n, dtype=np.int64)
+    for i in range(1, 5):
+        ids = (ids << 8) | data_np[np.minimum(at + i, len(data_np) - 1)].astype(np.int64)
+    ids = np.where(framed & (data_np[at] == 0) & (ids <= 0x7FFFFFFF), ids, -2)
     if col.null_count:
         ids = np.where(np.asarray(col.is_valid().to_numpy(zero_copy_only=False)), ids, -1)
-    return ids, lengths
+    ids = ids.astype("<i4")
+    common = int(ids[0]) if n and bool((ids == ids[0]).all()) else -3
+    return ids, common
 
 
 class ColumnDecoder:
@@ -104,7 +118,12 @@ class ColumnDecoder:
         if col.type != pa.binary():
             col = col.cast(pa.binary())
         n = len(col)
-        ids, _ = frames(col)
+        ids, common = frames(col)
+        if common >= 0:  # the usual batch: one writer schema, no null or bad frame
+            info = self._writer(common)
+            if not isinstance(info, str):
+                arr, errs = self.decoder.decode_group(col, None, info)
+                return self._finish(col, arr, errs, offsets)
         errors: list[tuple[int, str]] = [(int(r), BAD_FRAME) for r in np.flatnonzero(ids == -2)]
         pieces: list[pa.Array] = []
         order: list[np.ndarray] = []
@@ -129,6 +148,10 @@ class ColumnDecoder:
             inverse = np.empty(n, dtype=np.int64)
             inverse[perm] = np.arange(n)
             value = pa.concat_arrays(pieces).take(pa.array(inverse))
+        return self._finish(col, value, errors, offsets)
+
+    def _finish(self, col: pa.Array, value: pa.Array, errors: list[tuple[int, str]], offsets: Any) -> DecodedColumn:
+        n = len(col)
         errors.sort()
         if errors and self.mode == FAILFAST:
             row, reason = errors[0]

@@ -11,8 +11,9 @@ type and is refused with UnsupportedSchema.
 Decoding projects every payload onto the reader schema's properties whatever schema it was written
 with (properties the reader lacks are ignored, the ones the payload lacks are null): the frames'
 headers are overwritten in place by a newline and spaces, and pyarrow's C++ JSON reader parses the
-whole column at once with the reader's schema. Where it refuses the batch, each payload is tried on
-its own to find the bad ones.
+whole column at once with the reader's schema. Where it refuses the batch (and for schemas with maps, which it
+cannot read), each payload is parsed by the json module and checked against the type, which names the
+bad ones.
 """
 
 from __future__ import annotations
@@ -160,13 +161,17 @@ class JsonDecoder:
                                         unexpected_field_behavior="ignore")
         self._options_nl = pj.ParseOptions(explicit_schema=pa.schema(list(reader.read_type)),
                                            unexpected_field_behavior="ignore", newlines_in_values=True)
+        self.bulk = "map<" not in str(self.arrow_type)  # pyarrow's JSON reader has no map type
 
-    def decode_group(self, col: pa.Array, rows: np.ndarray, info: SchemaInfo) -> tuple[pa.Array, list[tuple[int, str]]]:
-        part = col if len(rows) == len(col) and (len(rows) == 0 or rows[-1] == len(rows) - 1) else col.take(pa.array(rows))
-        try:
-            return self._parse(_lines(part), len(part)), []
-        except (pa.ArrowInvalid, ValueError):
-            return self._one_by_one(part)
+    def decode_group(self, col: pa.Array, rows: np.ndarray | None,
+                     info: SchemaInfo) -> tuple[pa.Array, list[tuple[int, str]]]:
+        part = col if rows is None else col.take(pa.array(rows))
+        if self.bulk:
+            try:
+                return self._parse(_lines(part), len(part)), []
+            except (pa.ArrowInvalid, ValueError):
+                pass
+        return self._one_by_one(part)
 
     def _parse(self, data: np.ndarray, n: int) -> pa.Array:
         newlines = int(np.count_nonzero(data == 10))
@@ -181,19 +186,56 @@ class JsonDecoder:
         return arr
 
     def _one_by_one(self, part: pa.Array) -> tuple[pa.Array, list[tuple[int, str]]]:
-        values: list[pa.Array] = []
+        """Each payload parsed by the json module and checked against the Arrow type: slower, but it names
+        the bad payloads, and reads maps (which pyarrow's JSON reader does not)."""
+        values: list[Any] = []
         errors: list[tuple[int, str]] = []
-        for k in range(len(part)):
-            one = part.slice(k, 1)
+        for k, payload in enumerate(part.to_pylist()):
             try:
-                if len(one[0].as_py()) <= HEADER:
-                    raise ValueError("empty payload")
-                json.loads(one[0].as_py()[HEADER:])
-                values.append(self._parse(_lines(one), 1))
-            except (pa.ArrowInvalid, ValueError, UnicodeDecodeError) as e:
+                values.append(_value(self.arrow_type, json.loads(payload[HEADER:]), False))
+            except (ValueError, TypeError, UnicodeDecodeError) as e:
                 errors.append((k, f"{type(e).__name__}: {e}"[:300]))
-                values.append(pa.nulls(1, self.arrow_type))
-        return (pa.concat_arrays(values) if values else pa.array([], self.arrow_type)), errors
+                values.append(None)
+        return pa.array(values, self.arrow_type), errors
+
+
+def _value(t: pa.DataType, v: Any, nullable: bool) -> Any:
+    """A JSON value checked against Arrow type t and put in the form pyarrow takes."""
+    if v is None:
+        if not nullable:
+            raise ValueError("null or missing where a value is required")
+        return None
+    if pa.types.is_struct(t):
+        if not isinstance(v, dict):
+            raise ValueError(f"{type(v).__name__} where an object belongs")
+        return {f.name: _value(f.type, v.get(f.name), f.nullable) for f in t}
+    if pa.types.is_map(t):
+        if not isinstance(v, dict):
+            raise ValueError(f"{type(v).__name__} where an object belongs")
+        return [(k, _value(t.item_type, x, t.item_field.nullable)) for k, x in v.items()]
+    if pa.types.is_list(t):
+        if not isinstance(v, list):
+            raise ValueError(f"{type(v).__name__} where an array belongs")
+        return [_value(t.value_type, x, True) for x in v]
+    if t == pa.int64():
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f"{v!r} is not an integer")
+        return v
+    if t == pa.float64():
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise ValueError(f"{v!r} is not a number")
+        return float(v)
+    if t == pa.bool_():
+        if not isinstance(v, bool):
+            raise ValueError(f"{v!r} is not a boolean")
+        return v
+    if not isinstance(v, str):
+        raise ValueError(f"{v!r} is not a string")
+    if t == UTC_US:
+        return dt.datetime.fromisoformat(v)
+    if t == pa.date32():
+        return dt.date.fromisoformat(v)
+    return v
 
 
 def _lines(part: pa.Array) -> np.ndarray:

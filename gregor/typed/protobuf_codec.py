@@ -309,7 +309,8 @@ class ProtobufDecoder:
             self._writers.put(info.id, w)
         return w
 
-    def decode_group(self, col: pa.Array, rows: np.ndarray, info: SchemaInfo) -> tuple[pa.Array, list[tuple[int, str]]]:
+    def decode_group(self, col: pa.Array, rows: np.ndarray | None,
+                     info: SchemaInfo) -> tuple[pa.Array, list[tuple[int, str]]]:
         writer = self._writer(info)
         names: dict[tuple[int, ...], str] = {}
         bufs = col.buffers()
@@ -318,7 +319,7 @@ class ProtobufDecoder:
         parse, read, want = self.reader.cls.FromString, self._read, self.reader.message.full_name
         values: list[Any] = []
         errors: list[tuple[int, str]] = []
-        for k, r in enumerate(rows.tolist()):
+        for k, r in enumerate(range(len(col)) if rows is None else rows.tolist()):
             start, end = int(offsets[r]), int(offsets[r + 1])
             try:
                 indexes, pos = read_indexes(data[:end], start + 5)
