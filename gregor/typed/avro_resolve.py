@@ -50,7 +50,7 @@ def resolve(arr: pa.Array, w: Any, r: Any, wn: dict[str, Any], rn: dict[str, Any
         w_null, w_members = at.union_shape(w, wn) if wk == "union" else (False, [w])
         r_null, r_members = at.union_shape(r, rn) if rk == "union" else (False, [r])
         if len(w_members) != 1 or len(r_members) != 1 or (w_null and not r_null):
-            if w == r and wn == rn:
+            if at.expanded(w, wn) == at.expanded(r, rn):
                 return arr
             raise NotResolvable("unions")
         return resolve(arr, w_members[0], r_members[0], wn, rn)

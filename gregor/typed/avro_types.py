@@ -47,6 +47,27 @@ def resolve(schema: Any, named: dict[str, Any]) -> Any:
     return schema
 
 
+def expanded(schema: Any, named: dict[str, Any], depth: int = 0) -> Any:
+    """`schema` with every named type written out where it is used (for comparing schemas of two sets of
+    names; recursive types are refused before this is called)."""
+    if depth > 64:
+        raise UnsupportedSchema("the schema nests too deeply")
+    schema = resolve(schema, named)
+    if isinstance(schema, list):
+        return [expanded(b, named, depth + 1) for b in schema]
+    if isinstance(schema, dict):
+        out = {k: v for k, v in schema.items() if not k.startswith("__")}
+        if "fields" in out:
+            out["fields"] = [{**f, "type": expanded(f["type"], named, depth + 1)} for f in out["fields"]]
+        for key in ("items", "values"):
+            if key in out:
+                out[key] = expanded(out[key], named, depth + 1)
+        if isinstance(out.get("type"), dict | list):
+            out["type"] = expanded(out["type"], named, depth + 1)
+        return out
+    return schema
+
+
 def type_name(schema: Any) -> str:
     if isinstance(schema, str):
         return schema
