@@ -37,6 +37,7 @@ typedef struct {
     int *branch;     /* UNION: branch -> child slot, -1 for null */
     int min_size;    /* fewest bytes one value takes (0 for null, empty records): bounds block counts */
     Buf valid, offs, data;
+    int valid_on;    /* the validity bitmap is written only from a node's first null on */
     int64_t length, nulls;
     /* state before the payload being decoded, for rolling back */
     int64_t s_length, s_nulls;
@@ -135,8 +136,21 @@ static int leaf_null(Decoder *d, Node *nd) {
     return 0;
 }
 
+/* A valid value at nd->length: nothing to write while the node has had no null. */
+static inline int valid_put(Node *nd) {
+    return nd->valid_on ? bit_put(&nd->valid, nd->length, 1) : 0;
+}
+
 static int append_null(Decoder *d, Node *nd) {
     if (nd->kind == K_UNION && !nd->arg) return append_null(d, &d->nodes[nd->child[0]]);
+    if (!nd->valid_on) { /* the first null: every value before it is valid */
+        size_t bytes = (size_t)(nd->length + 8) / 8;
+        nd->valid.len = 0;
+        CHECK(buf_grow(&nd->valid, bytes));
+        memset(nd->valid.p, 0xff, bytes);
+        nd->valid.len = bytes;
+        nd->valid_on = 1;
+    }
     CHECK(bit_put(&nd->valid, nd->length, 0));
     if (nd->kind == K_RECORD || nd->kind == K_UNION) {
         for (int i = 0; i < nd->nchild; i++)
@@ -281,7 +295,7 @@ static int decode(Decoder *d, int idx, const uint8_t **pp, const uint8_t *end, i
     default:
         FAIL("bad program");
     }
-    CHECK(bit_put(&nd->valid, nd->length, 1));
+    CHECK(valid_put(nd));
     nd->length++;
     *pp = p;
     return 0;
@@ -298,6 +312,7 @@ static void node_free(Node *nd) {
 
 static int node_reset(Node *nd) {
     nd->valid.len = nd->offs.len = nd->data.len = 0;
+    nd->valid_on = 0;
     nd->length = nd->nulls = 0;
     if (nd->kind == K_BYTES || nd->kind == K_FIXED || nd->kind == K_ARRAY || nd->kind == K_MAP) {
         int32_t zero = 0;
@@ -421,7 +436,7 @@ static PyObject *Decoder_decode(Decoder *self, PyObject *args) {
                 nd->data.len = nd->s_data;
                 if (nd->offs.len) nd->offs.len = (size_t)(nd->length + 1) * 4;
                 if (nd->kind == K_BOOL) nd->data.len = (size_t)((nd->length + 7) / 8);
-                nd->valid.len = (size_t)((nd->length + 7) / 8);
+                if (nd->valid_on) nd->valid.len = (size_t)((nd->length + 7) / 8);
             }
             PyObject *item = Py_BuildValue("(ns)", k, reason);
             if (!item || PyList_Append(errors, item) || append_null(self, &self->nodes[0])) {
@@ -524,7 +539,7 @@ static PyObject *Decoder_finish(Decoder *self, PyObject *unused) {
     if (!out) return NULL;
     for (int i = 0; i < self->n; i++) {
         Node *nd = &self->nodes[i];
-        PyObject *valid = nd->nulls ? buf_take(&nd->valid) : (Py_INCREF(Py_None), Py_None);
+        PyObject *valid = nd->nulls && nd->valid_on ? buf_take(&nd->valid) : (Py_INCREF(Py_None), Py_None);
         PyObject *item = Py_BuildValue("(LLNNN)", (long long)nd->length, (long long)nd->nulls, valid,
                                        nd->offs.len ? buf_take(&nd->offs) : (Py_INCREF(Py_None), Py_None),
                                        nd->data.len ? buf_take(&nd->data) : (Py_INCREF(Py_None), Py_None));
