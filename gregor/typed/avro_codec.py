@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 from typing import Any
 
 import fastavro
@@ -43,6 +44,7 @@ class AvroSchema:
         self.from_arrow = avro_values.from_arrow(self.parsed, self.named)
         self.plan: Plan | None = compile_plan(self.parsed, self.named)
         self._decoder: Any = None
+        self.lock = threading.Lock()  # one C decoder per schema: one batch at a time
 
     def decoder(self) -> Any:
         if self._decoder is None and self.plan is not None:
@@ -94,12 +96,13 @@ class AvroDecoder:
     def _fast(self, col: pa.Array, rows: np.ndarray | None, w: AvroSchema) -> tuple[pa.Array, list[tuple[int, str]]]:
         bufs = col.buffers()
         offsets = int32_view(bufs[1], col.offset, len(col) + 1)
-        dec = w.decoder()
         assert w.plan is not None
-        try:
-            errors = dec.decode(bufs[2] if bufs[2] is not None else b"", offsets, rows, HEADER)
-        finally:
-            out = dec.finish()
+        with w.lock:
+            dec = w.decoder()
+            try:
+                errors = dec.decode(bufs[2] if bufs[2] is not None else b"", offsets, rows, HEADER)
+            finally:
+                out = dec.finish()
         return w.plan.build(out), errors
 
     def per_record(self, col: pa.Array, rows: np.ndarray | None,

@@ -24,7 +24,7 @@ try:
 except ImportError:  # no compiler at install time: numpy reads the frames
     _avrodecode = None  # type: ignore[assignment]
 
-from gregor.typed.errors import CorruptRecordError, RegistryLookupError, UnsupportedSchema
+from gregor.typed.errors import CorruptRecordError, RegistryLookupError
 from gregor.typed.registry_client import RegistryClient, SchemaInfo
 
 FAILFAST = "FAILFAST"
@@ -87,9 +87,9 @@ def frames(col: pa.Array) -> tuple[np.ndarray, int]:
 
 
 class ColumnDecoder:
-    """Decodes binary columns of one format into the reader schema's Arrow type.
-
-    `schemas` gives the SchemaInfo of a writer id (normally the registry client's cached lookup)."""
+    """Decodes binary columns of one format into the reader schema's Arrow type; writer schemas are the
+    registry client's (cached) answers for the ids in the frames. A registry that cannot be reached fails
+    the batch in either mode: it says nothing about the record."""
 
     def __init__(self, decoder: FormatDecoder, registry: RegistryClient, mode: str = FAILFAST) -> None:
         mode = mode.upper()
@@ -167,9 +167,3 @@ class ColumnDecoder:
             corrupt = pa.nulls(n, pa.binary())
         return DecodedColumn(value, corrupt, errors)
 
-
-def check_type(schema_type: str) -> str:
-    t = schema_type.upper()
-    if t not in ("AVRO", "JSON", "PROTOBUF"):
-        raise UnsupportedSchema(f"unknown schema type {schema_type!r}")
-    return t
