@@ -20,6 +20,11 @@ values) against read_arrow followed by decode_column of the value column, median
 ratio (the issue asks a Spark typed read for at least 50% of the binary read's rows/s). Registry
 requests made during the timed decodes are counted (the lookups are cached: expect 0).
 --smoke runs it tiny, to check that it works.
+
+--spark adds a Spark figure on local[2]: a minimal Python data source (below: read_arrow_batches of one
+partition per task, values binary or decoded by gregor.typed in the executors) counted by `count()`,
+binary against typed Avro, medians of --runs. It stands in for the `gregor` source's typed read, whose
+wiring lives in gregor.spark.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.schema_registry import SchemaRegistryClient  # noqa: E402
@@ -84,37 +90,105 @@ def _long(v: int) -> bytes:
     return bytes(out)
 
 
-def polars_decoder(schema_text: str, target: pa.DataType) -> Callable[[pa.Array], pa.Array] | None:
+class PolarsDecoder:
     """(b): the payloads as one block of an in-memory object container file, read by polars."""
+
+    def __init__(self, schema_text: str, target: pa.DataType) -> None:
+        import polars
+        self.pl = polars
+        self.target = target
+        self.sync = os.urandom(16)
+        meta = {"avro.schema": schema_text.encode(), "avro.codec": b"null"}
+        header = bytearray(b"Obj\x01") + _long(len(meta))
+        for k, v in meta.items():
+            header += _long(len(k)) + k.encode() + _long(len(v)) + v
+        self.header = bytes(header + b"\x00" + self.sync)
+
+    def container(self, col: pa.Array) -> bytes:
+        """The object container file: the frames' 5-byte headers cut off (a copy of every payload)."""
+        bufs = col.buffers()
+        offs = np.frombuffer(bufs[1], dtype="<i4", count=len(col) + 1, offset=col.offset * 4).tolist()
+        data = memoryview(bufs[2])
+        body = b"".join([data[offs[i] + 5:offs[i + 1]] for i in range(len(col))])
+        return self.header + _long(len(col)) + _long(len(body)) + body + self.sync
+
+    def read(self, ocf: bytes) -> pa.Array:
+        table = self.pl.read_avro(io.BytesIO(ocf)).to_arrow()
+        arr = pa.StructArray.from_arrays([c.combine_chunks() for c in table.columns], names=table.column_names)
+        return arr.cast(self.target)  # large_string, a dictionary for the enum, ms timestamps: Spark's types
+
+    def decode(self, col: pa.Array) -> pa.Array:
+        return self.read(self.container(col))
+
+
+def polars_decoder(schema_text: str, target: pa.DataType) -> PolarsDecoder | None:
     try:
-        import polars as pl
+        return PolarsDecoder(schema_text, target)
     except ImportError:
         return None
-    sync = os.urandom(16)
-    meta = {"avro.schema": schema_text.encode(), "avro.codec": b"null"}
-    header = bytearray(b"Obj\x01") + _long(len(meta))
-    for k, v in meta.items():
-        header += _long(len(k)) + k.encode() + _long(len(v)) + v
-    header += b"\x00" + sync
 
-    def decode(col: pa.Array) -> pa.Array:
-        import numpy as np
-        bufs = col.buffers()
-        n = len(col)
-        offsets = np.frombuffer(bufs[1], dtype="<i4", count=n + 1, offset=col.offset * 4)
-        data = np.frombuffer(bufs[2], dtype=np.uint8)[offsets[0]:offsets[-1]]
-        keep = np.ones(len(data), dtype=bool)
-        starts = offsets[:-1] - offsets[0]
-        for i in range(5):
-            keep[starts + i] = False
-        body = data[keep].tobytes()
-        ocf = bytes(header) + _long(n) + _long(len(body)) + body + sync
-        df = pl.read_avro(io.BytesIO(ocf))
-        table = df.to_arrow()
-        arr = pa.StructArray.from_arrays([c.combine_chunks() for c in table.columns], names=table.column_names)
-        return arr.cast(target)
 
-    return decode
+def _spark_source() -> Any:
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    class BenchSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "benchtyped"
+
+        def _column(self) -> Any:
+            from gregor.typed.columns import ColumnOptions, TypedColumn
+            return TypedColumn.for_options(ColumnOptions.from_options(self.options, "value", self.options["topic"]))
+
+        def schema(self) -> Any:
+            from pyspark.sql.types import BinaryType, LongType, StructField, StructType
+            return StructType([StructField("offset", LongType()), StructField("value", self._column().spark_type()),
+                               StructField("_corrupt_record", BinaryType())])
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return BenchReader(self.options["bootstrap"], self.options["topic"], int(self.options["partitions"]),
+                               self._column().pinned())
+
+    class BenchReader(DataSourceReader):
+        def __init__(self, bootstrap: str, topic: str, partitions: int, opts: Any) -> None:
+            self.bootstrap, self.topic, self.n, self.opts = bootstrap, topic, partitions, opts
+
+        def partitions(self) -> list[Any]:
+            return [InputPartition(p) for p in range(self.n)]
+
+        def read(self, partition: Any) -> Any:
+            from gregor.typed.columns import TypedColumn
+            col = TypedColumn.for_options(self.opts)
+            for b in gc.read_arrow_batches(self.bootstrap, self.topic, [partition.value], columns=["offset", "value"]):
+                out = col.decode(b.column(1))
+                yield pa.RecordBatch.from_arrays([b.column(0), out.value, out.corrupt],
+                                                 names=["offset", "value", "_corrupt_record"])
+
+    return BenchSource
+
+
+def spark_rates(bootstrap: str, topic: str, partitions: int, registry_url: str, rows: int, runs: int) -> None:
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("bench-typed").config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        spark.dataSource.register(_spark_source())
+        results = {}
+        for fmt in ("binary", "avro"):
+            df = (spark.read.format("benchtyped").option("bootstrap", bootstrap).option("topic", topic)
+                  .option("partitions", str(partitions)).option("valueFormat", fmt)
+                  .option("schema.registry.url", registry_url).load())
+            assert df.count() == rows
+            results[fmt] = rate(lambda df=df: df.count(), rows, runs)
+            print(f"{'Spark local[2] count(), ' + fmt + ' value':<44} {results[fmt][0]:>12,.0f} rows/s")
+        print(f"Spark typed Avro read = {100 * results['avro'][0] / results['binary'][0]:.0f}% of the binary read's rows/s")
+    finally:
+        spark.stop()
 
 
 def rate(fn: Callable[[], Any], rows: int, runs: int) -> tuple[float, float]:
@@ -139,6 +213,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=65536)
     ap.add_argument("--slow-records", type=int, default=100_000, help="records for the per-record design (a)")
     ap.add_argument("--smoke", action="store_true", help="a tiny run, to check that the benchmark works")
+    ap.add_argument("--spark", action="store_true", help="add the Spark local[2] binary/typed comparison")
+    ap.add_argument("--partitions", type=int, default=2)
     args = ap.parse_args()
     if args.smoke:
         args.records, args.runs, args.slow_records, args.batch = 5000, 1, 2000, 1024
@@ -173,31 +249,38 @@ def main() -> None:
             slow_rows = sum(len(b) for b in slow_batches)
             r_a = rate(lambda: [slow.decode(b) for b in slow_batches], slow_rows, args.runs)
             pdec = polars_decoder(info.schema, target)
-            r_b = None
+            r_b = r_b_read = None
             if pdec is not None:
-                check = pdec(batches[0])
+                check = pdec.decode(batches[0])
                 assert check.equals(fast.decode(batches[0]).value), "polars read something else"
-                r_b = rate(lambda: [pdec(b) for b in batches], len(col), args.runs)
+                r_b = rate(lambda: [pdec.decode(b) for b in batches], len(col), args.runs)
+                files = [pdec.container(b) for b in batches]
+                r_b_read = rate(lambda: [pdec.read(f) for f in files], len(col), args.runs)
             r_c = rate(lambda: [fast.decode(b) for b in batches], len(col), args.runs)
             sent = registry.requests_sent - before
             show("(a) fastavro per record -> pa.array", r_a)
-            if r_b:
+            if r_b and r_b_read:
                 show("(b) container file -> polars.read_avro", r_b)
+                show("    of which polars.read_avro + cast alone", r_b_read)
             else:
                 print("(b) polars not installed: skipped")
             show("(c) C decoder (gregor.typed)", r_c, f"  {r_c[0] * avg / 1e6:.0f} MB/s")
             print(f"registry requests during the timed decodes: {sent}")
 
+            from confluent_kafka.admin import AdminClient, NewTopic
+            admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+            admin.create_topics([NewTopic(TOPIC, args.partitions, 1)])[TOPIC].result(30)
             p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 50, "batch.size": 1 << 20,
                           "compression.type": "none"})
-            for v in values:
+            for i, v in enumerate(values):
                 while True:
                     try:
-                        p.produce(TOPIC, value=v)
+                        p.produce(TOPIC, value=v, partition=i % args.partitions)
                         break
                     except BufferError:
                         p.poll(0.1)
             assert p.flush(60) == 0
+            del p
             gc.read_arrow(broker.bootstrap, TOPIC)  # warm the page cache
 
             def typed_read() -> None:
@@ -213,6 +296,8 @@ def main() -> None:
             show("read_arrow_batches, binary value", r_bin)
             show("read_arrow_batches + decode_column (C)", r_typed,
                  f"  = {100 * r_typed[0] / r_bin[0]:.0f}% of binary (wall)")
+            if args.spark:
+                spark_rates(broker.bootstrap, TOPIC, args.partitions, registry_proc.url, len(col), args.runs)
         finally:
             if registry_proc is not None:
                 registry_proc.kill()
