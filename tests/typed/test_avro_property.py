@@ -164,3 +164,21 @@ def test_the_fast_path_compiles_the_common_schemas() -> None:
               ["int", "long"], ["null", "int", "string"], {"type": "fixed", "name": "F", "size": 3}, *LOGICAL):
         schema = {"type": "record", "name": name(), "fields": [{"name": "v", "type": s}]}
         assert compile_plan(*at.parse(json.dumps(schema))) is not None, s
+
+
+def test_sliced_columns_and_frames() -> None:
+    from gregor.typed.codec import frames
+    schema = {"type": "record", "name": name(), "fields": [{"name": "s", "type": "string"},
+                                                           {"name": "n", "type": ["null", "long"]}]}
+    records = [{"s": "x" * i, "n": None if i % 3 else i} for i in range(40)]
+    col = payloads(schema, records, 7)
+    info = SchemaInfo(7, "AVRO", json.dumps(schema))
+    dec = AvroDecoder(AvroSchema(info, None), None)  # type: ignore[arg-type]
+    whole, _ = dec.decode_group(col, None, info)
+    part, errors = dec.decode_group(col.slice(5, 20), None, info)
+    assert errors == [] and part.equals(whole.slice(5, 20))
+    with_nulls = pa.concat_arrays([col.slice(0, 3), pa.array([None, b"\x01\x00\x00\x00\x07", b"\x00\x00"], pa.binary()),
+                                   col.slice(3, 4)]).slice(2)
+    ids, common = frames(with_nulls)
+    assert ids.tolist() == [7, -1, -2, -2, 7, 7, 7, 7] and common == -3
+    assert frames(col.slice(10, 5))[1] == 7
