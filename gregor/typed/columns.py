@@ -89,7 +89,7 @@ class ColumnOptions:
             opts.get(f"{field}messagename"), mode, opts.get(f"{field}schema"),
             _truthy(opts.get("auto.register.schemas"), "auto.register.schemas"),
             _truthy(opts.get("use.latest.version"), "use.latest.version"),
-            RegistryOptions.from_options(opts))
+            RegistryOptions.from_options(opts, bare_names=False))
 
 
 def load_schema(registry: RegistryClient, *, subject: str = "", version: int | str | None = None,

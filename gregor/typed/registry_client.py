@@ -86,12 +86,14 @@ class RegistryOptions:
     extra: tuple[tuple[str, str], ...] = field(default=())
 
     @staticmethod
-    def from_options(options: Mapping[str, str]) -> RegistryOptions:
-        """The registry options among `options` (Spark's or Confluent's names, any case)."""
+    def from_options(options: Mapping[str, str], bare_names: bool = True) -> RegistryOptions:
+        """The registry options among `options` (any case): `schema.registry.`-prefixed names, and unless
+        `bare_names` is false (among a Spark source's options, where `ssl.*` means something else) the
+        names of Confluent's Python client (`url`, `basic.auth.user.info`, `ssl.ca.location`, ...)."""
         opts = {k.lower(): str(v) for k, v in options.items()}
 
         def get(name: str, default: str | None = None) -> str | None:
-            return opts.get(PREFIX + name, opts.get(name, default))
+            return opts.get(PREFIX + name, opts.get(name, default) if bare_names else default)
 
         url = get("url")
         if not url:
@@ -190,8 +192,8 @@ class RegistryClient:
         self.requests_sent = 0
 
     @staticmethod
-    def from_options(options: Mapping[str, str]) -> RegistryClient:
-        return RegistryClient(RegistryOptions.from_options(options))
+    def from_options(options: Mapping[str, str], bare_names: bool = True) -> RegistryClient:
+        return RegistryClient(RegistryOptions.from_options(options, bare_names))
 
     def __getstate__(self) -> dict[str, Any]:
         return {"options": self.options}

@@ -277,3 +277,15 @@ def test_schema_registry_options() -> None:
         with pytest.raises(ValueError):
             RegistryOptions.from_options(bad)
     assert SchemaInfo(1, "AVRO", "{}").references == ()
+    # among a Spark source's options only the schema.registry.* names count, and the column options are checked
+    from gregor.typed.columns import ColumnOptions
+    c = ColumnOptions.from_options({"valueformat": "AVRO", "schema.registry.url": "http://r:1", "ssl.ca.location": "/k.pem",
+                                    "valueschemaversion": "3", "mode": "permissive"}, "value", "t")
+    assert c.format == "avro" and c.subject == "t-value" and c.version == "3" and c.mode == "PERMISSIVE"
+    assert c.registry is not None and c.registry.ca_location is None
+    assert ColumnOptions.from_options({}, "key", "t").format == "binary"
+    for bad in ({"valueFormat": "xml"}, {"valueFormat": "avro"}, {"valueFormat": "avro", "schema.registry.url": "http://r",
+                "valueSchemaId": "x"}, {"valueFormat": "avro", "schema.registry.url": "http://r", "valueSchemaId": "1",
+                "valueSchemaVersion": "2"}, {"mode": "DROPMALFORMED"}):
+        with pytest.raises(ValueError):
+            ColumnOptions.from_options(bad, "value", "t")
