@@ -261,7 +261,10 @@ static int decode(Decoder *d, int idx, const uint8_t **pp, const uint8_t *end, i
                 if (size < 0 || size > end - p) FAIL("bad block size");
             }
             int64_t min = (keys ? 1 : 0) + items->min_size;  /* a union's min_size is 1 (its branch) */
-            if ((min > 0 && count > (end - p) / min) || count > (1 << 24)) FAIL("block count larger than the payload");
+            /* values of no bytes (nulls, empty records): at most 64 per byte of payload, so a small payload
+             * cannot make a huge array */
+            if ((min > 0 && count > (end - p) / min) || (min == 0 && count > (end - p + 1) * 64))
+                FAIL("block count larger than the payload");
             for (int64_t i = 0; i < count; i++) {
                 if (keys && decode(d, nd->child[0], &p, end, depth + 1)) return -1;
                 if (decode(d, nd->child[keys ? 1 : 0], &p, end, depth + 1)) return -1;

@@ -82,16 +82,20 @@ class AvroDecoder:
                      info: SchemaInfo) -> tuple[pa.Array, list[tuple[int, str]]]:
         """See gregor.typed.codec.FormatDecoder."""
         w = self.writer(info)
+        known: dict[int, str] = {}
         if self.fast and w.plan is not None:
+            arr, errors = self._fast(col, rows, w)
             try:
-                arr, errors = self._fast(col, rows, w)
                 if not w.same_as(self.reader):
                     arr = resolve(arr, w.parsed, self.reader.parsed, w.named, self.reader.named)
+                arr.validate(full=True)  # strings are UTF-8
                 if arr.type == self.arrow_type:
                     return arr, errors
             except (NotResolvable, pa.ArrowInvalid):
-                pass
-        return self.per_record(col, rows, w)
+                # fastavro is not handed the payloads the C decoder refused: a few bytes declaring billions
+                # of empty values would keep it busy for hours
+                known = dict(errors)
+        return self.per_record(col, rows, w, known)
 
     def _fast(self, col: pa.Array, rows: np.ndarray | None, w: AvroSchema) -> tuple[pa.Array, list[tuple[int, str]]]:
         bufs = col.buffers()
@@ -105,8 +109,9 @@ class AvroDecoder:
                 out = dec.finish()
         return w.plan.build(out), errors
 
-    def per_record(self, col: pa.Array, rows: np.ndarray | None,
-                   w: AvroSchema) -> tuple[pa.Array, list[tuple[int, str]]]:
+    def per_record(self, col: pa.Array, rows: np.ndarray | None, w: AvroSchema,
+                   known: dict[int, str] | None = None) -> tuple[pa.Array, list[tuple[int, str]]]:
+        """fastavro, one payload at a time; `known`: positions already found corrupt, with the reason."""
         bufs = col.buffers()
         offsets = int32_view(bufs[1], col.offset, len(col) + 1)
         data = memoryview(bufs[2]) if bufs[2] is not None else memoryview(b"")
@@ -115,6 +120,10 @@ class AvroDecoder:
         values: list[Any] = []
         errors: list[tuple[int, str]] = []
         for k, r in enumerate(range(len(col)) if rows is None else rows.tolist()):
+            if known and k in known:
+                values.append(None)
+                errors.append((k, known[k]))
+                continue
             payload = data[offsets[r] + HEADER: offsets[r + 1]]
             bio = io.BytesIO(payload)
             try:

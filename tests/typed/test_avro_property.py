@@ -182,3 +182,32 @@ def test_sliced_columns_and_frames() -> None:
     ids, common = frames(with_nulls)
     assert ids.tolist() == [7, -1, -2, -2, 7, 7, 7, 7] and common == -3
     assert frames(col.slice(10, 5))[1] == 7
+
+
+def test_hostile_block_counts_are_refused() -> None:
+    """A few bytes may not declare millions of values: a block count is bounded by the bytes left, and the
+    per-record path (taken here for the whole batch because of one string that is not UTF-8) is not handed
+    the payloads the C decoder refused."""
+    schema = {"type": "record", "name": name(), "fields": [{"name": "a", "type": {"type": "array", "items": "null"}},
+                                                           {"name": "m", "type": {"type": "map", "values": "long"}},
+                                                           {"name": "s", "type": "string"}]}
+    info = SchemaInfo(9, "AVRO", json.dumps(schema))
+    header = b"\x00" + (9).to_bytes(4, "big")
+
+    def zigzag(v: int) -> bytes:
+        z, out = (v << 1) ^ (v >> 63), bytearray()
+        while z >= 0x80:
+            out.append((z & 0x7F) | 0x80)
+            z >>= 7
+        return bytes(out + bytes([z]))
+
+    col = pa.array([header + zigzag(3) + b"\x00" + b"\x00" + b"\x02x",           # three nulls, an empty map: fine
+                    header + zigzag(1 << 40) + b"\x00" + b"\x00" + b"\x00",      # 2^40 nulls from 8 bytes
+                    header + b"\x00" + zigzag(1 << 30) + b"\x02a\x02" + b"\x00",  # 2^30 map entries
+                    header + b"\x00\x00" + b"\x02\xff"],                         # not UTF-8
+                   pa.binary())
+    dec = AvroDecoder(AvroSchema(info, None), None)  # type: ignore[arg-type]
+    for c in (col.slice(0, 3), col):
+        arr, errors = dec.decode_group(c, None, info)
+        assert [k for k, _ in errors] == [1, 2, 3][: len(c) - 1], errors
+        assert arr.to_pylist()[0] == {"a": [None, None, None], "m": [], "s": "x"}
