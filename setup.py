@@ -1,8 +1,9 @@
-"""Build configuration beyond pyproject.toml: the C record walk (gregor/protocol/_recordwalk.c) and the
-C Arrow decoder of the client (gregor/client/_arrowbatch.c).
+"""Build configuration beyond pyproject.toml: the C record walk (gregor/protocol/_recordwalk.c), the
+C Arrow decoder of the client (gregor/client/_arrowbatch.c) and the C Avro decoder of gregor.typed
+(gregor/typed/_avrodecode.c).
 
-Both extensions are optional: where no compiler is available the install still succeeds and
-gregor.protocol.validator and gregor.client.decoder fall back to pure Python (much slower per record).
+The extensions are optional: where no compiler is available the install still succeeds and
+gregor.protocol.validator, gregor.client.decoder and gregor.typed fall back to pure Python (much slower per record).
 """
 
 from setuptools import Extension, setup
@@ -18,6 +19,12 @@ setup(
         Extension(
             "gregor.client._arrowbatch",
             ["gregor/client/_arrowbatch.c"],
+            extra_compile_args=["-O3"],
+            optional=True,
+        ),
+        Extension(
+            "gregor.typed._avrodecode",
+            ["gregor/typed/_avrodecode.c"],
             extra_compile_args=["-O3"],
             optional=True,
         ),

@@ -18,7 +18,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("storage", "security"),
     ("config",),
     ("metadata", "metrics", "client"),
-    ("network", "admin", "schema_registry"),
+    ("network", "admin", "schema_registry", "typed"),
     ("replication",),
     ("coordinator", "controller"),
     ("api",),
