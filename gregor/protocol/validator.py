@@ -276,16 +276,16 @@ def check_records(h: BatchHeader, body: memoryview | bytes, rules: ValidationRul
 
 
 FIELD_NAMES = {0: "key", 1: "value"}
-WIRE_FORMAT = "Confluent's wire format: a magic byte 0, then a 4-byte schema id"
+WIRE_FORMAT = "Confluent's wire format is a magic byte 0, then a 4-byte schema id"
 
 
 def id_failure_message(status: int, index: int, field_index: int, detail: int) -> str:
     """The KIP-467 record error of a key or value without the wire-format prefix."""
-    what = FIELD_NAMES[field_index]
+    where = f"offset {index} in the batch: {FIELD_NAMES[field_index]}"
     if status == ID_BAD_MAGIC:
-        why = f"empty {what}" if detail < 0 else f"the {what} starts with 0x{detail:02x}"
-        return f"offset {index} in the batch: bad magic byte ({why}; {WIRE_FORMAT})"
-    return f"offset {index} in the batch: no schema id (the {what} has {detail} bytes; {WIRE_FORMAT})"
+        why = "it is empty" if detail < 0 else f"it starts with 0x{detail:02x}"
+        return f"{where}: bad magic byte ({why}; {WIRE_FORMAT})"
+    return f"{where}: no schema id (it has {detail} bytes; {WIRE_FORMAT})"
 
 
 def check_schema_ids(h: BatchHeader, body: memoryview | bytes, rules: ValidationRules, batch_index: int = 0,
@@ -302,10 +302,39 @@ def check_schema_ids(h: BatchHeader, body: memoryview | bytes, rules: Validation
         res = _walk_ids_py(body, h.records_count, rules.strict_offsets, h.last_offset_delta, rules.schema_fields, None)
         id_status = res[6]
     if id_status:
-        msg = id_failure_message(id_status, res[7], res[8], res[9])
-        raise BatchValidationError(f"1 record refused by schema validation: {msg}", "INVALID_RECORD",
-                                   batch_index=batch_index, record_errors=[(res[7], msg)])
+        errors = id_failures(body, h.records_count, rules.schema_fields)
+        n = len(errors)
+        raise BatchValidationError(f"{n} record{'s' if n != 1 else ''} refused by schema validation: {errors[0][1]}",
+                                   "INVALID_RECORD", batch_index=batch_index, record_errors=errors)
     return res[:6], SchemaIds(res[10], res[11])  # type: ignore[return-value]
+
+
+def id_failures(body: memoryview | bytes, count: int, fields: int) -> list[tuple[int, str]]:
+    """Every record of a framed body whose checked key or value lacks the wire-format prefix, with its record
+    error (the refusal path: the walk found the first, this names them all; Python work per record)."""
+    buf = bytes(body)
+    out = []
+    pos, n = 0, len(buf)
+    for i in range(count):
+        _, length, pos = _varint(buf, pos, n)
+        end = pos + length
+        _, _, p = _varlong(buf, pos + 1, end)
+        _, _, p = _varint(buf, p, end)  # offset delta
+        for f, mask in ((0, KEY_FIELD), (1, VALUE_FIELD)):
+            _, size, p = _varint(buf, p, end)
+            if size >= 0 and fields & mask and not has_prefix(buf, p, size):
+                status, detail = (ID_BAD_MAGIC, buf[p] if size else -1) if size == 0 or buf[p] != 0 else \
+                    (ID_NO_SCHEMA_ID, size)
+                out.append((i, id_failure_message(status, i, f, detail)))
+                break
+            p += max(size, 0)
+        pos = end
+    return out
+
+
+def has_prefix(buf: bytes, pos: int, size: int) -> bool:
+    """Whether `size` bytes at pos start with the wire-format prefix (magic byte 0 and a 4-byte id)."""
+    return size >= 5 and buf[pos] == 0
 
 
 def _bad_timestamps(h: BatchHeader, body: memoryview | bytes, rules: ValidationRules,

@@ -140,12 +140,20 @@ def test_validate_batches_reports_ids_and_refuses_records_without_the_prefix(cod
     with pytest.raises(BatchValidationError) as e:  # record 3's key is not in the wire format
         validate_batches(batch, _rules(KEY_FIELD | VALUE_FIELD), NOW)
     assert e.value.error == "INVALID_RECORD"
-    assert e.value.record_errors == [(3, "offset 3 in the batch: bad magic byte (the key starts with 0x70; Confluent's "
-                                         "wire format: a magic byte 0, then a 4-byte schema id)")]
-    short = build_batch([Record(0, NOW, None, framed(1)), Record(1, NOW, None, b"\x00\x01")], codec=codec)
-    with pytest.raises(BatchValidationError) as e:
+    assert e.value.record_errors == [(3, "offset 3 in the batch: key: bad magic byte (it starts with 0x70; Confluent's "
+                                         "wire format is a magic byte 0, then a 4-byte schema id)")]
+    short = build_batch([Record(0, NOW, None, framed(1)), Record(1, NOW, None, b"\x00\x01"), Record(2, NOW, None, b""),
+                         Record(3, NOW, None, framed(2)), Record(4, NOW, None, b"{}")], codec=codec)
+    with pytest.raises(BatchValidationError) as e:  # every record without the prefix is named, not only the first
         validate_batches(memoryview(bytearray(short)), _rules(VALUE_FIELD), NOW)
-    assert [i for i, _ in e.value.record_errors] == [1] and "no schema id (the value has 2 bytes" in str(e.value)
+    assert [m for _, m in e.value.record_errors] == [
+        "offset 1 in the batch: value: no schema id (it has 2 bytes; Confluent's wire format is a magic byte 0, then a "
+        "4-byte schema id)",
+        "offset 2 in the batch: value: bad magic byte (it is empty; Confluent's wire format is a magic byte 0, then a "
+        "4-byte schema id)",
+        "offset 4 in the batch: value: bad magic byte (it starts with 0x7b; Confluent's wire format is a magic byte 0, "
+        "then a 4-byte schema id)"]
+    assert str(e.value).startswith("3 records refused by schema validation: offset 1 in the batch")
     # The records themselves are untouched: what was validated decodes to what was built.
     h = next(iter_headers(batch))
     assert [r.value for r in decode_records(batch, h)] == [r.value for r in good]
