@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from gregor.api.produce_state import ProduceState
-from gregor.config import BrokerConfig
+from gregor.config import BrokerConfig, ConfigError
 from gregor.config.schema_registry import RegistryConfig
 from gregor.schema_registry.checks import SchemaCheckSettings
 from gregor.security.authorizer import AclAuthorizer
@@ -94,6 +94,9 @@ class BrokerSchemaRegistry:
         self._task: asyncio.Task[None] | None = None
         self._users: BrokerUsers | None = None
         rc = self.registry_config
+        if self.runs and rc.authorizer_class_name and authorizer is None:
+            raise ConfigError("schema.registry.authorizer.class.name is set but the broker has no authorizer: a registry "
+                              "inside the broker guards subjects with the broker's own (set authorizer.class.name)")
         if self.runs and rc.authentication_method == "BASIC" and not (rc.basic_auth_jaas_config
                                                                       or rc.basic_auth_sasl_mechanism):
             from gregor.security.sasl.listener import scram_credential_lookup
