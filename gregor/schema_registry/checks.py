@@ -196,8 +196,7 @@ class SchemaChecks:
         self._lookups = _Lookups()
 
     async def close(self) -> None:
-        for fut in self._lookups.inflight.values():
-            fut.cancel()
+        """At broker shutdown: lookups under way end with the source (their batches get REQUEST_TIMED_OUT)."""
         await self.source.close()
 
     # --- per batch ----------------------------------------------------------------------------------
@@ -224,6 +223,11 @@ class SchemaChecks:
             async with asyncio.timeout(self.timeout_s):
                 for fp, sid in todo:
                     verdict = self._verdict(fp, sid, time.monotonic())
+                    if verdict is None and fp.needs_record_name:
+                        info = self._info(sid)
+                        if info is not None and info.known and not info.named:  # its record name, without asking again
+                            await self._name(info)
+                            verdict = self._verdict(fp, sid, time.monotonic())
                     if verdict is None:
                         if bad:
                             continue  # refused already: no lookup for the rest, only what is known of them
@@ -288,12 +292,16 @@ class SchemaChecks:
             pending.add_done_callback(lambda _f: lookups.inflight.pop(sid, None))
         info = await asyncio.shield(pending)
         if need_name and info.known and not info.named:
-            parsed = await self._parsed(info)
-            from gregor.schema_registry.formats.payloads import record_name
-
-            info.record_name = record_name(parsed) if parsed is not None else None
-            info.named = True
+            await self._name(info)
         return info
+
+    async def _name(self, info: SchemaInfo) -> None:
+        """The record name of a known id's schema (parsed off the loop; None when it has none)."""
+        from gregor.schema_registry.formats.payloads import record_name
+
+        parsed = await self._parsed(info)
+        info.record_name = record_name(parsed) if parsed is not None else None
+        info.named = True
 
     async def _fetch(self, sid: int) -> SchemaInfo:
         if self._lookups.slots is None:

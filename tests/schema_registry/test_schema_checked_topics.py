@@ -15,6 +15,7 @@ import socket
 import struct
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import fastavro
@@ -24,6 +25,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient, record_subject_name_strategy
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONSerializer
+from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from kafka import KafkaProducer
 from kafka.errors import InvalidRecordError, RequestTimedOutError
@@ -31,6 +33,7 @@ from kafka.errors import KafkaError as KafkaPythonError
 
 from tests.broker_process import BrokerProcess
 from tests.schema_registry.conftest import RegistryProcess, unique, wait_writable
+from tests.schema_registry.test_clients import _proto_classes
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -275,6 +278,37 @@ def test_deep_validation_refuses_payloads_that_do_not_decode(broker: BrokerProce
     assert errors[0] is not None and "does not match its JSON schema at n" in str(errors[1])
     assert produce_ck(broker, json_topic, [ok]) == [None]
     assert consume(broker, json_topic) == [ok]
+
+
+def test_deep_validation_of_protobuf_follows_the_message_indexes(broker: BrokerProcess, schemas: dict[str, Any],
+                                                                  tmp_path: Path) -> None:
+    """ProtobufSerializer writes the message's index path after the schema id: the second message of the file
+    here ([1]), decoded as that message, not the first."""
+    client = schemas["client"]
+    topic = create_topic(broker, confluent_value_schema_validation="true", gregor_value_schema_validation_deep="true")
+    proto = ('syntax = "proto3";\npackage shop;\nmessage Order { int64 n = 1; }\n'
+             'message Note { string text = 1; repeated int32 tags = 2; }\n')
+    note_cls = _proto_classes(tmp_path, {"shop.proto": proto}, "shop.Note")
+    ser = ProtobufSerializer(note_cls, client, {"use.deprecated.format": False})
+    good = ser(note_cls(text="hello", tags=[1, 2, 3]), value_ctx(topic))
+    assert good is not None and good[5:6] == b"\x02"  # one index, zigzag 1: the file's second message
+    truncated = good[:-2]  # the packed tags run past the end
+    assert produce_ck(broker, topic, [good]) == [None]
+    errors = produce_kp(broker, topic, [good, truncated])
+    assert "offset 1 in the batch" in str(errors[1]) and "does not decode as shop.Note" in str(errors[1]), errors
+    assert consume(broker, topic) == [good]
+
+
+def test_a_broker_without_a_registry_says_so(tmp_path_factory: pytest.TempPathFactory) -> None:
+    b = BrokerProcess(tmp_path_factory.mktemp("sc-none"), {}).start()
+    try:
+        topic = create_topic(b, confluent_value_schema_validation="true")
+        errors = produce_kp(b, topic, [framed(1, b"x")])
+        assert isinstance(errors[0], InvalidRecordError) and "has no schema registry" in str(errors[0]), errors
+        errors = produce_kp(b, topic, [b"{not framed}"])  # the wire format is checked all the same
+        assert "bad magic byte" in str(errors[0]), errors
+    finally:
+        b.kill()
 
 
 # --- the registry inside the broker --------------------------------------------------------------------------
