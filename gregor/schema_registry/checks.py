@@ -73,6 +73,10 @@ class FieldPolicy:
     topic: str
     strategy: str
     deep: bool
+    key: str = field(init=False, compare=False)  # names what decides the subject, for the accepted-ids cache
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", f"{self.field}|{self.strategy}|{self.topic}")
 
     @property
     def name(self) -> str:
@@ -193,6 +197,8 @@ class SchemaChecks:
         self.refresh_s = settings.refresh_ms / 1000
         self.timeout_s = settings.timeout_ms / 1000
         self._cache: collections.OrderedDict[int, SchemaInfo] = collections.OrderedDict()
+        # (field policy key, schema id) -> the source's token when it was accepted: the per-batch fast path.
+        self._accepted: dict[tuple[str, int], int] = {}
         self._lookups = _Lookups()
 
     async def close(self) -> None:
@@ -204,6 +210,15 @@ class SchemaChecks:
         """The batch's ids against the registry: None when every id is fine; the refused ids; or, when the
         registry must be asked, an awaitable of the refused ids (empty when none), which raises KafkaError
         REQUEST_TIMED_OUT when it cannot be asked in time."""
+        token, accepted = self.source.token(), self._accepted
+        for fp, field_ids in ((policy.key, ids.keys), (policy.value, ids.values)):
+            if fp is not None:
+                for sid in field_ids:
+                    if accepted.get((fp.key, sid)) != token:
+                        return self._check_slowly(policy, ids, token)
+        return None  # the common case: every id of the batch was accepted for its field since the source changed
+
+    def _check_slowly(self, policy: SchemaPolicy, ids: SchemaIds, token: int) -> BadIds | Awaitable[BadIds] | None:
         todo: list[tuple[FieldPolicy, int]] = []
         bad: BadIds = {}
         now = time.monotonic()
@@ -213,9 +228,17 @@ class SchemaChecks:
                 todo.append((fp, sid))
             elif verdict != _ACCEPT:
                 bad[(fp.field, sid)] = verdict
+            else:
+                self._accept(fp, sid, token)
         if bad:
             return bad  # the batch is refused: nothing more to look up
         return self._check_later(todo) if todo else None
+
+    def _accept(self, fp: FieldPolicy, sid: int, token: int) -> None:
+        accepted = self._accepted
+        accepted[(fp.key, sid)] = token
+        if len(accepted) > self.settings.cache_size:
+            del accepted[next(iter(accepted))]  # the oldest entry
 
     async def _check_later(self, todo: list[tuple[FieldPolicy, int]]) -> BadIds:
         bad: BadIds = {}
@@ -235,6 +258,8 @@ class SchemaChecks:
                         verdict = self._verdict(fp, sid, time.monotonic(), fresh=True)
                     if verdict:
                         bad[(fp.field, sid)] = verdict
+                    else:
+                        self._accept(fp, sid, self.source.token())
         except TimeoutError:
             ids = ", ".join(str(sid) for _, sid in todo)
             note = self.source.note()

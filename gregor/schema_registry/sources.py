@@ -49,8 +49,10 @@ class LocalSource:
         self.current = current
 
     def token(self) -> int:
+        """The registry's applied offset: its state changes only with it (a new instance replaying the same
+        topic has the same state at the same offset)."""
         reg = self.current()
-        return -1 if reg is None else hash((id(reg), reg.state.applied_offset))
+        return -2 if reg is None else reg.state.applied_offset
 
     def peek(self, schema_id: int, cached: SchemaInfo | None) -> SchemaInfo | None:
         reg = self.current()
