@@ -288,16 +288,25 @@ def id_failure_message(status: int, index: int, field_index: int, detail: int) -
     return f"{where}: no schema id (it has {detail} bytes; {WIRE_FORMAT})"
 
 
+INLINE_PYTHON_RECORDS = 256
+"""A schema-checked batch that needs a Python pass over its records (more distinct ids than the C walk
+holds, or records to name in a refusal) and has more records than this is validated again off the event
+loop (InlineBudgetExceeded), so that no batch costs the loop Python work per record at length."""
+
+
 def check_schema_ids(h: BatchHeader, body: memoryview | bytes, rules: ValidationRules, batch_index: int = 0,
-                     *, walker: Callable[..., IdWalkResult] | None = None) -> tuple[WalkResult, SchemaIds]:
+                     *, walker: Callable[..., IdWalkResult] | None = None, inline: bool = False
+                     ) -> tuple[WalkResult, SchemaIds]:
     """check_records for a schema-checked topic: the same walk, which also reads each checked key's and
-    value's wire-format prefix. Raises BatchValidationError (INVALID_RECORD with the record's error) for the
-    first record without one."""
+    value's wire-format prefix. Raises BatchValidationError (INVALID_RECORD with a record error for every
+    record without the prefix), or InlineBudgetExceeded when `inline` and a large batch needs a Python pass."""
     res = (walker or walk_ids)(body, h.records_count, rules.strict_offsets, h.last_offset_delta, rules.schema_fields)
     status = res[0]
     if status:
         check_records(h, body, rules, batch_index, walker=lambda *_: res[:6])
     id_status = res[6]
+    if id_status and inline and h.records_count > INLINE_PYTHON_RECORDS:
+        raise InlineBudgetExceeded()
     if id_status == ID_TOO_MANY:  # more distinct ids than the C walk's table holds: all of them, in Python
         res = _walk_ids_py(body, h.records_count, rules.strict_offsets, h.last_offset_delta, rules.schema_fields, None)
         id_status = res[6]
@@ -392,7 +401,7 @@ def _validate_batches(buf: memoryview, rules: ValidationRules, now_ms: int, inli
         else:
             body = batch_body(buf, h, limit, rules.decompression_limit_doc, index, copy=keep_bodies)
         if rules.schema_fields:
-            res, ids = check_schema_ids(h, body, rules, index)
+            res, ids = check_schema_ids(h, body, rules, index, inline=inline_decompress_bytes is not None)
             out.schema_ids.append(ids)
         else:
             res = check_records(h, body, rules, index)

@@ -237,6 +237,24 @@ def test_a_schema_registered_after_a_refusal_is_accepted(broker: BrokerProcess, 
     assert consume(broker, topic)[-1] == value
 
 
+def test_batches_with_many_distinct_ids(broker: BrokerProcess, schemas: dict[str, Any]) -> None:
+    """More distinct ids in one batch than the C walk's table holds (64): every one is still checked; a batch of
+    hundreds of unknown ids is refused after one lookup, the ids past the first refusal not asked for."""
+    client = schemas["client"]
+    topic = create_topic(broker, confluent_value_schema_validation="true")
+    client.set_compatibility(f"{topic}-value", "NONE")
+    values = [serialize(client, {"type": "record", "name": f"R{i}", "fields": [{"name": "n", "type": "int"}]},
+                        {"n": i}, topic) for i in range(70)]
+    assert len({v[1:5] for v in values}) == 70
+    assert produce_ck(broker, topic, values) == [None] * 70
+    top = max(int.from_bytes(v[1:5], "big") for v in values)
+    unknown = [framed(top + 1000 + i, b"\x02") for i in range(400)]
+    errors = produce_kp(broker, topic, [values[0], *unknown])
+    assert all(isinstance(e, KafkaPythonError) for e in errors)
+    assert f"unknown schema id {top + 1000}" in str(errors[1]), errors[1]
+    assert consume(broker, topic) == values
+
+
 def test_record_name_strategy(broker: BrokerProcess, schemas: dict[str, Any]) -> None:
     client = schemas["client"]
     topic = create_topic(broker, confluent_value_schema_validation="true",
