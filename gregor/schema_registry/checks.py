@@ -309,16 +309,20 @@ class SchemaChecks:
 
     async def _refresh(self, sid: int, need_name: bool) -> SchemaInfo:
         """Ask the registry about `sid` (once for all batches waiting on it), and name its record if asked."""
-        lookups = self._lookups
-        pending = lookups.inflight.get(sid)
+        pending = self._lookups.inflight.get(sid)
         if pending is None:
             pending = asyncio.ensure_future(self._fetch(sid))
-            lookups.inflight[sid] = pending
-            pending.add_done_callback(lambda _f: lookups.inflight.pop(sid, None))
+            self._lookups.inflight[sid] = pending
+            pending.add_done_callback(lambda f: self._done(sid, f))
         info = await asyncio.shield(pending)
         if need_name and info.known and not info.named:
             await self._name(info)
         return info
+
+    def _done(self, sid: int, fut: asyncio.Future[SchemaInfo]) -> None:
+        self._lookups.inflight.pop(sid, None)
+        if not fut.cancelled():
+            fut.exception()  # retrieved: its waiters may all have timed out
 
     async def _name(self, info: SchemaInfo) -> None:
         """The record name of a known id's schema (parsed off the loop; None when it has none)."""
