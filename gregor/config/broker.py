@@ -15,7 +15,7 @@ import os
 import socket
 from typing import Any
 
-from gregor.config.schema_registry import REGISTRY_PROPS
+from gregor.config.schema_registry import REGISTRY_PROPS, RegistryConfig
 from gregor.configdef import CLUSTER_WIDE, LONG_MAX, PER_BROKER, READ_ONLY, ConfigError, Prop, format_value
 from gregor.known_configs import KNOWN_PROPS
 from gregor.security.config import SASL_MECHANISM_PREFIXES, SECURITY_PROPS, listener_overridable
@@ -332,6 +332,7 @@ class BrokerConfig:
                               f"queued.max.request.bytes ({self.get('queued.max.request.bytes')})")
         ip_override_entries(self.get("max.connections.per.ip.overrides"))  # host names resolve at start
         encoders_from_config(self.get)  # password.encoder.*: an unusable cipher or key length is a startup error
+        RegistryConfig.from_config(self)  # schema.registry.*: the registry's own checks (listener URLs, timeouts)
         # Every topic's defaults, checked now: a broker default no log could load is a startup error.
         self.log_config: LogConfig = self._topic_defaults()
 
