@@ -12,7 +12,10 @@ bottom up:
 - kafka: the asyncio Kafka client; store: reading and writing the topic; election: the primary
 - auth: basic authentication and ACLs; http_api: the aiohttp routes; server: one instance, started and
   stopped as a whole (`SchemaRegistry`); cli: `gregor schema-registry`
+- checks: schema-checked topics (each produced batch's schema ids against a registry, from a bounded cache);
+  sources: where those ids are looked up (the broker's own registry, read directly, or one over HTTP);
+  formats.payloads: record names and payload decoders for the checks
 
-Everything but errors and cli needs the `registry` extra (aiohttp, avro, jsonschema, protobuf,
+Everything but errors, cli and checks needs the `registry` extra (aiohttp, avro, jsonschema, protobuf,
 grpcio-tools); see docs/schema-registry.md.
 """
