@@ -1,7 +1,7 @@
 """What schema-checked topics cost: produce throughput with confluent.value.schema.validation on and off.
 
 Usage: python benchmarks/bench_schema_validation.py [--records 2000000] [--runs 3] [--value-bytes 200]
-       [--compression none|lz4|zstd|snappy|gzip] [--producers 1] [--raw-requests 2000] [--smoke]
+       [--compression none|lz4|zstd|snappy|gzip] [--producers 1] [--raw-requests 1000] [--smoke]
 
 One broker process runs its own schema registry (schema.registry.listeners) on a tmpfs data dir. Two
 one-partition topics differ only in confluent.value.schema.validation (true / false). The records are
@@ -212,23 +212,26 @@ def main() -> None:
     ap.add_argument("--value-bytes", type=int, default=200)
     ap.add_argument("--compression", default="none", choices=["none", "lz4", "zstd", "snappy", "gzip"])
     ap.add_argument("--producers", type=int, default=1)
-    ap.add_argument("--raw-requests", type=int, default=2000, help="pre-built Produce requests per run and topic")
+    ap.add_argument("--raw-requests", type=int, default=1000, help="pre-built Produce requests per run and topic")
     ap.add_argument("--smoke", action="store_true", help="a tiny run for CI: 20,000 records, 1 run")
     args = ap.parse_args()
     if args.smoke:
         args.records, args.runs, args.raw_requests = 20_000, 1, min(args.raw_requests, 20)
     base = "/dev/shm" if os.path.isdir("/dev/shm") else None
     with tempfile.TemporaryDirectory(dir=base) as d:
+        # Retention keeps the tmpfs small: each topic holds at most its last 512 MB (checked every 2 s).
         broker = BrokerProcess(Path(d) / "data", {"schema.registry.listeners": "http://127.0.0.1:0",
-                                                  "group.initial.rebalance.delay.ms": "0"}).start()
+                                                  "group.initial.rebalance.delay.ms": "0",
+                                                  "log.retention.check.interval.ms": "2000"}).start()
         try:
             assert broker.proc is not None
             pid = broker.proc.pid
             topics = {"off": "bench-plain", "on": "bench-checked"}
             admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+            bounded = {"retention.bytes": str(512 << 20), "segment.bytes": str(64 << 20)}
             futures = admin.create_topics([
-                NewTopic(topics["off"], 1, 1),
-                NewTopic(topics["on"], 1, 1, config={"confluent.value.schema.validation": "true"})])
+                NewTopic(topics["off"], 1, 1, config=bounded),
+                NewTopic(topics["on"], 1, 1, config={**bounded, "confluent.value.schema.validation": "true"})])
             for f in futures.values():
                 f.result(30)
             values = make_values(registry_url(broker), list(topics.values()), args.value_bytes)
