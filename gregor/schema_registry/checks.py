@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -45,6 +46,8 @@ from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.records import BatchHeader, decode_records
 from gregor.protocol.validator import FIELD_NAMES, KEY_FIELD, VALUE_FIELD, BatchValidationError, SchemaIds
 from gregor.storage.config import RECORD_NAME_STRATEGY, TOPIC_NAME_STRATEGY, LogConfig
+
+log = logging.getLogger("gregor.schema_registry.checks")
 
 _ACCEPT = ""  # a verdict: the id is fine for the field
 
@@ -369,6 +372,10 @@ class SchemaChecks:
                     parsed = await self._parsed(info)
                     built = await asyncio.to_thread(decoder, parsed) if parsed is not None else None
                     info.decoder, info.decodable = built, built is not None
+                    if built is None:  # once per id: the id check still applies, the payloads are not decoded
+                        log.warning("Schema id %d: its payloads are not decoded by deep checks (%s)", sid,
+                                    "its schema does not parse here" if parsed is None else
+                                    "an array or map of items that take no bytes")
                 if info.decoder is not None:
                     out[(fp.field, sid)] = info.decoder
         return out
