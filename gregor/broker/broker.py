@@ -47,6 +47,7 @@ from gregor.broker.coordinators import BrokerCoordinators
 from gregor.broker.dynamic_configs import DynamicConfigApplier, ReplicationDynamicSettings
 from gregor.broker.metrics_endpoint import MetricsServer, MetricsSources
 from gregor.broker.periodic import PeriodicJobs, PeriodicSettings
+from gregor.broker.schema_registry import BrokerSchemaRegistry
 from gregor.config import BrokerConfig, ConfigError
 from gregor.config.dynamic import DynamicBrokerConfig
 from gregor.configdef import Settings, setting
@@ -158,6 +159,9 @@ class Broker:
         self.produce = ProduceState(ProduceSettings.from_config(config),
                                     ProduceFaults.from_settings(FaultSettings.from_config(config)))
         self.fetch_sessions = FetchSessionCache.from_settings(FetchSessionSettings.from_config(config))
+        # schema.registry.listeners: the registry this broker runs; and the schema checks of its topics.
+        self.schema_registry = BrokerSchemaRegistry(config, self.produce, self.authorizer, self.sasl_listeners,
+                                                    self.metadata_cache.entity_configs, self.client_security)
         self.dispatcher = Dispatcher(self._services(), HANDLERS)
         self.socket_server = SocketServer(self.dispatcher, SocketServerSettings.from_config(config),
                                           ConnectionLimits.from_config(config), self.metrics)
@@ -227,6 +231,7 @@ class Broker:
             ", ".join(f"{s.name}://{s.host}:{p}" for s, p in zip(self.config.listener_specs, self.bound_ports, strict=True)),
             self.metadata_cache.cluster_id,
         )
+        self.schema_registry.start(inter[1], inter[2])
 
     async def _load_logs(self) -> None:
         """Load the logs that need recovery off the event loop, then bring the partitions online; then
@@ -266,6 +271,7 @@ class Broker:
 
     async def shutdown(self) -> None:
         log.info("shutting down")
+        await self.schema_registry.stop()  # it reads and writes through this broker's listeners
         self.replica_manager.retiring = True
         await self.controller.controlled_shutdown()
         self._shutting_down = True

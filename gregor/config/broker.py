@@ -15,6 +15,7 @@ import os
 import socket
 from typing import Any
 
+from gregor.config.schema_registry import REGISTRY_PROPS, RegistryConfig
 from gregor.configdef import CLUSTER_WIDE, LONG_MAX, PER_BROKER, READ_ONLY, ConfigError, Prop, format_value
 from gregor.known_configs import KNOWN_PROPS
 from gregor.security.config import SASL_MECHANISM_PREFIXES, SECURITY_PROPS, listener_overridable
@@ -260,6 +261,30 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
        doc="a transactional id with no transaction for this long is forgotten"),
     _p("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000, lo=1,
        doc="how often expired transactional ids are removed"),
+    # The schema registry run by the broker (schema.registry.listeners; its table is gregor.config.schema_registry)
+    *REGISTRY_PROPS.values(),
+    # Schema-checked topics (topic configs confluent.key/value.schema.validation): where the ids are looked up.
+    _p("confluent.schema.registry.url", "list", [],
+       doc="Schema registry URLs (http:// or https://, comma-separated: tried in turn) that schema-checked topics "
+           "look schema ids up in (Confluent Server's name). Empty: the registry this broker runs "
+           "(schema.registry.listeners), read directly, without HTTP"),
+    _p("confluent.basic.auth.user.info", "string", None,
+       doc="user:password sent with HTTP basic authentication to confluent.schema.registry.url"),
+    _p("confluent.ssl.truststore.location", "string", None,
+       doc="PEM file of the CAs trusted for an https confluent.schema.registry.url (unset: the system's)"),
+    _p("confluent.schema.registry.cache.size", "int", 10000, lo=1,
+       doc="Schema ids whose subjects (and record names) the broker remembers for schema-checked topics, least "
+           "recently used first out; an id not remembered costs one lookup in the registry"),
+    _p("confluent.schema.registry.cache.refresh.ms", "long", 1000, lo=0,
+       doc="A schema id found unknown, or not registered under the subject a record needs, is asked of the "
+           "registry again only after this long: a producer sending bad ids costs the registry at most one "
+           "lookup per id per interval"),
+    _p("confluent.schema.registry.request.timeout.ms", "int", 10000, lo=1,
+       doc="How long the lookups a produced batch needs may take; past it the batch is refused with the "
+           "retriable REQUEST_TIMED_OUT (\"schema registry unavailable\") and the producer retries"),
+    _p("confluent.schema.registry.max.inflight.lookups", "int", 64, lo=1,
+       doc="Lookups of schema ids in the registry under way at once; more wait (within "
+           "confluent.schema.registry.request.timeout.ms)"),
     _p("gregor.test.fault.drop.produce.response.after.append", "int", 0, lo=0,
        doc="TEST ONLY, never set in production: N > 0 makes every Nth Produce close its connection after the "
            "append and before the response (so clients retry batches already in the log); 0 (default) is off"),
@@ -307,6 +332,7 @@ class BrokerConfig:
                               f"queued.max.request.bytes ({self.get('queued.max.request.bytes')})")
         ip_override_entries(self.get("max.connections.per.ip.overrides"))  # host names resolve at start
         encoders_from_config(self.get)  # password.encoder.*: an unusable cipher or key length is a startup error
+        RegistryConfig.from_config(self)  # schema.registry.*: the registry's own checks (listener URLs, timeouts)
         # Every topic's defaults, checked now: a broker default no log could load is a startup error.
         self.log_config: LogConfig = self._topic_defaults()
 

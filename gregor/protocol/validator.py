@@ -23,19 +23,54 @@ What is checked, in order, for each batch of a record set:
   keys         compacted topics: every record has a key (INVALID_RECORD)
 Record-level failures carry KIP-467 record errors (index within the batch, message).
 
-The walk is C (`_recordwalk.c`) with no per-record Python work; `_walk_py` is the reference
-implementation and the fallback when the extension is not built. Both return
-(status, index, min_ts_delta, max_ts_delta, keyless_count, first_keyless_index).
+  schema ids   schema-checked topics (rules.schema_fields): every non-null checked key and value starts with
+               Confluent's wire-format prefix (magic byte 0, 4-byte schema id) (INVALID_RECORD with the
+               record's error); each batch's distinct ids are returned for the registry check
+               (gregor.schema_registry.checks)
+
+The walk is gregor.protocol.record_walk: C (`_recordwalk.c`) with no per-record Python work, and a
+pure-Python reference that is the fallback when the extension is not built.
 """
 
 from __future__ import annotations
 
-import logging
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gregor.protocol import compression
+from gregor.protocol.record_walk import (  # noqa: F401 (the walk's names are the validator's too)
+    BAD_HEADER_COUNT,
+    BAD_LENGTH,
+    ID_BAD_MAGIC,
+    ID_NO_SCHEMA_ID,
+    ID_OK,
+    ID_TOO_MANY,
+    KEY_FIELD,
+    MAX_DISTINCT_IDS,
+    NULL_HEADER_KEY,
+    OFFSET_DELTA,
+    OK,
+    RECORD_LENGTH,
+    SIZE_MISMATCH,
+    TRAILING_BYTES,
+    TRUNCATED,
+    VALUE_FIELD,
+    VARINT_TOO_LONG,
+    WALK_MESSAGES,
+    IdWalkResult,
+    WalkResult,
+    _varint,
+    _varlong,
+    _walk_ids_py,
+    _walk_py,
+    walk,
+    walk_c,
+    walk_ids,
+    walk_ids_c,
+    walk_ids_py,
+    walk_py,
+)
 from gregor.protocol.records import (
     _OFF_CRC,
     _OFF_MAX_TIMESTAMP,
@@ -49,172 +84,10 @@ from gregor.protocol.records import (
     read_header,
 )
 
-logger = logging.getLogger(__name__)
-
 LONG_MAX = 2**63 - 1
 NO_TIMESTAMP = -1
-
-# Walk statuses (the C extension uses the same numbers).
-OK = 0
-TRUNCATED = 1
-RECORD_LENGTH = 2
-VARINT_TOO_LONG = 3
-BAD_LENGTH = 4
-BAD_HEADER_COUNT = 5
-NULL_HEADER_KEY = 6
-SIZE_MISMATCH = 7
-OFFSET_DELTA = 8
-TRAILING_BYTES = 9
-
-WALK_MESSAGES = {
-    TRUNCATED: "record {i} is truncated (a field runs past its record or the batch)",
-    RECORD_LENGTH: "record {i}: length out of range (runs past the batch; the header may claim more records than it holds)",
-    VARINT_TOO_LONG: "record {i}: varint too long",
-    BAD_LENGTH: "record {i}: negative key, value or header value length",
-    BAD_HEADER_COUNT: "record {i}: negative header count",
-    NULL_HEADER_KEY: "record {i}: null header key",
-    SIZE_MISMATCH: "record {i}: its fields do not fill its length",
-    OFFSET_DELTA: "record {i}: offset delta out of sequence",
-    TRAILING_BYTES: "bytes after the last of the {i} records the header claims",
-}
-
-WalkResult = tuple[int, int, int, int, int, int]
-
 _U32 = struct.Struct(">I")
 _I64 = struct.Struct(">q")
-
-
-# --- the walk ------------------------------------------------------------------------------------
-
-
-def _uvar(buf: memoryview | bytes, pos: int, end: int, max_bytes: int) -> tuple[int, int, int]:
-    """(status, value, new pos) of an unsigned LEB128 of at most `max_bytes` bytes before `end`."""
-    v = 0
-    shift = 0
-    for _ in range(max_bytes):
-        if pos >= end:
-            return TRUNCATED, 0, pos
-        b = buf[pos]
-        pos += 1
-        v |= (b & 0x7F) << shift
-        if b < 0x80:
-            return OK, v, pos
-        shift += 7
-    return VARINT_TOO_LONG, 0, pos
-
-
-def _varint(buf: memoryview | bytes, pos: int, end: int) -> tuple[int, int, int]:
-    st, u, pos = _uvar(buf, pos, end, 5)
-    u &= 0xFFFFFFFF
-    v = (u >> 1) ^ -(u & 1)
-    return st, v, pos
-
-
-def _varlong(buf: memoryview | bytes, pos: int, end: int) -> tuple[int, int, int]:
-    st, u, pos = _uvar(buf, pos, end, 10)
-    u &= 0xFFFFFFFFFFFFFFFF
-    v = (u >> 1) ^ -(u & 1)
-    return st, v, pos
-
-
-def _walk_py(body: bytes | bytearray | memoryview, count: int, strict: bool, last_offset_delta: int) -> WalkResult:
-    """The reference walk (and the fallback without the C extension); see the module docstring."""
-    buf = memoryview(body).cast("B") if not isinstance(body, bytes) else body
-    n = len(buf)
-    pos = 0
-    prev = -1
-    min_ts, max_ts = LONG_MAX, -LONG_MAX - 1
-    keyless, first_keyless = 0, -1
-
-    def fail(status: int, i: int) -> WalkResult:
-        return status, i, 0, 0, 0, -1
-
-    for i in range(max(count, 0)):
-        st, length, pos = _varint(buf, pos, n)
-        if st:
-            return fail(st, i)
-        if length < 0 or length > n - pos:
-            return fail(RECORD_LENGTH, i)
-        end = pos + length
-        if pos >= end:
-            return fail(TRUNCATED, i)
-        pos += 1  # attributes
-        st, ts, pos = _varlong(buf, pos, end)
-        if st:
-            return fail(st, i)
-        st, od, pos = _varint(buf, pos, end)
-        if st:
-            return fail(st, i)
-        if (od != i) if strict else (od <= prev or od > last_offset_delta):
-            return fail(OFFSET_DELTA, i)
-        prev = od
-        st, kl, pos = _varint(buf, pos, end)
-        if st:
-            return fail(st, i)
-        if kl < -1:
-            return fail(BAD_LENGTH, i)
-        if kl >= 0:
-            if kl > end - pos:
-                return fail(TRUNCATED, i)
-            pos += kl
-        st, vl, pos = _varint(buf, pos, end)
-        if st:
-            return fail(st, i)
-        if vl < -1:
-            return fail(BAD_LENGTH, i)
-        if vl >= 0:
-            if vl > end - pos:
-                return fail(TRUNCATED, i)
-            pos += vl
-        st, hc, pos = _varint(buf, pos, end)
-        if st:
-            return fail(st, i)
-        if hc < 0:
-            return fail(BAD_HEADER_COUNT, i)
-        for _ in range(hc):
-            st, hk, pos = _varint(buf, pos, end)
-            if st:
-                return fail(st, i)
-            if hk < 0:
-                return fail(NULL_HEADER_KEY, i)
-            if hk > end - pos:
-                return fail(TRUNCATED, i)
-            pos += hk
-            st, hv, pos = _varint(buf, pos, end)
-            if st:
-                return fail(st, i)
-            if hv < -1:
-                return fail(BAD_LENGTH, i)
-            if hv >= 0:
-                if hv > end - pos:
-                    return fail(TRUNCATED, i)
-                pos += hv
-        if pos != end:
-            return fail(SIZE_MISMATCH, i)
-        if ts < min_ts:
-            min_ts = ts
-        if ts > max_ts:
-            max_ts = ts
-        if kl < 0:
-            if keyless == 0:
-                first_keyless = i
-            keyless += 1
-    if pos != n:
-        return fail(TRAILING_BYTES, max(count, 0))
-    if count <= 0:
-        min_ts = max_ts = 0
-    return OK, 0, min_ts, max_ts, keyless, first_keyless
-
-
-walk_py: Callable[[bytes | bytearray | memoryview, int, bool, int], WalkResult] = _walk_py
-try:
-    from gregor.protocol._recordwalk import walk as walk_c  # type: ignore[import-not-found]
-except ImportError:  # not built (no compiler at install time): the same rules, in Python
-    walk_c = None
-    logger.warning("gregor.protocol._recordwalk is not built; record validation runs in pure Python (slower)")
-
-walk: Callable[[bytes | bytearray | memoryview, int, bool, int], WalkResult] = walk_c or _walk_py
-
 
 # --- rules and errors ----------------------------------------------------------------------------
 
@@ -238,6 +111,9 @@ class ValidationRules:
     strict_offsets: bool = True
     """Produce: records_count == last offset delta + 1 and offset deltas 0..n-1. Follower appends
     of cleaned batches: fewer records than the offset range, deltas increasing, empty batches allowed."""
+    schema_fields: int = 0
+    """Schema-checked topics: KEY_FIELD | VALUE_FIELD of the fields whose non-null contents must start with
+    Confluent's wire-format prefix; the walk reports their distinct schema ids (Validated.schema_ids)."""
 
     @classmethod
     def for_topic(
@@ -250,10 +126,11 @@ class ValidationRules:
         log_append_time: bool,
         timestamp_before_max_ms: int,
         timestamp_after_max_ms: int,
+        schema_fields: int = 0,
     ) -> ValidationRules:
         limit, doc = decompression_limit(max_message_bytes, decompression_ratio, decompression_max_bytes)
         return cls(max_message_bytes, limit, doc, compacted, log_append_time, timestamp_before_max_ms,
-                   timestamp_after_max_ms)
+                   timestamp_after_max_ms, schema_fields=schema_fields)
 
     @classmethod
     def for_follower(cls, *, max_message_bytes: int, decompression_ratio: int,
@@ -306,12 +183,23 @@ class InlineBudgetExceeded(Exception):
     validates it again off the event loop, with the full limit."""
 
 
+@dataclass(frozen=True, slots=True)
+class SchemaIds:
+    """The distinct schema ids of one batch's keys and values, in order of first appearance (empty for a
+    field the rules do not check)."""
+
+    keys: tuple[int, ...]
+    values: tuple[int, ...]
+
+
 @dataclass(slots=True)
 class Validated:
-    """What validate_batches found: the headers, and with keep_bodies the decompressed records."""
+    """What validate_batches found: the headers, with keep_bodies the decompressed records, and with
+    rules.schema_fields each batch's schema ids."""
 
     headers: list[BatchHeader] = field(default_factory=list)
     bodies: list[memoryview] = field(default_factory=list)
+    schema_ids: list[SchemaIds] = field(default_factory=list)
 
 
 # --- batches -------------------------------------------------------------------------------------
@@ -387,6 +275,77 @@ def check_records(h: BatchHeader, body: memoryview | bytes, rules: ValidationRul
     return res
 
 
+FIELD_NAMES = {0: "key", 1: "value"}
+WIRE_FORMAT = "Confluent's wire format is a magic byte 0, then a 4-byte schema id"
+
+
+def id_failure_message(status: int, index: int, field_index: int, detail: int) -> str:
+    """The KIP-467 record error of a key or value without the wire-format prefix."""
+    where = f"offset {index} in the batch: {FIELD_NAMES[field_index]}"
+    if status == ID_BAD_MAGIC:
+        why = "it is empty" if detail < 0 else f"it starts with 0x{detail:02x}"
+        return f"{where}: bad magic byte ({why}; {WIRE_FORMAT})"
+    return f"{where}: no schema id (it has {detail} bytes; {WIRE_FORMAT})"
+
+
+INLINE_PYTHON_RECORDS = 256
+"""A schema-checked batch that needs a Python pass over its records (more distinct ids than the C walk
+holds, or records to name in a refusal) and has more records than this is validated again off the event
+loop (InlineBudgetExceeded), so that no batch costs the loop Python work per record at length."""
+
+
+def check_schema_ids(h: BatchHeader, body: memoryview | bytes, rules: ValidationRules, batch_index: int = 0,
+                     *, walker: Callable[..., IdWalkResult] | None = None, inline: bool = False
+                     ) -> tuple[WalkResult, SchemaIds]:
+    """check_records for a schema-checked topic: the same walk, which also reads each checked key's and
+    value's wire-format prefix. Raises BatchValidationError (INVALID_RECORD with a record error for every
+    record without the prefix), or InlineBudgetExceeded when `inline` and a large batch needs a Python pass."""
+    res = (walker or walk_ids)(body, h.records_count, rules.strict_offsets, h.last_offset_delta, rules.schema_fields)
+    status = res[0]
+    if status:
+        check_records(h, body, rules, batch_index, walker=lambda *_: res[:6])
+    id_status = res[6]
+    if id_status and inline and h.records_count > INLINE_PYTHON_RECORDS:
+        raise InlineBudgetExceeded()
+    if id_status == ID_TOO_MANY:  # more distinct ids than the C walk's table holds: all of them, in Python
+        res = _walk_ids_py(body, h.records_count, rules.strict_offsets, h.last_offset_delta, rules.schema_fields, None)
+        id_status = res[6]
+    if id_status:
+        errors = id_failures(body, h.records_count, rules.schema_fields)
+        n = len(errors)
+        raise BatchValidationError(f"{n} record{'s' if n != 1 else ''} refused by schema validation: {errors[0][1]}",
+                                   "INVALID_RECORD", batch_index=batch_index, record_errors=errors)
+    return res[:6], SchemaIds(res[10], res[11])  # type: ignore[return-value]
+
+
+def id_failures(body: memoryview | bytes, count: int, fields: int) -> list[tuple[int, str]]:
+    """Every record of a framed body whose checked key or value lacks the wire-format prefix, with its record
+    error (the refusal path: the walk found the first, this names them all; Python work per record)."""
+    buf = bytes(body)
+    out = []
+    pos, n = 0, len(buf)
+    for i in range(count):
+        _, length, pos = _varint(buf, pos, n)
+        end = pos + length
+        _, _, p = _varlong(buf, pos + 1, end)
+        _, _, p = _varint(buf, p, end)  # offset delta
+        for f, mask in ((0, KEY_FIELD), (1, VALUE_FIELD)):
+            _, size, p = _varint(buf, p, end)
+            if size >= 0 and fields & mask and not has_prefix(buf, p, size):
+                status, detail = (ID_BAD_MAGIC, buf[p] if size else -1) if size == 0 or buf[p] != 0 else \
+                    (ID_NO_SCHEMA_ID, size)
+                out.append((i, id_failure_message(status, i, f, detail)))
+                break
+            p += max(size, 0)
+        pos = end
+    return out
+
+
+def has_prefix(buf: bytes, pos: int, size: int) -> bool:
+    """Whether `size` bytes at pos start with the wire-format prefix (magic byte 0 and a 4-byte id)."""
+    return size >= 5 and buf[pos] == 0
+
+
 def _bad_timestamps(h: BatchHeader, body: memoryview | bytes, rules: ValidationRules,
                     now_ms: int) -> list[tuple[int, str]]:
     """The records whose timestamps break KIP-937's bounds (slow path: only when min/max say some may)."""
@@ -441,7 +400,11 @@ def _validate_batches(buf: memoryview, rules: ValidationRules, now_ms: int, inli
                 raise BatchValidationError(f"batch does not decompress: {e}", batch_index=index) from None
         else:
             body = batch_body(buf, h, limit, rules.decompression_limit_doc, index, copy=keep_bodies)
-        res = check_records(h, body, rules, index)
+        if rules.schema_fields:
+            res, ids = check_schema_ids(h, body, rules, index, inline=inline_decompress_bytes is not None)
+            out.schema_ids.append(ids)
+        else:
+            res = check_records(h, body, rules, index)
         if h.records_count > 0 and not rules.log_append_time:
             if check_ts:
                 lo = now_ms - rules.timestamp_before_max_ms

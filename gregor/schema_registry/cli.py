@@ -95,7 +95,7 @@ def client_security(props: dict[str, str]) -> ClientSecurity | None:
 
 
 async def serve(props: dict[str, str], bootstrap: str, client_props: dict[str, str]) -> int:
-    from gregor.schema_registry.config import RegistryConfig
+    from gregor.config.schema_registry import RegistryConfig
     from gregor.schema_registry.errors import RegistryError
     from gregor.schema_registry.kafka import KafkaClient, KafkaRequestError
     from gregor.schema_registry.server import SchemaRegistry
@@ -144,7 +144,7 @@ def run_command(args: argparse.Namespace) -> int:
         if args.listeners is not None:
             props["schema.registry.listeners"] = args.listeners
         props.setdefault("schema.registry.listeners", DEFAULT_LISTENER)
-        from gregor.schema_registry.config import RegistryConfig
+        from gregor.config.schema_registry import RegistryConfig
 
         RegistryConfig.from_properties(props)  # every property checked before anything starts
         client_security(client_props)

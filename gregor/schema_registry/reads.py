@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gregor.config.schema_registry import RegistryConfig
 from gregor.schema_registry import errors
-from gregor.schema_registry.config import RegistryConfig
 from gregor.schema_registry.formats import ParsedSchema
 from gregor.schema_registry.records import AVRO, PROTOBUF, SCHEMA_TYPES, SchemaValue
 from gregor.schema_registry.schemas import SchemaRequest, Schemas, parse_version

@@ -18,10 +18,10 @@ from urllib.parse import urlsplit
 import aiohttp
 from aiohttp import web
 
+from gregor.config.schema_registry import RegistryConfig
 from gregor.configdef import ConfigError
 from gregor.schema_registry import errors
 from gregor.schema_registry.auth import AclRefresher, BasicAuth, CredentialChecker, JaasUsers, KafkaLogin, SubjectAcls
-from gregor.schema_registry.config import RegistryConfig
 from gregor.schema_registry.election import Identity, PrimaryElector
 from gregor.schema_registry.http_api import FORWARDED, RegistryApi
 from gregor.schema_registry.kafka import KafkaClient, KafkaRequestError

@@ -67,6 +67,7 @@ class RegistryState:
         self.subjects: dict[str, SubjectState] = {}
         self.contents: dict[int, Content] = {}  # schema id -> what it names
         self.ids: dict[Content, int] = {}  # and back
+        self.holders: dict[int, set[tuple[str, int]]] = {}  # schema id -> the (subject, version)s holding it
         self.max_id = 0
         self.configs: dict[str | None, str] = {}  # subject (None: global) -> compatibility level
         self.modes: dict[str | None, str] = {}  # subject (None: global) -> mode
@@ -138,6 +139,7 @@ class RegistryState:
         if subject is None:
             subject = self.subjects[v.subject] = SubjectState()
         subject.versions[v.version] = v
+        self.holders.setdefault(v.id, set()).add((v.subject, v.version))
         self.contents[v.id] = content
         self.ids.setdefault(content, v.id)
         self.max_id = max(self.max_id, v.id)
@@ -148,6 +150,12 @@ class RegistryState:
         if subject is None:
             return
         gone = subject.versions.pop(version, None)
+        if gone is not None:
+            held = self.holders.get(gone.id)
+            if held is not None:
+                held.discard((subject_name, version))
+                if not held:
+                    del self.holders[gone.id]
         if not subject.versions:
             del self.subjects[subject_name]
         if gone is not None and not self.subjects_of(gone.id, deleted=True):
@@ -172,9 +180,10 @@ class RegistryState:
     def subjects_of(self, schema_id: int, deleted: bool = False) -> list[SchemaValue]:
         """Every subject version holding the schema id, by subject then version."""
         out = []
-        for name in sorted(self.subjects):
-            out.extend(v for _, v in sorted(self.subjects[name].versions.items())
-                       if v.id == schema_id and (deleted or not v.deleted))
+        for name, version in sorted(self.holders.get(schema_id, ())):
+            v = self.subjects[name].versions[version]
+            if deleted or not v.deleted:
+                out.append(v)
         return out
 
     def referenced_by(self, subject: str, version: int) -> list[int]:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from gregor.config.schema_registry import COMPATIBILITY_LEVELS, MODES, RegistryConfig
 from gregor.schema_registry import errors
-from gregor.schema_registry.config import COMPATIBILITY_LEVELS, MODES, RegistryConfig
 from gregor.schema_registry.reads import RegistryReads
 from gregor.schema_registry.records import (
     CONFIG,

@@ -29,14 +29,21 @@ from gregor.configdef import (
 )
 from gregor.storage.errors import InvalidConfigError
 
-__all__ = ["CLEANER_PROPS", "CREATE_TIME", "LOG_APPEND_TIME", "LONG_MAX", "TOPIC_CONFIGS", "CleanerConfig",
-           "LogConfig", "Synonym", "TopicConfigDef", "broker_synonym_props"]
+__all__ = ["CLEANER_PROPS", "CREATE_TIME", "LOG_APPEND_TIME", "LONG_MAX", "RECORD_NAME_STRATEGY", "TOPIC_CONFIGS",
+           "TOPIC_NAME_STRATEGY", "TOPIC_RECORD_NAME_STRATEGY", "CleanerConfig", "LogConfig", "Synonym", "TopicConfigDef",
+           "broker_synonym_props"]
 
 CREATE_TIME = "CreateTime"
 LOG_APPEND_TIME = "LogAppendTime"
 TIMESTAMP_TYPES = (CREATE_TIME, LOG_APPEND_TIME)
 CLEANUP_POLICIES = ("delete", "compact")
 COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
+# Confluent's subject name strategies (their serializers' class names): which subject a record's schema id must be
+# registered under on a schema-checked topic.
+TOPIC_NAME_STRATEGY = "io.confluent.kafka.serializers.subject.TopicNameStrategy"
+RECORD_NAME_STRATEGY = "io.confluent.kafka.serializers.subject.RecordNameStrategy"
+TOPIC_RECORD_NAME_STRATEGY = "io.confluent.kafka.serializers.subject.TopicRecordNameStrategy"
+SUBJECT_NAME_STRATEGIES = (TOPIC_NAME_STRATEGY, RECORD_NAME_STRATEGY, TOPIC_RECORD_NAME_STRATEGY)
 
 # KIP-724: message.format.version / log.message.format.version are deprecated since Kafka 3.0 and
 # removed in 4.0. Gregor's baseline is Kafka 4.0's request versions, and its records are always format v2,
@@ -209,6 +216,24 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {t.name: t for t in [
        Synonym("log.roll.hours", MS_PER_HOUR, Prop(
            "log.roll.hours", "int", 168, 1, doc="Segment age in hours before a roll, used when log.roll.ms is unset.")),
        lo=1, doc="The age at which a segment rolls, so retention and compaction can act on it."),
+    # Schema-checked topics: Confluent Server's names (and Gregor's deep check), no broker-level synonyms.
+    _t("confluent.key.schema.validation", "bool", False,
+       doc="Every produced record's key must be in Confluent's wire format (magic byte 0, 4-byte schema id) with an "
+           "id the schema registry holds under the subject confluent.key.subject.name.strategy names, else the "
+           "batch is refused with INVALID_RECORD; null keys pass."),
+    _t("confluent.value.schema.validation", "bool", False,
+       doc="The same for values; null values (tombstones) pass."),
+    _t("confluent.key.subject.name.strategy", "string", TOPIC_NAME_STRATEGY, choices=SUBJECT_NAME_STRATEGIES,
+       doc="The subject a key's schema id must be registered under: TopicNameStrategy <topic>-key, "
+           "RecordNameStrategy the record's full name, TopicRecordNameStrategy <topic>-<record full name>; the "
+           "record name is that of the schema with the id."),
+    _t("confluent.value.subject.name.strategy", "string", TOPIC_NAME_STRATEGY, choices=SUBJECT_NAME_STRATEGIES,
+       doc="The same for values (TopicNameStrategy: <topic>-value)."),
+    _t("gregor.key.schema.validation.deep", "bool", False,
+       doc="With confluent.key.schema.validation: also decode each key with its schema (Avro, JSON Schema, "
+           "Protobuf) and refuse keys that do not decode. Costs a decode per record, off the event loop."),
+    _t("gregor.value.schema.validation.deep", "bool", False,
+       doc="The same for values, with confluent.value.schema.validation."),
     _t("unclean.leader.election.enable", "bool", False, "unclean.leader.election.enable",
        doc="Whether a replica outside the ISR may become leader, at the cost of losing records."),
 ]}
@@ -259,6 +284,12 @@ class LogConfig:
     segment_jitter_ms: int = _default("segment.jitter.ms")
     segment_ms: int = _default("segment.ms")
     unclean_leader_election_enable: bool = _default("unclean.leader.election.enable")
+    confluent_key_schema_validation: bool = _default("confluent.key.schema.validation")
+    confluent_value_schema_validation: bool = _default("confluent.value.schema.validation")
+    confluent_key_subject_name_strategy: str = _default("confluent.key.subject.name.strategy")
+    confluent_value_subject_name_strategy: str = _default("confluent.value.subject.name.strategy")
+    gregor_key_schema_validation_deep: bool = _default("gregor.key.schema.validation.deep")
+    gregor_value_schema_validation_deep: bool = _default("gregor.value.schema.validation.deep")
 
     def __post_init__(self) -> None:
         for t in TOPIC_CONFIGS.values():

@@ -14,6 +14,12 @@ in request order: while a connection has a Produce validating off the loop, its 
 requests (however small) wait for its appends before appending (not for its acks=all wait);
 validation itself runs concurrently. What the path keeps between requests (the pool, the
 chains, the rules) is the broker's ProduceState (gregor.api.produce_state).
+
+Schema-checked topics (gregor.schema_registry.checks): the walk reports each batch's distinct schema ids;
+when the cache knows them all the batch appends at once, else the response is a Future while the
+registry is asked (the connection's later Produce requests wait behind it, as behind an off-loop
+validation). A refused batch is answered with INVALID_RECORD and a record error per refused record,
+found on the validation pool; deep checks decode the records there too.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from gregor.admin.topic_admin import (
     INTERNAL_TOPICS,  # only the broker appends to these (coordinators: ReplicaManager)
 )
 from gregor.api.context import RequestContext
-from gregor.api.produce_state import INLINE_EXPANSION_FACTOR
+from gregor.api.produce_state import INLINE_EXPANSION_FACTOR, ProduceState
 from gregor.futures import then
 from gregor.protocol import compression
 from gregor.protocol.errors import ErrorCode, KafkaError
@@ -46,17 +52,20 @@ from gregor.protocol.schema import Struct
 from gregor.protocol.validator import (
     BatchValidationError,
     InlineBudgetExceeded,
+    SchemaIds,
     ValidationRules,
     validate_batches,
 )
 from gregor.replication.partition import AppendResult
 from gregor.replication.replica_manager import AppendEntry, ReplicaManager
+from gregor.schema_registry.checks import SchemaPolicy, batch_records, refused, unavailable, undecodable
 from gregor.security.acl import AclOperation, ResourceType
 from gregor.storage.errors import StorageError
 
 log = logging.getLogger("gregor.produce")
 
 _ATTRIBUTES_LOW = 22  # the low byte of the first batch's attributes: its codec bits
+Prepared = tuple[memoryview, list[BatchHeader], list[SchemaIds]]
 
 
 def _error(index: int, code: ErrorCode, message: str | None = None) -> dict[str, Any]:
@@ -65,7 +74,7 @@ def _error(index: int, code: ErrorCode, message: str | None = None) -> dict[str,
 
 
 def _prepare(records: memoryview, rules: ValidationRules, compression_type: str, version: int, now_ms: int,
-             inline_budget: int | None) -> tuple[memoryview, list[BatchHeader]]:
+             inline_budget: int | None) -> Prepared:
     """Validate one partition's record set (and recompress it for compression.type). Runs on the
     event loop or on the validation pool. Raises BatchValidationError, KafkaError or
     InlineBudgetExceeded."""
@@ -73,13 +82,14 @@ def _prepare(records: memoryview, rules: ValidationRules, compression_type: str,
         h0 = read_header(records, 0)
         if h0.compression == compression.ZSTD and version < 7:
             raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, "zstd needs Produce v7 or later")
-    headers = validate_batches(records, rules, now_ms, inline_decompress_bytes=inline_budget).headers
+    validated = validate_batches(records, rules, now_ms, inline_decompress_bytes=inline_budget)
+    headers = validated.headers
     if len(headers) != 1:
         raise KafkaError(ErrorCode.INVALID_RECORD,
                          f"Produce requests with version {version} must contain exactly one record batch per partition")
     if compression_type != "producer":
-        return _recompress(records, headers, compression_type, rules.max_decompressed_bytes)
-    return records, headers
+        return (*_recompress(records, headers, compression_type, rules.max_decompressed_bytes), validated.schema_ids)
+    return records, headers, validated.schema_ids
 
 
 def _recompress(records: memoryview, headers: list[BatchHeader], compression_type: str,
@@ -125,7 +135,50 @@ class _Item:
     answer: dict[str, Any] | None = None
     records: memoryview | None = None
     headers: list[BatchHeader] | None = None
-    offload: Callable[[], tuple[memoryview, list[BatchHeader]]] | None = None
+    offload: Callable[[], Prepared] | None = None
+    policy: SchemaPolicy | None = None  # a schema-checked topic's checks
+    rules: ValidationRules | None = None
+    pending: asyncio.Future[None] | None = None  # its schema checks, when they need the registry or the pool
+
+
+def _check_schemas(state: ProduceState, it: _Item, ids: list[SchemaIds]) -> asyncio.Future[None] | None:
+    """The schema checks of a validated item: None when its ids are known to be fine; a Future (resolving
+    to None, or raising the refusal) when the registry must be asked, records must be named or decoded.
+    Raises at once when the broker has no registry to ask."""
+    assert it.policy is not None and it.rules is not None
+    checks = state.schema_checks
+    if checks is None:
+        raise BatchValidationError(
+            f"topic {it.topic} requires schema validation (confluent.key/value.schema.validation) but this broker has "
+            f"no schema registry to check ids against: set confluent.schema.registry.url or schema.registry.listeners",
+            "INVALID_RECORD")
+    verdicts = [checks.check(it.policy, batch_ids) for batch_ids in ids]
+    if not it.policy.deep and all(v is None for v in verdicts):
+        return None
+    return asyncio.ensure_future(_check_schemas_later(state, it, ids, verdicts))
+
+
+async def _check_schemas_later(state: ProduceState, it: _Item, ids: list[SchemaIds], verdicts: list[Any]) -> None:
+    checks, policy, rules = state.schema_checks, it.policy, it.rules
+    assert checks is not None and policy is not None and rules is not None and it.records is not None
+    assert it.headers is not None
+    loop = asyncio.get_running_loop()
+    limit = rules.max_decompressed_bytes
+    for h, verdict in zip(it.headers, verdicts, strict=True):
+        bad = await verdict if asyncio.isfuture(verdict) or asyncio.iscoroutine(verdict) else verdict
+        if bad:
+            raise refused(bad, await loop.run_in_executor(state.pool, batch_records, it.records, h, limit))
+    if policy.deep:
+        for h, batch_ids in zip(it.headers, ids, strict=True):
+            try:
+                decoders = await checks.decoders(policy, batch_ids)
+            except TimeoutError:
+                raise unavailable("building the decoders of the batch's schemas took too long") from None
+            if decoders:
+                failed = await loop.run_in_executor(
+                    state.pool, lambda h=h, d=decoders: undecodable(d, policy, batch_records(it.records, h, limit)))
+                if failed is not None:
+                    raise failed
 
 
 def _append_all(rm: ReplicaManager, plan: list[tuple[str, list[_Item]]], acks: int, timeout_ms: int
@@ -190,16 +243,22 @@ def handle_produce(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio
                 if records is None:
                     raise KafkaError(ErrorCode.INVALID_RECORD, "null record set")
                 rules = state.rules(part)
+                item.policy = state.schema_policy(part)
+                item.rules = rules
                 args = (records, rules, part.compression_type, ctx.version, now_ms)
                 if _heavy(records, offload_bytes):
                     item.offload = _offload_call(args)
                     offloaded = True
                     continue
                 try:
-                    item.records, item.headers = _prepare(*args, state.inline_budget)
+                    item.records, item.headers, ids = _prepare(*args, state.inline_budget)
                 except InlineBudgetExceeded:
                     item.offload = _offload_call(args)
                     offloaded = True
+                    continue
+                if item.policy is not None:
+                    item.pending = _check_schemas(state, item, ids)
+                    offloaded = offloaded or item.pending is not None
             except Exception as e:  # every failure is this partition's answer, never the connection's
                 item.answer = _answer(pd.index, e)
         plan.append((td.name, items))
@@ -219,7 +278,7 @@ def handle_produce(ctx: RequestContext, req: Struct) -> dict[str, Any] | asyncio
     loop = asyncio.get_running_loop()
     jobs = {id(it): loop.run_in_executor(state.pool, it.offload) for _, items in plan for it in items if it.offload}
     appended: asyncio.Future[None] = loop.create_future()  # the connection's next Produce appends after it
-    task = loop.create_task(_finish(rm, plan, jobs, previous, acks, req.timeout_ms, appended))
+    task = loop.create_task(_finish(rm, state, plan, jobs, previous, acks, req.timeout_ms, appended))
     state.chains[conn] = appended
     state.tasks.add(task)
     task.add_done_callback(state.tasks.discard)
@@ -242,15 +301,15 @@ def _heavy(records: memoryview, offload_bytes: int) -> bool:
     return n >= offload_bytes * INLINE_EXPANSION_FACTOR
 
 
-def _offload_call(args: tuple[Any, ...]) -> Callable[[], tuple[memoryview, list[BatchHeader]]]:
+def _offload_call(args: tuple[Any, ...]) -> Callable[[], Prepared]:
     return lambda: _prepare(*args, None)
 
 
-async def _finish(rm: ReplicaManager, plan: list[tuple[str, list[_Item]]], jobs: dict[int, asyncio.Future[Any]],
-                  previous: asyncio.Future[Any] | None, acks: int, timeout_ms: int,
+async def _finish(rm: ReplicaManager, state: ProduceState, plan: list[tuple[str, list[_Item]]],
+                  jobs: dict[int, asyncio.Future[Any]], previous: asyncio.Future[Any] | None, acks: int, timeout_ms: int,
                   appended: asyncio.Future[None]) -> dict[str, Any]:
-    """Wait for this request's off-loop validations and for the connection's previous Produce,
-    then append in request order (and, for acks=all, wait for the high watermark). Never raises:
+    """Wait for this request's off-loop validations and schema checks and for the connection's previous
+    Produce, then append in request order (and, for acks=all, wait for the high watermark). Never raises:
     failures are partition answers."""
     try:
         if previous is not None and not previous.done():
@@ -262,7 +321,14 @@ async def _finish(rm: ReplicaManager, plan: list[tuple[str, list[_Item]]], jobs:
             for it in items:
                 if it.answer is None and it.offload is not None:
                     try:
-                        it.records, it.headers = await jobs[id(it)]
+                        it.records, it.headers, ids = await jobs[id(it)]
+                        if it.policy is not None:
+                            it.pending = _check_schemas(state, it, ids)
+                    except Exception as e:
+                        it.answer = _answer(it.index, e)
+                if it.answer is None and it.pending is not None:
+                    try:
+                        await it.pending
                     except Exception as e:
                         it.answer = _answer(it.index, e)
         done = _append_all(rm, plan, acks, timeout_ms)

@@ -57,6 +57,11 @@ class JsonSchema:
         for doc in [obj, *docs.values()]:
             _walk(doc, lambda n, d=doc: self._root_of.setdefault(id(n), d))
 
+    @property
+    def docs(self) -> dict[str, Any]:
+        """The referenced documents, by reference name (and `$id`)."""
+        return self._docs
+
     def canonical(self) -> str:
         return json.dumps(self.obj, separators=(",", ":"), ensure_ascii=False)
 

@@ -57,7 +57,10 @@ def test_broker_properties_precedence() -> None:
 
 def test_every_topic_config_has_its_broker_synonyms_in_the_broker_table() -> None:
     """One definition: the broker properties of topic configs are the topic table's own entries."""
-    topic_only = {"leader.replication.throttled.replicas", "follower.replication.throttled.replicas"}
+    topic_only = {"leader.replication.throttled.replicas", "follower.replication.throttled.replicas",
+                  *(f"confluent.{f}.schema.validation" for f in ("key", "value")),
+                  *(f"confluent.{f}.subject.name.strategy" for f in ("key", "value")),
+                  *(f"gregor.{f}.schema.validation.deep" for f in ("key", "value"))}
     for t in TOPIC_CONFIGS.values():
         for prop in t.synonym_props():
             assert BROKER_PROPS[prop.name] == prop

@@ -1,10 +1,13 @@
-"""The registry's properties: one table of `schema.registry.*` names, parsed and bounded like the broker's.
+"""The schema registry's properties: one table of `schema.registry.*` names, and the registry's typed view.
 
 The same names serve the standalone process (`gregor schema-registry`, from a properties file and
 options) and a broker that runs the registry on its own event loop (`schema.registry.listeners` set in
-server.properties), so an operator moving the registry from one to the other keeps the file. Each
-property is a `Prop` of gregor.configdef: a wrong type or a value out of bounds is a ConfigError naming
-it, when the registry starts, never a surprise under load.
+server.properties), so an operator moving the registry from one to the other keeps the file. The table
+lives here, below both: the broker's property table (gregor.config.broker) lists these properties as
+broker properties, and the registry (gregor.schema_registry, a higher layer) reads them through
+`RegistryConfig`, a Settings view, built from server.properties by the broker and from the registry's own
+file by the standalone process. Each property is a `Prop` of gregor.configdef: a wrong type or a value
+out of bounds is a ConfigError naming it, when the broker or registry starts, never a surprise under load.
 
 Where Confluent's Schema Registry has a property for the same thing, its meaning and default are kept
 (`kafkastore.topic` is `schema.registry.topic`, `schema.compatibility.level` is
@@ -14,10 +17,10 @@ Where Confluent's Schema Registry has a property for the same thing, its meaning
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Self
 
-from gregor.configdef import ConfigError, Prop
+from gregor.configdef import ConfigError, Prop, PropertySource, Settings, setting
 
 PREFIX = "schema.registry."
 
@@ -114,67 +117,73 @@ REGISTRY_PROPS: dict[str, Prop] = {p.name: p for p in _PROPS}
 
 
 @dataclass(frozen=True, slots=True)
-class RegistryConfig:
-    """Every registry property, typed; built by `from_properties`."""
+class RegistryConfig(Settings):
+    """Every registry property, typed; `from_properties` (standalone) or `from_config` (a broker's config)."""
 
-    listeners: list[str]
-    advertised_url: str | None
-    topic: str
-    topic_replication_factor: int
-    group_id: str
-    leader_eligibility: bool
-    compatibility_level: str
-    mode_mutability: bool
-    kafkastore_timeout_ms: int
-    init_timeout_ms: int
-    session_timeout_ms: int
-    heartbeat_interval_ms: int
-    request_timeout_ms: int
-    max_request_bytes: int
-    max_subjects: int
-    max_schemas_per_subject: int
-    max_references: int
-    schema_cache_size: int
-    max_inflight_requests: int
-    authentication_method: str
-    authentication_realm: str
-    basic_auth_jaas_config: str | None
-    basic_auth_sasl_mechanism: str | None
-    basic_auth_principal_mapping: list[str]
-    basic_auth_cache_size: int
-    basic_auth_cache_ms: int
-    authorizer_class_name: str
-    super_users: str
-    allow_everyone_if_no_acl_found: bool
-    acl_refresh_ms: int
-    ssl_keystore_location: str | None
-    ssl_key_password: str | None
-    ssl_truststore_location: str | None
-    ssl_client_auth: str
-    ssl_enabled_protocols: list[str]
-    ssl_cipher_suites: list[str]
-
-    @staticmethod
-    def property_of(field_name: str) -> str:
-        return PREFIX + field_name.replace("_", ".")
+    listeners: list[str] = setting("schema.registry.listeners")
+    advertised_url: str | None = setting("schema.registry.advertised.url")
+    topic: str = setting("schema.registry.topic")
+    topic_replication_factor: int = setting("schema.registry.topic.replication.factor")
+    group_id: str = setting("schema.registry.group.id")
+    leader_eligibility: bool = setting("schema.registry.leader.eligibility")
+    compatibility_level: str = setting("schema.registry.compatibility.level")
+    mode_mutability: bool = setting("schema.registry.mode.mutability")
+    kafkastore_timeout_ms: int = setting("schema.registry.kafkastore.timeout.ms")
+    init_timeout_ms: int = setting("schema.registry.init.timeout.ms")
+    session_timeout_ms: int = setting("schema.registry.session.timeout.ms")
+    heartbeat_interval_ms: int = setting("schema.registry.heartbeat.interval.ms")
+    request_timeout_ms: int = setting("schema.registry.request.timeout.ms")
+    max_request_bytes: int = setting("schema.registry.max.request.bytes")
+    max_subjects: int = setting("schema.registry.max.subjects")
+    max_schemas_per_subject: int = setting("schema.registry.max.schemas.per.subject")
+    max_references: int = setting("schema.registry.max.references")
+    schema_cache_size: int = setting("schema.registry.schema.cache.size")
+    max_inflight_requests: int = setting("schema.registry.max.inflight.requests")
+    authentication_method: str = setting("schema.registry.authentication.method")
+    authentication_realm: str = setting("schema.registry.authentication.realm")
+    basic_auth_jaas_config: str | None = setting("schema.registry.basic.auth.jaas.config")
+    basic_auth_sasl_mechanism: str | None = setting("schema.registry.basic.auth.sasl.mechanism")
+    basic_auth_principal_mapping: list[str] = setting("schema.registry.basic.auth.principal.mapping")
+    basic_auth_cache_size: int = setting("schema.registry.basic.auth.cache.size")
+    basic_auth_cache_ms: int = setting("schema.registry.basic.auth.cache.ms")
+    authorizer_class_name: str = setting("schema.registry.authorizer.class.name")
+    super_users: str = setting("schema.registry.super.users")
+    allow_everyone_if_no_acl_found: bool = setting("schema.registry.allow.everyone.if.no.acl.found")
+    acl_refresh_ms: int = setting("schema.registry.acl.refresh.ms")
+    ssl_keystore_location: str | None = setting("schema.registry.ssl.keystore.location")
+    ssl_key_password: str | None = setting("schema.registry.ssl.key.password")
+    ssl_truststore_location: str | None = setting("schema.registry.ssl.truststore.location")
+    ssl_client_auth: str = setting("schema.registry.ssl.client.auth")
+    ssl_enabled_protocols: list[str] = setting("schema.registry.ssl.enabled.protocols")
+    ssl_cipher_suites: list[str] = setting("schema.registry.ssl.cipher.suites")
 
     @classmethod
     def from_properties(cls, props: Mapping[str, Any], *, ignore_others: bool = True) -> RegistryConfig:
-        """Parse `props` (text or typed values). Unknown `schema.registry.*` names are errors; other
-        names (a broker's own properties, client settings) are ignored unless `ignore_others` is False."""
+        """The standalone registry's view: `props` (text or typed values) parsed by the table. Unknown
+        `schema.registry.*` names are errors; other names (a broker's own properties, client settings) are
+        ignored unless `ignore_others` is False. BASIC authentication needs its users named here."""
         for name in props:
             if name not in REGISTRY_PROPS and (name.startswith(PREFIX) or not ignore_others):
                 raise ConfigError(f"Unknown schema registry property {name}")
         values: dict[str, Any] = {}
-        for f in fields(cls):
-            prop = REGISTRY_PROPS[cls.property_of(f.name)]
-            raw = props.get(prop.name)
-            values[f.name] = prop.default if raw is None else prop.parse(raw)
+        for field_name, name in cls.properties().items():
+            prop = REGISTRY_PROPS[name]
+            raw = props.get(name)
+            values[field_name] = prop.default if raw is None else prop.parse(raw)
         config = cls(**values)
-        config._check()
+        config._check(broker_users=False)
         return config
 
-    def _check(self) -> None:
+    @classmethod
+    def from_config(cls, config: PropertySource) -> Self:
+        """The view of a broker that runs the registry: the values are the broker's, already parsed by the
+        same table. BASIC authentication may leave its users unnamed: they are then the broker's own SASL
+        users."""
+        view = cls(**{f: config.get(p) for f, p in cls.properties().items()})
+        view._check(broker_users=True)
+        return view
+
+    def _check(self, *, broker_users: bool) -> None:
         if self.heartbeat_interval_ms >= self.session_timeout_ms:
             raise ConfigError("schema.registry.heartbeat.interval.ms must be below schema.registry.session.timeout.ms")
         for listener in self.listeners:
@@ -185,7 +194,8 @@ class RegistryConfig:
             if scheme.lower() == "https" and not self.ssl_keystore_location:
                 raise ConfigError(f"schema.registry.listeners has {listener}: an https listener needs "
                                   f"schema.registry.ssl.keystore.location")
-        if self.authentication_method == "BASIC" and not (self.basic_auth_jaas_config or self.basic_auth_sasl_mechanism):
+        if (self.authentication_method == "BASIC" and not broker_users
+                and not (self.basic_auth_jaas_config or self.basic_auth_sasl_mechanism)):
             raise ConfigError("schema.registry.authentication.method=BASIC needs schema.registry.basic.auth.jaas.config "
                               "or schema.registry.basic.auth.sasl.mechanism (who the users are)")
         for pair in self.basic_auth_principal_mapping:
@@ -195,9 +205,4 @@ class RegistryConfig:
                                   f"expected user=Type:name")
 
 
-def _check_table() -> None:
-    names = {RegistryConfig.property_of(f.name) for f in fields(RegistryConfig)}
-    assert names == set(REGISTRY_PROPS), f"RegistryConfig and the property table differ: {names ^ set(REGISTRY_PROPS)}"
-
-
-_check_table()
+assert set(RegistryConfig.properties().values()) == set(REGISTRY_PROPS), "RegistryConfig and the table differ"
