@@ -39,8 +39,9 @@ class ElectionHandlers(NodeBase):
         return self.config.cluster_id is not None and cid is not None and cid != self.config.cluster_id
 
     def _leader_view(self) -> tuple[int, int, list[dict[str, Any]]]:
+        """The leader this node tells others of: none while it resigned or lost contact (Prospective)."""
         st = self.s
-        leader = st.leader_id if st.role != RESIGNED else -1
+        leader = st.leader_id if st.role not in (RESIGNED, PROSPECTIVE) else -1
         return leader, st.epoch, self.endpoints_of(leader)
 
     # --- Vote -------------------------------------------------------------------------------
@@ -88,13 +89,15 @@ class ElectionHandlers(NodeBase):
         p = wire.one_partition(body)
         if body.error_code != E.NONE or p is None:
             return self.back_off(pending.destination, wire.VOTE_KEY)
-        if self.observe_leader(p.leader_id, p.leader_epoch):
+        # A grant naming a leader of our epoch comes from a voter that has not heard from it either: no news.
+        if not (p.vote_granted and p.leader_epoch == self.s.epoch) and self.observe_leader(p.leader_id, p.leader_epoch):
             return None
         if p.error_code != E.NONE:
             return self.back_off(pending.destination, wire.VOTE_KEY)
         st = self.s
-        vote_round, pre_vote = pending.context
-        if vote_round != st.vote_round or st.epoch != pending.epoch or st.role != (PROSPECTIVE if pre_vote else CANDIDATE):
+        _round, pre_vote = pending.context
+        # An answer from an earlier round of the same epoch still counts (the timeout may be shorter than a round trip).
+        if st.epoch != pending.epoch or st.role != (PROSPECTIVE if pre_vote else CANDIDATE):
             return None
         (st.granted if p.vote_granted else st.rejected).add(pending.destination)
         if pre_vote:

@@ -235,10 +235,11 @@ class NodeBase:
         """Pre-vote in the current epoch (KIP-996): nothing is persisted, no epoch is bumped."""
         assert self.is_voter
         st = self.s
-        keep_leader = st.leader_id if st.role == FOLLOWER else -1
+        keep_leader = st.leader_id if st.role in (FOLLOWER, PROSPECTIVE) else -1
+        granted = st.granted if st.role == PROSPECTIVE else set()  # a new round keeps the grants of this epoch
         self._set(PROSPECTIVE, st.epoch, keep_leader, st.voted_id)
         self.s.election_deadline_ms = self.now_ms + self.random_election_timeout()
-        self.s.granted = {self.node_id}
+        self.s.granted = granted | {self.node_id}
         self._maybe_won_prevote()
 
     def _maybe_won_prevote(self) -> None:

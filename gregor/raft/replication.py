@@ -200,11 +200,12 @@ class ReplicationHandlers(ElectionHandlers):
             return
         if self.log.flushed_offset < self.log.end_offset or not self.can_send(target, wire.FETCH_KEY):
             return  # what we report as fetched must be durable first
+        # the leader may hold the fetch a while, but never so long that our fetch timeout fires meanwhile
+        wait = min(self.config.fetch_max_wait_ms, self.config.fetch_timeout_ms // 2)
         body = wire.fetch_request(self.config.cluster_id, self.node_id, st.epoch, self.log.end_offset,
-                                  self.log.last_fetched_epoch, self.log.log_start_offset, self.config.fetch_max_wait_ms,
-                                  FETCH_MAX_BYTES)
+                                  self.log.last_fetched_epoch, self.log.log_start_offset, wait, FETCH_MAX_BYTES)
         self.send(target, wire.FETCH_KEY, wire.SEND_VERSION[wire.FETCH_KEY], body,
-                  timeout_ms=self.config.request_timeout_ms + self.config.fetch_max_wait_ms)
+                  timeout_ms=self.config.request_timeout_ms + wait)
 
     def handle_fetch_response(self, pending: Pending, body: Struct) -> None:
         p = wire.fetch_response_partition(body)

@@ -445,8 +445,13 @@ class Simulation:
     # --- liveness ---------------------------------------------------------------------------
 
     def heal_all(self) -> None:
+        """The faults stop: no partition, every node up, and the network and disks back to normal speed
+        (the adversarial profiles' delays exceed their own timeouts, which no quorum survives)."""
         self.faults = False
         self.cut.clear()
+        self.loss, self.dup = 0.0, 0.0
+        self.max_delay_ms = min(self.max_delay_ms, 10)
+        self.flush_delays_ms = tuple(d for d in self.flush_delays_ms if d <= 5) or (0,)
         for nid, sn in self.nodes.items():
             if sn.node is None:
                 self.start(nid)
@@ -487,3 +492,8 @@ class Simulation:
 CHAOS = dict(crash_rate=1.0, partition_rate=1.0, loss=0.05, dup=0.02, max_delay_ms=40, election_timeout_ms=150,
              fetch_timeout_ms=300, linger_ms=2, fault_every_ms=(20, 400), downtime_ms=(5, 800),
              flush_delays_ms=(0, 1, 5, 20, 60))
+
+# Slow flushes and crashes every few tens of milliseconds with short downtimes: what a node appended and
+# had not flushed is lost often, so anything counted before it was durable shows as a lost commit.
+DURABILITY = dict(CHAOS, flush_delays_ms=(0, 50, 200, 400), downtime_ms=(5, 300), fault_every_ms=(10, 150),
+                  election_timeout_ms=100, fetch_timeout_ms=200, max_delay_ms=60)
