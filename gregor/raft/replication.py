@@ -19,7 +19,7 @@ from gregor.protocol.errors import ErrorCode
 from gregor.protocol.schema import Struct
 from gregor.raft import records as rr
 from gregor.raft import wire
-from gregor.raft.accumulator import BatchAccumulator
+from gregor.raft.accumulator import MAX_BATCH_BYTES, BatchAccumulator
 from gregor.raft.election import ElectionHandlers
 from gregor.raft.leader_state import LeaderState
 from gregor.raft.log import DIVERGING, NO_SNAPSHOT, SNAPSHOT, OffsetAndEpoch, truncation_offset, validate_fetch
@@ -48,7 +48,8 @@ class ReplicationHandlers(ElectionHandlers):
             st.epoch)
         st.leader = LeaderState(self.node_id, st.epoch, start, sorted(self.config.voters), granted, self.now_ms,
                                 self.config.check_quorum_timeout_ms, self.max_observers)
-        st.accumulator = BatchAccumulator(st.epoch, self.log.end_offset, self.config.append_linger_ms,
+        max_batch = min(getattr(self.log, "max_batch_bytes", MAX_BATCH_BYTES), MAX_BATCH_BYTES)
+        st.accumulator = BatchAccumulator(st.epoch, self.log.end_offset, self.config.append_linger_ms, max_batch,
                                           max_pending_bytes=self.max_pending_append_bytes)
         self._election_retries = 0
         self._leader_flushed()

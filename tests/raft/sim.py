@@ -21,9 +21,11 @@ through the real codec (frames and message definitions) on its way.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import heapq
 import json
+import os
 import random
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +36,7 @@ from gregor.raft.config import Endpoint, QuorumConfig
 from gregor.raft.errors import BufferFullError, NotLeaderError
 from gregor.raft.listeners import LeaderAndEpoch
 from gregor.raft.memory_log import MemoryLog
+from gregor.raft.metadata_log import METADATA_LOG_DIR_NAME, MetadataLog
 from gregor.raft.node import RaftNode
 from gregor.raft.node_base import LEADER, Reply, Send
 from gregor.raft.quorum_state import MemoryQuorumStateStore
@@ -100,12 +103,13 @@ class StateMachine:
 @dataclass
 class SimNode:
     node_id: int
-    log: MemoryLog
+    log: Any  # MemoryLog, or MetadataLog with a storage directory
     store: MemoryQuorumStateStore
     node: RaftNode | None = None
     sm: StateMachine | None = None
     incarnation: int = 0
     flushing: bool = False
+    flushed_sizes: dict[str, int] = field(default_factory=dict)  # segment file sizes at the last flush
 
 
 @dataclass(order=True)
@@ -173,7 +177,7 @@ class Checker:
                 raise InvariantViolation(f"node {sn.node_id}: HW {hw} above its log end {n.log.end_offset}")
             self.hw[key] = hw
             start = max(self.checked.get(key, 0), sn.log.log_start_offset)
-            for base, epoch, data in sn.log.records_in(start, hw):
+            for base, epoch, data in records_in(sn.log, start, hw):
                 self._record(sn.node_id, base, base + _batch_count(data), epoch, data)
             self.checked[key] = max(start, hw)
             if n.role == LEADER and n.s.leader is not None and n.s.leader.started_ms == self.sim.now:
@@ -185,7 +189,7 @@ class Checker:
         if log.end_offset < self.committed_end:
             raise InvariantViolation(f"leader {sn.node_id} ends at {log.end_offset}, before the committed "
                                      f"{self.committed_end}")
-        for base, epoch, data in log.records_in(log.log_start_offset, self.committed_end):
+        for base, epoch, data in records_in(log, log.log_start_offset, self.committed_end):
             seen = self.committed.get(base)
             if seen is not None and seen != (base + _batch_count(data), epoch, data):
                 raise InvariantViolation(f"leader {sn.node_id} holds another batch at committed offset {base}")
@@ -195,6 +199,19 @@ class Checker:
         lost = [v for v in self.acked if v not in committed_values]
         if lost:
             raise InvariantViolation(f"{len(lost)} acknowledged appends are not committed: {lost[:3]}")
+
+
+def records_in(log: Any, start: int, end: int) -> list[tuple[int, int, bytes]]:
+    """(base offset, epoch, bytes) of the whole batches of a log within [start, end)."""
+    if isinstance(log, MemoryLog):
+        return log.records_in(start, end)
+    from gregor.protocol.records import iter_headers
+    start = max(start, log.log_start_offset)
+    if start >= min(end, log.end_offset):
+        return []
+    data = bytes(log.read(start, 64 << 20))
+    return [(h.base_offset, h.partition_leader_epoch, data[h.position:h.position + h.size])
+            for h in iter_headers(data) if h.base_offset >= start and h.next_offset <= end]
 
 
 def _batch_count(data: bytes) -> int:
@@ -207,7 +224,8 @@ class Simulation:
                  max_delay_ms: int = 30, crash_rate: float = 0.3, partition_rate: float = 0.3,
                  append_rate: float = 0.5, snapshot_bytes: int = 3000, election_timeout_ms: int = 1000,
                  fetch_timeout_ms: int = 2000, linger_ms: int = 5, fault_every_ms: tuple[int, int] = (200, 3000),
-                 downtime_ms: tuple[int, int] = (100, 6000), flush_delays_ms: tuple[int, ...] = (0, 0, 1, 2, 5)) -> None:
+                 downtime_ms: tuple[int, int] = (100, 6000), flush_delays_ms: tuple[int, ...] = (0, 0, 1, 2, 5),
+                 storage_dir: str | None = None, segment_bytes: int = 2048) -> None:
         self.rng = random.Random(seed)
         self.seed = seed
         self.now = 0
@@ -230,8 +248,9 @@ class Simulation:
         self._same_time_steps = 0
         self.stats = {"events": 0, "messages": 0, "crashes": 0, "partitions": 0, "appends": 0, "snapshots": 0,
                       "snapshot_loads": 0, "elections": 0}
+        self.storage_dir, self.segment_bytes = storage_dir, segment_bytes
         for nid in self.voter_ids + self.observer_ids:
-            self.nodes[nid] = SimNode(nid, MemoryLog(), MemoryQuorumStateStore())
+            self.nodes[nid] = SimNode(nid, self.open_log(nid), MemoryQuorumStateStore())
             self.start(nid)
 
     # --- the pieces -----------------------------------------------------------------------
@@ -250,13 +269,32 @@ class Simulation:
         sn.sm.node = sn.node
         sn.node.register_listener(sn.sm)
 
+    def open_log(self, nid: int) -> Any:
+        if self.storage_dir is None:
+            return MemoryLog()
+        return MetadataLog.open(os.path.join(self.storage_dir, f"node-{nid}"), segment_bytes=self.segment_bytes)
+
     def crash(self, nid: int) -> None:
+        """kill -9: the memory log keeps what was flushed (and perhaps a little more); the file log keeps
+        what the page cache held, and now and then a power loss tears the tail of its last segment."""
         sn = self.nodes[nid]
         if sn.node is None:
             return
         sn.node = None
         sn.sm = None
-        sn.log = sn.log.durable(keep_unflushed=self.rng.choice([0, 0, 1, 2]))
+        if isinstance(sn.log, MemoryLog):
+            sn.log = sn.log.durable(keep_unflushed=self.rng.choice([0, 0, 1, 2]))
+        else:
+            sn.log.abandon()
+            segs = sorted(glob.glob(os.path.join(self.storage_dir or "", f"node-{nid}", METADATA_LOG_DIR_NAME,
+                                                 "*.log")))
+            if segs and self.rng.random() < 0.5:
+                size = os.path.getsize(segs[-1])
+                keep = sn.flushed_sizes.get(segs[-1], 0)
+                if size > keep:
+                    os.truncate(segs[-1], self.rng.randint(keep, size))
+                    self.stats["torn"] = self.stats.get("torn", 0) + 1
+            sn.log = self.open_log(nid)
         self.stats["crashes"] += 1
 
     def push(self, delay: int, kind: str, data: Any = None) -> None:
@@ -417,6 +455,9 @@ class Simulation:
             if sn.node is not None and sn.incarnation == inc:
                 sn.flushing = False
                 sn.log.flush()
+                if not isinstance(sn.log, MemoryLog):
+                    d = os.path.join(self.storage_dir or "", f"node-{nid}", METADATA_LOG_DIR_NAME)
+                    sn.flushed_sizes = {p: os.path.getsize(p) for p in glob.glob(os.path.join(d, "*.log"))}
                 sn.node.on_flushed(self.now)
                 self.run_node(nid)
         elif ev.kind == "restart":
