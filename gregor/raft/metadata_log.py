@@ -8,7 +8,7 @@ snapshots (snapshot_files.py); the log starts at the latest one, and the segment
 deleted once it is written.
 
 Appends do not fsync: the node asks for `flush()` (which its driver runs on a worker thread) and
-counts only what is flushed. The quorum-state file lives in the parent directory, as Kafka keeps it.
+counts only what is flushed. The quorum-state file lives in the same directory, as Kafka keeps it.
 """
 
 from __future__ import annotations
