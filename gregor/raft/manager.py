@@ -56,7 +56,10 @@ class _CommitTracker:
         if not self.waiters:
             return
         for b in batches:
-            for offset in [o for o in self.waiters if b.base_offset <= o <= b.last_offset]:
+            span = b.last_offset - b.base_offset + 1
+            offsets = ([o for o in range(b.base_offset, b.last_offset + 1) if o in self.waiters]
+                       if span < len(self.waiters) else [o for o in self.waiters if b.base_offset <= o <= b.last_offset])
+            for offset in offsets:
                 for epoch, fut in self.waiters.pop(offset):
                     if fut.done():
                         continue

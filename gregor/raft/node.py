@@ -29,7 +29,7 @@ from gregor.raft.errors import InvalidSnapshotError, NotLeaderError
 from gregor.raft.listeners import DELIVERY_BYTES_PER_POLL, LeaderAndEpoch, ListenerContext, RaftListener
 from gregor.raft.log import OffsetAndEpoch, last_epoch_at
 from gregor.raft.node_base import CANDIDATE, FOLLOWER, LEADER, RESIGNED, Reply, Send
-from gregor.raft.records import decode_batches
+from gregor.raft.records import Batch, decode_batches
 from gregor.raft.replication import FETCH_MAX_BYTES, ReplicationHandlers
 from gregor.raft.snapshots import SnapshotReader, SnapshotWriter
 
@@ -173,12 +173,22 @@ class RaftNode(ReplicationHandlers):
 
     def _deliver(self) -> None:
         pending = False
+        decoded: dict[int, tuple[list[Batch], int]] = {}  # listeners at the same offset share one read and decode
         for ctx in self.listeners:
-            self._deliver_to(ctx)
+            self._deliver_to(ctx, decoded)
             pending = pending or ctx.next_offset < self.high_watermark
         self._delivery_pending = pending
 
-    def _deliver_to(self, ctx: ListenerContext) -> None:
+    def _committed_from(self, offset: int, hw: int, max_bytes: int,
+                        decoded: dict[int, tuple[list[Batch], int]]) -> tuple[list[Batch], int]:
+        got = decoded.get(offset)
+        if got is None:
+            data = self.log.read(offset, max_bytes)
+            got = ([b for b in decode_batches(data) if b.next_offset > offset and b.last_offset < hw], len(data))
+            decoded[offset] = got
+        return got
+
+    def _deliver_to(self, ctx: ListenerContext, decoded: dict[int, tuple[list[Batch], int]]) -> None:
         snap = self.log.latest_snapshot_id
         if snap is not None and ctx.next_offset < snap.offset and (
                 ctx.next_offset < self.log.log_start_offset or not ctx.loaded_snapshot):
@@ -193,13 +203,12 @@ class RaftNode(ReplicationHandlers):
         budget = DELIVERY_BYTES_PER_POLL
         hw = self.high_watermark
         while ctx.next_offset < hw and budget > 0:
-            data = self.log.read(ctx.next_offset, min(budget, FETCH_MAX_BYTES))
-            batches = [b for b in decode_batches(data) if b.next_offset > ctx.next_offset and b.last_offset < hw]
+            batches, size = self._committed_from(ctx.next_offset, hw, FETCH_MAX_BYTES, decoded)
             if not batches:
                 break
             ctx.listener.handle_commit(batches)
             ctx.next_offset = batches[-1].next_offset
-            budget -= len(data)
+            budget -= size
         current = self.leader_and_epoch()
         if current != ctx.last_leader:
             st = self.s
