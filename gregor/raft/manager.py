@@ -26,7 +26,7 @@ from gregor.raft import wire
 from gregor.raft.config import Endpoint, QuorumConfig
 from gregor.raft.errors import NotLeaderError, RaftError
 from gregor.raft.listeners import LeaderAndEpoch, RaftListener
-from gregor.raft.log import RaftLog
+from gregor.raft.log import OffsetAndEpoch, RaftLog
 from gregor.raft.node import RaftNode
 from gregor.raft.node_base import Reply, Send
 from gregor.raft.quorum_state import FileQuorumStateStore
@@ -92,14 +92,17 @@ class RaftManager:
     """One quorum member on the event loop. Build it, `register_listener`, `await start()`."""
 
     def __init__(self, config: QuorumConfig, raft_log: RaftLog, state_dir: str, *,
-                 listen: Endpoint | None = None, max_request_bytes: int = 100 << 20, max_connections: int = 500,
-                 client_id: str | None = None) -> None:
+                 listen: Endpoint | None = None, serve: bool = True, max_request_bytes: int = 100 << 20,
+                 max_connections: int = 500, client_id: str | None = None) -> None:
+        """`listen`: where the quorum listener binds (default: this voter's endpoint); `serve=False` when
+        the owner hands the quorum's requests in itself (`handle_request`, e.g. from a broker listener)."""
         self.config = config
         self.log = raft_log
         self.node = RaftNode(config, raft_log, FileQuorumStateStore(state_dir), random.Random(), now_ms(),
                              max_observers=max_connections)
         self.listen = listen if listen is not None else config.voters.get(config.node_id)
-        self.server = QuorumServer(self._dispatch, max_request_bytes, max_connections) if self.listen else None
+        self.server = (QuorumServer(self.handle_request, max_request_bytes, max_connections)
+                       if self.listen and serve else None)
         self.client_id = client_id or f"raft-{config.node_id}"
         self.failure: BaseException | None = None
         self._clients: dict[tuple[int, bool], BrokerClient] = {}
@@ -186,7 +189,8 @@ class RaftManager:
                 self._sends.add(t)
                 t.add_done_callback(self._sends.discard)
 
-    async def _dispatch(self, api_key: int, version: int, body: Struct) -> dict[str, Any]:
+    async def handle_request(self, api_key: int, version: int, body: Struct) -> dict[str, Any]:
+        """Answer one of the quorum's requests (decoded); the body of the response, in the request's version."""
         if self._stopping or self.failure is not None:
             raise ConnectionError("the quorum node is stopping")
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
@@ -244,6 +248,19 @@ class RaftManager:
 
     def leader_and_epoch(self) -> LeaderAndEpoch:
         return self.node.leader_and_epoch()
+
+    @property
+    def node_id(self) -> int:
+        return self.config.node_id
+
+    @property
+    def latest_snapshot_id(self) -> OffsetAndEpoch | None:
+        return self.log.latest_snapshot_id
+
+    def resign(self, epoch: int) -> None:
+        """Give up the leadership of `epoch` (the others elect at once)."""
+        self.node.resign(epoch)
+        self.wake()
 
     @property
     def high_watermark(self) -> int:

@@ -290,6 +290,10 @@ class QuorumProcess:
         self.log_path = self.data_dir / f"node-{node_id}.out"
 
     def start(self, timeout_s: float = 30.0) -> QuorumProcess:
+        return self.launch().wait_ready(timeout_s)
+
+    def launch(self) -> QuorumProcess:
+        """Start the process without waiting for it (several start side by side; then `wait_ready`)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "gregor.raft.runner", "--node-id", str(self.node_id), "--voters", self.voters,
                "--dir", str(self.data_dir), "--control-port", str(self.control_port)]
@@ -298,6 +302,10 @@ class QuorumProcess:
         out = open(self.log_path, "ab")  # noqa: SIM115 (the child holds it)
         self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
         out.close()
+        return self
+
+    def wait_ready(self, timeout_s: float = 30.0) -> QuorumProcess:
+        assert self.proc is not None
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
