@@ -175,9 +175,8 @@ class RaftNode(ReplicationHandlers):
         pending = False
         decoded: dict[int, tuple[list[Batch], int]] = {}  # listeners at the same offset share one read and decode
         for ctx in self.listeners:
-            self._deliver_to(ctx, decoded)
-            pending = pending or ctx.next_offset < self.high_watermark
-        self._delivery_pending = pending
+            pending = self._deliver_to(ctx, decoded) or pending
+        self._delivery_pending = pending  # a listener stopped by its budget: poll again at once
 
     def _committed_from(self, offset: int, hw: int, max_bytes: int,
                         decoded: dict[int, tuple[list[Batch], int]]) -> tuple[list[Batch], int]:
@@ -188,7 +187,8 @@ class RaftNode(ReplicationHandlers):
             decoded[offset] = got
         return got
 
-    def _deliver_to(self, ctx: ListenerContext, decoded: dict[int, tuple[list[Batch], int]]) -> None:
+    def _deliver_to(self, ctx: ListenerContext, decoded: dict[int, tuple[list[Batch], int]]) -> bool:
+        """Bring one listener along; returns whether committed batches are left for the next poll."""
         snap = self.log.latest_snapshot_id
         if snap is not None and ctx.next_offset < snap.offset and (
                 ctx.next_offset < self.log.log_start_offset or not ctx.loaded_snapshot):
@@ -212,10 +212,11 @@ class RaftNode(ReplicationHandlers):
         current = self.leader_and_epoch()
         if current != ctx.last_leader:
             st = self.s
-            if current.leader_id == self.node_id and st.leader is not None and ctx.next_offset <= st.leader.epoch_start_offset:
-                return  # the leader's listener hears of its leadership once it has read all before it
-            ctx.last_leader = current
-            ctx.listener.handle_leader_change(current)
+            if not (current.leader_id == self.node_id and st.leader is not None
+                    and ctx.next_offset <= st.leader.epoch_start_offset):
+                ctx.last_leader = current  # (the leader's listener hears of it once it read all before it)
+                ctx.listener.handle_leader_change(current)
+        return budget <= 0 and ctx.next_offset < hw
 
     # --- the client API ------------------------------------------------------------------------
 

@@ -168,6 +168,7 @@ class Checker:
             key = (sn.node_id, sn.incarnation)
             if n.role == LEADER:
                 other = self.leaders.setdefault(n.epoch, sn.node_id)
+                self.sim.stats["elections"] = len(self.leaders)
                 if other != sn.node_id:
                     raise InvariantViolation(f"two leaders in epoch {n.epoch}: {other} and {sn.node_id}")
             hw = n.high_watermark
