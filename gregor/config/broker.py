@@ -230,6 +230,36 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
     _p("metadata.log.max.record.bytes.between.snapshots", "long", 20971520, lo=1,
        doc="the embedded metadata store's journal of changes is folded into its snapshot file (on a background "
            "thread, and at clean shutdown) once it holds this many bytes since the last snapshot"),
+    # the KRaft metadata quorum (gregor.raft)
+    _p("node.id", "int", -1, lo=-1,
+       doc="This node's id in the metadata quorum: a voter's id in controller.quorum.voters, or the id an "
+           "observer fetches the metadata log under; -1: none"),
+    _p("controller.quorum.voters", "list", [],
+       doc="The metadata quorum's voters as id@host:port,... (the controllers' listeners); empty: none"),
+    _p("controller.quorum.bootstrap.servers", "list", [],
+       doc="host:port,... of controllers an observer asks for the quorum's leader when it knows no voters"),
+    _p("controller.quorum.election.timeout.ms", "int", 1000, lo=1,
+       doc="How long a voter without a leader waits (this plus a random share of it) before it asks to be one"),
+    _p("controller.quorum.fetch.timeout.ms", "int", 2000, lo=1,
+       doc="A follower that has not fetched from its leader for this long looks for a new one; a leader that "
+           "a majority has not fetched from for 1.5 times this long resigns"),
+    _p("controller.quorum.election.backoff.max.ms", "int", 1000, lo=1,
+       doc="The longest (random, exponentially growing) wait before a lost election is tried again"),
+    _p("controller.quorum.request.timeout.ms", "int", 2000, lo=1,
+       doc="How long a quorum request (Vote, BeginQuorumEpoch, Fetch, ...) waits for its answer"),
+    _p("controller.quorum.retry.backoff.ms", "int", 20, lo=0,
+       doc="Wait after a failed quorum request before it is sent again"),
+    _p("controller.quorum.append.linger.ms", "int", 25, lo=0,
+       doc="How long the quorum leader gathers appended records into one batch before writing it"),
+    _p("metadata.log.dir", "string", None,
+       doc="The directory holding the metadata log (__cluster_metadata-0) and quorum-state; unset: the first "
+           "of log.dirs"),
+    _p("metadata.log.segment.bytes", "int", 1073741824, lo=14,
+       doc="segment.bytes of the metadata log (Kafka's minimum is 8 MiB; here segment.bytes' own, for tests)"),
+    _p("metadata.log.segment.ms", "long", 604800000, lo=1, doc="segment.ms of the metadata log"),
+    _p("metadata.log.max.snapshot.interval.ms", "long", 3600000, lo=0,
+       doc="The longest time between snapshots of the metadata log while it grows; 0: by size only "
+           "(metadata.log.max.record.bytes.between.snapshots)"),
     # fetch sessions (KIP-227)
     _p("max.incremental.fetch.session.cache.slots", "int", 1000, lo=0,
        doc="fetch sessions (KIP-227) the broker keeps; when full, a new one evicts an idle or less valuable one, "

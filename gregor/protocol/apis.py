@@ -34,6 +34,7 @@ from gregor.protocol.messages.metadata import METADATA
 from gregor.protocol.messages.offset_for_leader_epoch import OFFSET_FOR_LEADER_EPOCH
 from gregor.protocol.messages.offsets import OFFSET_COMMIT, OFFSET_DELETE, OFFSET_FETCH
 from gregor.protocol.messages.produce import PRODUCE
+from gregor.protocol.messages.raft import BEGIN_QUORUM_EPOCH, DESCRIBE_QUORUM, END_QUORUM_EPOCH, FETCH_SNAPSHOT, VOTE
 from gregor.protocol.messages.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE
 from gregor.protocol.messages.scram_credentials import ALTER_USER_SCRAM_CREDENTIALS, DESCRIBE_USER_SCRAM_CREDENTIALS
 from gregor.protocol.messages.topics import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_RECORDS, DELETE_TOPICS
@@ -101,6 +102,11 @@ ALL: list[Api] = [
     DESCRIBE_USER_SCRAM_CREDENTIALS,
     ALTER_USER_SCRAM_CREDENTIALS,
     DESCRIBE_TOPIC_PARTITIONS,
+    VOTE,
+    BEGIN_QUORUM_EPOCH,
+    END_QUORUM_EPOCH,
+    DESCRIBE_QUORUM,
+    FETCH_SNAPSHOT,
 ]
 
 BY_KEY: dict[int, Api] = {a.key: a for a in ALL}

@@ -115,7 +115,7 @@ def _simple_once(type_str: str, rng: random.Random, nullable: bool) -> Any:
         return None
     if type_str in _INT_RANGES:
         lo, hi = _INT_RANGES[type_str]
-        return rng.choice([lo, hi, -1, 0, 1, rng.randint(lo, hi)])
+        return rng.choice([v for v in (lo, hi, -1, 0, 1) if lo <= v <= hi] + [rng.randint(lo, hi)])  # uint16: no -1
     if type_str == "bool":
         return rng.random() < 0.5
     if type_str == "float64":

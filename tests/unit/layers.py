@@ -17,7 +17,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("", "configdef", "known_configs", "rate", "futures", "protocol"),
     ("storage", "security"),
     ("config",),
-    ("metadata", "metrics", "client"),
+    ("metadata", "metrics", "client", "raft"),
     ("network", "admin", "schema_registry", "typed"),
     ("replication",),
     ("coordinator", "controller"),
