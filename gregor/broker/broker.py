@@ -45,6 +45,7 @@ from gregor.api.produce_state import ProduceSettings, ProduceState
 from gregor.broker.auto_topics import AutoTopicCreator, BrokerTopicConfigs
 from gregor.broker.coordinators import BrokerCoordinators
 from gregor.broker.dynamic_configs import DynamicConfigApplier, ReplicationDynamicSettings
+from gregor.broker.loop_monitor import LoopMonitor, LoopMonitorSettings
 from gregor.broker.metrics_endpoint import MetricsServer, MetricsSources
 from gregor.broker.periodic import PeriodicJobs, PeriodicSettings
 from gregor.config import BrokerConfig, ConfigError
@@ -144,6 +145,9 @@ class Broker:
         self.replica_manager.isr.metrics = self.metrics
         if self.metrics is not None:
             self.log_manager.on_flush = self.metrics.log_flush.observe
+        self.loop_monitor = LoopMonitor(LoopMonitorSettings.from_config(config),
+                                        self.metrics.loop_lag.observe if self.metrics is not None else None,
+                                        self.metrics.record_gc if self.metrics is not None else None)
         # A TLS context per TLS listener, built now so a bad key store is a startup error naming it.
         self.listener_tls: dict[str, ServerTls] = {
             spec.name: ServerTls(TlsSettings.from_config(config, spec.name), f"listener {spec.name}")
@@ -217,6 +221,7 @@ class Broker:
                 self.coordinators.group_coordinator, tuple(spec.name for spec in self.config.listener_specs),
                 lambda: self.socket_server.connections))
             await self.metrics_server.start(self.settings.metrics_host, self.settings.metrics_port)
+        self.loop_monitor.start()  # last: a start that fails leaves no watchdog behind
         log.info(
             "Gregor broker %d started: listening on %s (cluster id %s)",
             self.config.broker_id,
@@ -285,6 +290,7 @@ class Broker:
             await asyncio.gather(self._load_task, return_exceptions=True)
         await self.controller.stop()
         await asyncio.get_running_loop().run_in_executor(None, self._close_metadata)
+        self.loop_monitor.stop()
         log.info("shut down cleanly")
 
     def _close_metadata(self) -> None:
