@@ -274,25 +274,54 @@ class Run:
     received: int
     hist: LatencyHistogram
     stalls: int  # loop lags over STALL_MS on the brokers during the run
-    worst_lag_ms: float  # the largest loop lag bucket reached during the run
+    worst_lag_ms: float  # the bucket bound every loop lag of the run stayed under
+    broker_cpu: float  # CPU seconds per second of the brokers together (1.0: one core)
+    per_request: float  # records per Produce request
     load1: float
+    gc: str  # time in collections during the run, and how many were full ones
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def loop_lag_buckets(metrics_urls: list[str]) -> list[dict[float, int]]:
-    """Each broker's gregor_eventloop_lag_ms cumulative buckets ({le: count}); {} when it has none."""
-    out = []
-    for url in metrics_urls:
+@dataclass
+class Snapshot:
+    """What the brokers said before or after a run: loop lag buckets (cumulative, {le: count}, per broker),
+    Produce requests and records appended (all brokers), and their CPU time."""
+
+    at: float
+    lag: list[dict[float, int]]
+    produce_requests: int
+    records_in: int
+    cpu_s: float
+    gc_ms: float  # time in garbage collections (all generations, all brokers)
+    gc_full: int  # generation-2 collections
+
+
+def snapshot(procs: list[BrokerProcess], urls: list[str]) -> Snapshot:
+    lags, requests, records, cpu, gc_ms, gc_full = [], 0, 0, 0.0, 0.0, 0
+    tick = os.sysconf("SC_CLK_TCK")
+    for proc, url in zip(procs, urls, strict=True):
         buckets: dict[float, int] = {}
         try:
             text = urllib.request.urlopen(url, timeout=5).read().decode()
         except OSError:
-            out.append(buckets)
-            continue
+            text = ""
         for m in re.finditer(r'^gregor_eventloop_lag_ms_bucket\{le="([^"]+)"\} (\d+)', text, re.M):
             buckets[float(m.group(1))] = int(m.group(2))
-        out.append(buckets)
-    return out
+        lags.append(buckets)
+        m2 = re.search(r'^kafka_network_requestmetrics_requests_total\{request="Produce"\} (\d+)', text, re.M)
+        requests += int(m2.group(1)) if m2 else 0
+        records += sum(int(x) for x in re.findall(
+            r'^kafka_server_brokertopicmetrics_messagesin_total\{topic="lat-[^"]*"\} (\d+)', text, re.M))
+        gc_ms += sum(float(x) for x in re.findall(r'^gregor_gc_collection_ms_sum\{[^}]*\} (\S+)', text, re.M))
+        m3 = re.search(r'^gregor_gc_collection_ms_count\{generation="2"\} (\d+)', text, re.M)
+        gc_full += int(m3.group(1)) if m3 else 0
+        if proc.proc is not None:
+            try:
+                fields = Path(f"/proc/{proc.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+                cpu += (int(fields[11]) + int(fields[12])) / tick
+            except OSError:
+                pass
+    return Snapshot(time.monotonic(), lags, requests, records, cpu, gc_ms, gc_full)
 
 
 def stalls_between(before: list[dict[float, int]], after: list[dict[float, int]]) -> tuple[int, float]:
@@ -311,9 +340,10 @@ def stalls_between(before: list[dict[float, int]], after: list[dict[float, int]]
     return stalls, worst
 
 
-def run_one(bs: str, n_brokers: int, metrics_urls: list[str], mode: str, rate: int, args: argparse.Namespace,
+def run_one(bs: str, procs: list[BrokerProcess], metrics_urls: list[str], mode: str, rate: int, args: argparse.Namespace,
             topic_configs: dict[str, str], seq: int) -> Run:
     ctx = mp.get_context("spawn")
+    n_brokers = len(procs)
     topic = f"lat-{n_brokers}b-{mode}-{rate}-{seq}"
     create_topic(bs, topic, args.partitions, n_brokers, topic_configs)
     transactional = mode == "transactional"
@@ -328,7 +358,7 @@ def run_one(bs: str, n_brokers: int, metrics_urls: list[str], mode: str, rate: i
     consumer.start()
     if not ready.wait(60):
         raise RuntimeError("the consumer did not start")
-    before = loop_lag_buckets(metrics_urls)
+    before = snapshot(procs, metrics_urls)
     producer = ctx.Process(target=producer_main, args=(bs, topic, args.partitions, mode, rate, args.warmup,
                                                        args.seconds, args.value_bytes, args.commit_ms,
                                                        args.keys if args.soak else 0, ring, q), daemon=True)
@@ -349,11 +379,14 @@ def run_one(bs: str, n_brokers: int, metrics_urls: list[str], mode: str, rate: i
             expected.value = res["sent"]
     producer.join(10)
     consumer.join(10)
-    after = loop_lag_buckets(metrics_urls)
-    stalls, worst = stalls_between(before, after)
+    after = snapshot(procs, metrics_urls)
+    stalls, worst = stalls_between(before.lag, after.lag)
+    cpu = (after.cpu_s - before.cpu_s) / (after.at - before.at)
+    per_request = (after.records_in - before.records_in) / max(after.produce_requests - before.produce_requests, 1)
     prod, cons = results["producer"], results["consumer"]
     hist = LatencyHistogram.from_state(cons["commit_h" if transactional else "sent_h"])
-    run = Run(n_brokers, mode, rate, prod, cons["received"], hist, stalls, worst, os.getloadavg()[0])
+    run = Run(n_brokers, mode, rate, prod, cons["received"], hist, stalls, worst, cpu, per_request,
+              os.getloadavg()[0], f"{after.gc_ms - before.gc_ms:.0f}/{after.gc_full - before.gc_full}")
     if transactional:
         run.extra["txn-send"] = LatencyHistogram.from_state(cons["sent_h"])
     try:
@@ -370,7 +403,7 @@ def run_one(bs: str, n_brokers: int, metrics_urls: list[str], mode: str, rate: i
 # --- reporting -----------------------------------------------------------------------------------------
 
 HEADER = (f"{'brokers':>7} {'mode':<13} {'rate/s':>7} {'sent':>9} {'lost':>5} {'p50 ms':>7} {'p99 ms':>7} "
-          f"{'p99.9 ms':>8} {'max ms':>7} {'prod lag':>8} {'stalls>50':>9} {'load1':>5}")
+          f"{'p99.9 ms':>8} {'max ms':>7} {'prod lag':>8} {'stalls>50':>9} {'loop<=ms':>8} {'brk cpu':>7} {'rec/req':>7} {'gc ms/full':>10} {'load1':>5}")
 
 
 def fmt_ms(us: float) -> str:
@@ -384,7 +417,7 @@ def row(r: Run, mode: str | None = None, hist: LatencyHistogram | None = None) -
     lag = f"{behind:.0f}" + ("!" if behind > 100 else "")
     return (f"{r.brokers:>7} {mode or r.mode:<13} {r.rate:>7} {r.producer['sent']:>9} {lost:>5} "
             f"{fmt_ms(h.percentile(0.5)):>7} {fmt_ms(h.percentile(0.99)):>7} {fmt_ms(h.percentile(0.999)):>8} "
-            f"{fmt_ms(h.max_us):>7} {lag:>8} {r.stalls:>9} {r.load1:>5.2f}")
+            f"{fmt_ms(h.max_us):>7} {lag:>8} {r.stalls:>9} {r.worst_lag_ms:>8g} {r.broker_cpu:>7.2f} {r.per_request:>7.1f} {r.gc:>10} {r.load1:>5.2f}")
 
 
 def median_row(runs: list[Run]) -> str:
@@ -395,7 +428,9 @@ def median_row(runs: list[Run]) -> str:
     return (f"{r0.brokers:>7} {'median':<13} {r0.rate:>7} {'':>9} {'':>5} "
             f"{fmt_ms(med(lambda r: r.hist.percentile(0.5))):>7} {fmt_ms(med(lambda r: r.hist.percentile(0.99))):>7} "
             f"{fmt_ms(med(lambda r: r.hist.percentile(0.999))):>8} {fmt_ms(med(lambda r: r.hist.max_us)):>7} "
-            f"{'':>8} {med(lambda r: r.stalls):>9.0f} {med(lambda r: r.load1):>5.2f}")
+            f"{'':>8} {med(lambda r: r.stalls):>9.0f} {med(lambda r: r.worst_lag_ms):>8g} "
+            f"{med(lambda r: r.broker_cpu):>7.2f} "
+            f"{med(lambda r: r.per_request):>7.1f} {'':>10} {med(lambda r: r.load1):>5.2f}")
 
 
 # --- the brokers ---------------------------------------------------------------------------------------
@@ -452,8 +487,18 @@ class Brokers:
         return self.single.bootstrap if self.single is not None else self.cluster.bootstrap  # type: ignore[union-attr]
 
     def warnings(self) -> list[str]:
-        return [f"broker {i}: {line}" for i, p in enumerate(self.procs) for line in p.log_lines
-                if " WARNING gregor.loop" in line]
+        """The stall detector's warnings, each with its stack (the lines after it that start no new entry)."""
+        out: list[str] = []
+        for i, p in enumerate(self.procs):
+            inside = False
+            for line in p.log_lines:
+                if line.startswith("["):
+                    inside = " WARNING gregor.loop" in line
+                    if inside:
+                        out.append(f"broker {i}: {line}")
+                elif inside:
+                    out[-1] += "\n" + line
+        return out
 
 
 def main() -> int:
@@ -504,7 +549,7 @@ def main() -> int:
                         runs = []
                         for _ in range(args.repeat):
                             seq += 1
-                            r = run_one(brokers.bootstrap, n, urls, mode, rate, args, topic_configs, seq)
+                            r = run_one(brokers.bootstrap, brokers.procs, urls, mode, rate, args, topic_configs, seq)
                             runs.append(r)
                             print(row(r), flush=True)
                             if "txn-send" in r.extra:
