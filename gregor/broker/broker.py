@@ -43,6 +43,7 @@ from gregor.api.fetch_session import FetchSessionCache, FetchSessionSettings
 from gregor.api.handlers import HANDLERS
 from gregor.api.produce_state import ProduceSettings, ProduceState
 from gregor.broker.auto_topics import AutoTopicCreator, BrokerTopicConfigs
+from gregor.broker.collector import CollectorSchedule
 from gregor.broker.coordinators import BrokerCoordinators
 from gregor.broker.dynamic_configs import DynamicConfigApplier, ReplicationDynamicSettings
 from gregor.broker.loop_monitor import LoopMonitor, LoopMonitorSettings
@@ -256,6 +257,7 @@ class Broker:
         if self._shutting_down:
             return
         self.replica_manager.take_offline_logs()
+        self.periodic.every_log_open(opened)
         log.info("every log open: %d opened in the background, %d offline, in %.0f ms", opened,
                  len(self.log_manager.offline), (time.monotonic() - t0) * 1000)
 
@@ -345,6 +347,7 @@ async def run_broker(config: BrokerConfig, on_started: Callable[[Broker], Any] |
 
     raise_open_file_limit()  # before the logs open
     broker = Broker(config)
+    broker.periodic.collector = CollectorSchedule()  # this process's collector is the broker's to schedule
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):  # before start: a signal during start still stops cleanly
         loop.add_signal_handler(sig, broker.request_stop)

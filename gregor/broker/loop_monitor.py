@@ -24,6 +24,7 @@ import asyncio
 import collections
 import gc
 import logging
+import os
 import sys
 import threading
 import time
@@ -77,7 +78,9 @@ class LoopMonitor:
         self._loop_thread = 0
         self._timer: asyncio.TimerHandle | None = None
         self._due = 0.0  # when the next heartbeat is due (time.monotonic())
-        self._ended: collections.deque[tuple[float, float]] = collections.deque(maxlen=STALLS_KEPT)
+        self._beat_cpu = 0.0  # the loop thread's CPU time at the last heartbeat (time.thread_time())
+        # Stalls ended, for the watchdog to log: (due, lag, the loop thread's CPU seconds since the beat before).
+        self._ended: collections.deque[tuple[float, float, float]] = collections.deque(maxlen=STALLS_KEPT)
         self._captured: tuple[float, str] | None = None  # (the due time it belongs to, the stack)
         self._collections: collections.deque[Collection] = collections.deque(maxlen=GC_NOTABLE_KEPT)
         self._gc_start = 0.0
@@ -90,6 +93,7 @@ class LoopMonitor:
         self._loop = loop or asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self._due = time.monotonic() + self.interval_s
+        self._beat_cpu = time.thread_time()
         self._timer = self._loop.call_later(self.interval_s, self._beat)
         gc.callbacks.append(self._on_gc)
         self._watchdog = threading.Thread(target=self._watch, name="gregor-loop-watchdog", daemon=True)
@@ -100,9 +104,11 @@ class LoopMonitor:
         lag = now - self._due
         if self.observe_lag_ms is not None:
             self.observe_lag_ms(lag * 1000.0 if lag > 0 else 0.0)
+        cpu = time.thread_time()
         if lag >= self.warn_s:
-            self._ended.append((self._due, lag))
+            self._ended.append((self._due, lag, cpu - self._beat_cpu))
             self._wake.set()
+        self._beat_cpu = cpu
         self._due = now + self.interval_s
         assert self._loop is not None
         self._timer = self._loop.call_later(self.interval_s, self._beat)
@@ -158,21 +164,29 @@ class LoopMonitor:
         stack = traceback.format_stack(frame)[-STACK_FRAMES:]
         return "".join(stack).rstrip("\n")
 
-    def _report(self, due: float, lag_s: float, reported_stuck: float) -> None:
+    def _report(self, due: float, lag_s: float, cpu_s: float, reported_stuck: float) -> None:
+        """One stall's WARNING. Its CPU time says what kind it was: a loop thread on a CPU all along was
+        busy (the stack says with what); one that was not waited, in a blocking call (the stack shows it)
+        or for a CPU (a busy machine: then the watchdog often could not run either, and has no stack)."""
         self.stalls += 1
         captured = self._captured
         stack = captured[1] if captured is not None and captured[0] == due else None
         gcs = [c for c in list(self._collections) if c.start + c.ms / 1000.0 >= due and c.start <= due + lag_s]
-        parts = [f"event loop blocked for {lag_s * 1000:.0f} ms (gregor.loop.stall.warn.ms={self.warn_s * 1000:.0f})"]
+        wall_ms = (lag_s + self.interval_s) * 1000
+        head = (f"event loop blocked for {lag_s * 1000:.0f} ms (gregor.loop.stall.warn.ms={self.warn_s * 1000:.0f}); "
+                f"its thread ran {min(cpu_s * 1000, wall_ms):.0f} ms of the last {wall_ms:.0f} ms on a CPU "
+                f"(load average {os.getloadavg()[0]:.2f})")
         if gcs:
-            parts.append("; garbage collection during it: " + _summarize(gcs))
+            head += "; garbage collection during it: " + _summarize(gcs)
         if reported_stuck == due:
-            log.warning("%s; it has resumed", "".join(parts))
+            log.warning("%s; it has resumed", head)
         elif stack is not None:
-            log.warning("%s; the loop thread at %.0f ms:\n%s", "".join(parts), self.warn_s * 1000, stack)
+            log.warning("%s; the loop thread at %.0f ms:\n%s", head, self.warn_s * 1000, stack)
+        elif gcs:
+            log.warning("%s; no stack: the collection held the interpreter until it ended", head)
         else:
-            why = "a collection held the interpreter" if gcs else "the loop thread held the interpreter (a C call)"
-            log.warning("%s; no stack: %s until it ended", "".join(parts), why)
+            log.warning("%s; no stack: the watchdog did not run until it ended (a C call holding the interpreter, "
+                        "or no CPU for this process)", head)
 
 
 def _summarize(gcs: list[Collection]) -> str:
