@@ -43,9 +43,9 @@ from gregor.api.fetch_session import FetchSessionCache, FetchSessionSettings
 from gregor.api.handlers import HANDLERS
 from gregor.api.produce_state import ProduceSettings, ProduceState
 from gregor.broker.auto_topics import AutoTopicCreator, BrokerTopicConfigs
-from gregor.broker.collector import CollectorSchedule
 from gregor.broker.coordinators import BrokerCoordinators
 from gregor.broker.dynamic_configs import DynamicConfigApplier, ReplicationDynamicSettings
+from gregor.broker.interpreter import CollectorSchedule, tune_interpreter
 from gregor.broker.loop_monitor import LoopMonitor, LoopMonitorSettings
 from gregor.broker.metrics_endpoint import MetricsServer, MetricsSources
 from gregor.broker.periodic import PeriodicJobs, PeriodicSettings
@@ -347,7 +347,8 @@ async def run_broker(config: BrokerConfig, on_started: Callable[[Broker], Any] |
 
     raise_open_file_limit()  # before the logs open
     broker = Broker(config)
-    broker.periodic.collector = CollectorSchedule()  # this process's collector is the broker's to schedule
+    tune_interpreter()  # this process's interpreter is the broker's to tune, and its collector to schedule
+    broker.periodic.collector = CollectorSchedule()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):  # before start: a signal during start still stops cleanly
         loop.add_signal_handler(sig, broker.request_stop)

@@ -13,7 +13,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
-from gregor.broker.collector import CHECK_INTERVAL_MS, CollectorSchedule
+from gregor.broker.interpreter import CHECK_INTERVAL_MS, CollectorSchedule
 from gregor.configdef import Settings, setting
 from gregor.coordinator.group.coordinator import GroupCoordinator
 from gregor.coordinator.transaction.coordinator import TransactionCoordinator
@@ -50,7 +50,7 @@ class PeriodicJobs:
         self.group_coordinator = group_coordinator
         self.txn_coordinator = txn_coordinator
         self.listener_tls = listener_tls
-        # The garbage collector's schedule (gregor.broker.collector): set by the process that owns the
+        # The garbage collector's schedule (gregor.broker.interpreter): set by the process that owns the
         # interpreter (run_broker); None leaves the collector as it is.
         self.collector: CollectorSchedule | None = None
         self._tasks: list[asyncio.Task[None]] = []

@@ -1,4 +1,12 @@
-"""The garbage collector, scheduled for the broker's tail latency.
+"""The interpreter's process-wide settings, chosen for the broker's tail latency: the GIL's switch
+interval and the garbage collector's schedule.
+
+The event loop shares the interpreter with the broker's other threads: the log cleaner, the executor
+running flushes, checkpoints and log loading, the ZooKeeper client. A thread that wants the GIL while
+another computes waits for the switch interval (5 ms by default), and the loop thread asks for it again
+after every system call it makes, so a busy background thread adds milliseconds to every request.
+`tune_interpreter` sets the interval to SWITCH_INTERVAL_S: more switches a second between busy threads
+(each costs microseconds), much shorter waits for the loop.
 
 CPython's collector stops the whole interpreter, the event loop with it, for the length of a
 collection, and a full (generation-2) collection walks every container object of the process: some
@@ -17,17 +25,23 @@ log cleaner's thread. So:
   last collected, the next check unfreezes, collects and freezes everything again. That one is a full
   pause, at a rate that falls as the heap grows, and in exchange the frozen garbage stays within half
   of the heap.
-The collector is process-wide: a broker run as its own process (`run_broker`) owns it; brokers built
-inside another program (tests) leave it alone unless told otherwise.
+Both are process-wide: a broker run as its own process (`run_broker`) owns them; brokers built inside
+another program (tests) leave them alone unless told otherwise.
 """
 
 from __future__ import annotations
 
 import gc
 import logging
+import os
+import sys
 import time
 
 log = logging.getLogger("gregor.broker")
+
+# The GIL switch interval (seconds; CPython's default is 0.005). GREGOR_SWITCH_INTERVAL_S overrides it
+# for experiments.
+SWITCH_INTERVAL_S = float(os.environ.get("GREGOR_SWITCH_INTERVAL_S", "0.001"))
 
 CHECK_INTERVAL_MS = 30_000
 # Unfrozen old objects that make the check collect and freeze them (~5-20 ms of pause here).
@@ -35,6 +49,11 @@ REFREEZE_OBJECTS = 20_000
 # Growth of the frozen part, relative to the last collection of everything, that makes the check collect
 # everything once.
 FULL_GROWTH = 0.5
+
+
+def tune_interpreter() -> None:
+    """The settings of a process that is one broker (see the module's docstring)."""
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
 
 
 class CollectorSchedule:

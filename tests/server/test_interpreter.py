@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from gregor.broker import collector
-from gregor.broker.collector import CollectorSchedule
+from gregor.broker import interpreter as collector
+from gregor.broker.interpreter import CollectorSchedule
 from tests.broker_process import BrokerProcess
 
 
