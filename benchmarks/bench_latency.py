@@ -492,13 +492,14 @@ class Brokers:
         return self.single.bootstrap if self.single is not None else self.cluster.bootstrap  # type: ignore[union-attr]
 
     def warnings(self) -> list[str]:
-        """The stall detector's warnings, each with its stack (the lines after it that start no new entry)."""
+        """The stall detector's warnings, each with its stack (the lines after it that start no new entry), and
+        the collector schedule's freezes."""
         out: list[str] = []
         for i, p in enumerate(self.procs):
             inside = False
             for line in p.log_lines:
                 if line.startswith("["):
-                    inside = " WARNING gregor.loop" in line
+                    inside = " WARNING gregor.loop" in line or "froze" in line
                     if inside:
                         out.append(f"broker {i}: {line}")
                 elif inside:
