@@ -133,7 +133,7 @@ def collect(src: MetricsSources) -> bytes:
                 "Time of each log flush (fsync) in ms (LogFlushRateAndTimeMs).", [({}, m.log_flush)])
 
     e.histogram("gregor_eventloop_lag_ms",
-                "How late the event loop ran a heartbeat due every 20 ms, ms: the time it was held by other work.",
+                "How late the event loop ran a heartbeat due every 50 ms, ms: the time it was held by other work.",
                 [({}, m.loop_lag)])
     e.histogram("gregor_gc_collection_ms", "Time of each garbage collection, ms, per generation (the whole "
                 "interpreter waits for one).",
