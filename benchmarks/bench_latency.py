@@ -282,7 +282,7 @@ class Run:
     broker_cpu: float  # CPU seconds per second of the brokers together (1.0: one core)
     per_request: float  # records per Produce request
     load1: float
-    gc: str  # time in collections during the run, and how many were full ones
+    gc: str  # ms in collections of generation 0/1/2 during the run, and (how many full ones)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -296,12 +296,12 @@ class Snapshot:
     produce_requests: int
     records_in: int
     cpu_s: float
-    gc_ms: float  # time in garbage collections (all generations, all brokers)
+    gc_ms: list[float]  # time in garbage collections per generation (all brokers)
     gc_full: int  # generation-2 collections
 
 
 def snapshot(procs: list[BrokerProcess], urls: list[str]) -> Snapshot:
-    lags, requests, records, cpu, gc_ms, gc_full = [], 0, 0, 0.0, 0.0, 0
+    lags, requests, records, cpu, gc_ms, gc_full = [], 0, 0, 0.0, [0.0, 0.0, 0.0], 0
     tick = os.sysconf("SC_CLK_TCK")
     for proc, url in zip(procs, urls, strict=True):
         buckets: dict[float, int] = {}
@@ -316,7 +316,8 @@ def snapshot(procs: list[BrokerProcess], urls: list[str]) -> Snapshot:
         requests += int(m2.group(1)) if m2 else 0
         records += sum(int(x) for x in re.findall(
             r'^kafka_server_brokertopicmetrics_messagesin_total\{topic="lat-[^"]*"\} (\d+)', text, re.M))
-        gc_ms += sum(float(x) for x in re.findall(r'^gregor_gc_collection_ms_sum\{[^}]*\} (\S+)', text, re.M))
+        for g, x in re.findall(r'^gregor_gc_collection_ms_sum\{generation="(\d)"\} (\S+)', text, re.M):
+            gc_ms[int(g)] += float(x)
         m3 = re.search(r'^gregor_gc_collection_ms_count\{generation="2"\} (\d+)', text, re.M)
         gc_full += int(m3.group(1)) if m3 else 0
         if proc.proc is not None:
@@ -391,7 +392,8 @@ def run_one(bs: str, procs: list[BrokerProcess], metrics_urls: list[str], mode: 
     prod, cons = results["producer"], results["consumer"]
     hist = LatencyHistogram.from_state(cons["commit_h" if transactional else "sent_h"])
     run = Run(n_brokers, mode, rate, prod, cons["received"], hist, stalls, worst, cpu, per_request,
-              os.getloadavg()[0], f"{after.gc_ms - before.gc_ms:.0f}/{after.gc_full - before.gc_full}")
+              os.getloadavg()[0], "/".join(f"{a - b:.0f}" for a, b in zip(after.gc_ms, before.gc_ms, strict=True))
+              + f" ({after.gc_full - before.gc_full})")
     if transactional:
         run.extra["txn-send"] = LatencyHistogram.from_state(cons["sent_h"])
     try:
@@ -408,7 +410,7 @@ def run_one(bs: str, procs: list[BrokerProcess], metrics_urls: list[str], mode: 
 # --- reporting -----------------------------------------------------------------------------------------
 
 HEADER = (f"{'brokers':>7} {'mode':<13} {'rate/s':>7} {'sent':>9} {'lost':>5} {'p50 ms':>7} {'p99 ms':>7} "
-          f"{'p99.9 ms':>8} {'max ms':>7} {'prod lag':>8} {'stalls>50':>9} {'loop<=ms':>8} {'brk cpu':>7} {'rec/req':>7} {'gc ms/full':>10} {'load1':>5}")
+          f"{'p99.9 ms':>8} {'max ms':>7} {'prod lag':>8} {'stalls>50':>9} {'loop<=ms':>8} {'brk cpu':>7} {'rec/req':>7} {'gc ms 0/1/2 (full)':>18} {'load1':>5}")
 
 
 def fmt_ms(us: float) -> str:
@@ -422,7 +424,7 @@ def row(r: Run, mode: str | None = None, hist: LatencyHistogram | None = None) -
     lag = f"{behind:.0f}" + ("!" if behind > 100 else "")
     return (f"{r.brokers:>7} {mode or r.mode:<13} {r.rate:>7} {r.producer['sent']:>9} {lost:>5} "
             f"{fmt_ms(h.percentile(0.5)):>7} {fmt_ms(h.percentile(0.99)):>7} {fmt_ms(h.percentile(0.999)):>8} "
-            f"{fmt_ms(h.max_us):>7} {lag:>8} {r.stalls:>9} {r.worst_lag_ms:>8g} {r.broker_cpu:>7.2f} {r.per_request:>7.1f} {r.gc:>10} {r.load1:>5.2f}")
+            f"{fmt_ms(h.max_us):>7} {lag:>8} {r.stalls:>9} {r.worst_lag_ms:>8g} {r.broker_cpu:>7.2f} {r.per_request:>7.1f} {r.gc:>18} {r.load1:>5.2f}")
 
 
 def median_row(runs: list[Run]) -> str:
@@ -435,7 +437,7 @@ def median_row(runs: list[Run]) -> str:
             f"{fmt_ms(med(lambda r: r.hist.percentile(0.999))):>8} {fmt_ms(med(lambda r: r.hist.max_us)):>7} "
             f"{'':>8} {med(lambda r: r.stalls):>9.0f} {med(lambda r: r.worst_lag_ms):>8g} "
             f"{med(lambda r: r.broker_cpu):>7.2f} "
-            f"{med(lambda r: r.per_request):>7.1f} {'':>10} {med(lambda r: r.load1):>5.2f}")
+            f"{med(lambda r: r.per_request):>7.1f} {'':>18} {med(lambda r: r.load1):>5.2f}")
 
 
 # --- the brokers ---------------------------------------------------------------------------------------
