@@ -18,7 +18,9 @@ Metadata is read from `metadata_cache`, on the loop; the store is written only t
 Everything the broker owns it creates here and shuts down in `shutdown()`, and hands to its users: the
 request handlers get a `BrokerServices` (gregor.api.context), never the Broker. Its other jobs are in
 rooms of their own: the coordinators (broker/coordinators.py), the dynamic configs (dynamic_configs.py),
-the periodic jobs (periodic.py), auto topic creation (auto_topics.py) and the metrics endpoint.
+the periodic jobs (periodic.py), auto topic creation (auto_topics.py), the metrics endpoint, the event
+loop's stall detector (loop_monitor.py) and, for a broker that is its own process, the interpreter's
+settings (interpreter.py: the GIL switch interval and the garbage collector's schedule).
 """
 
 from __future__ import annotations
