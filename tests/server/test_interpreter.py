@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import re
+import sys
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 
 from gregor.broker import interpreter as collector
-from gregor.broker.interpreter import CollectorSchedule
+from gregor.broker.interpreter import SWITCH_INTERVAL_S, CollectorSchedule, tune_interpreter
 from tests.broker_process import BrokerProcess
 
 
@@ -110,3 +111,12 @@ def test_a_broker_process_freezes_its_state_once_loaded(tmp_path: Path) -> None:
         assert int(m.group(1)) > 10_000  # the modules and the broker's state
     finally:
         b.stop()
+
+
+def test_tune_interpreter_shortens_the_switch_interval() -> None:
+    old = sys.getswitchinterval()
+    try:
+        tune_interpreter()
+        assert sys.getswitchinterval() == pytest.approx(SWITCH_INTERVAL_S) and SWITCH_INTERVAL_S < 0.005
+    finally:
+        sys.setswitchinterval(old)
