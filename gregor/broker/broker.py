@@ -18,7 +18,9 @@ Metadata is read from `metadata_cache`, on the loop; the store is written only t
 Everything the broker owns it creates here and shuts down in `shutdown()`, and hands to its users: the
 request handlers get a `BrokerServices` (gregor.api.context), never the Broker. Its other jobs are in
 rooms of their own: the coordinators (broker/coordinators.py), the dynamic configs (dynamic_configs.py),
-the periodic jobs (periodic.py), auto topic creation (auto_topics.py) and the metrics endpoint.
+the periodic jobs (periodic.py), auto topic creation (auto_topics.py), the metrics endpoint, the event
+loop's stall detector (loop_monitor.py) and, for a broker that is its own process, the interpreter's
+settings (interpreter.py: the GIL switch interval and the garbage collector's schedule).
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ from gregor.api.produce_state import ProduceSettings, ProduceState
 from gregor.broker.auto_topics import AutoTopicCreator, BrokerTopicConfigs
 from gregor.broker.coordinators import BrokerCoordinators
 from gregor.broker.dynamic_configs import DynamicConfigApplier, ReplicationDynamicSettings
+from gregor.broker.interpreter import CollectorSchedule, tune_interpreter
+from gregor.broker.loop_monitor import LoopMonitor, LoopMonitorSettings
 from gregor.broker.metrics_endpoint import MetricsServer, MetricsSources
 from gregor.broker.periodic import PeriodicJobs, PeriodicSettings
 from gregor.broker.schema_registry import BrokerSchemaRegistry
@@ -149,6 +153,9 @@ class Broker:
         self.replica_manager.isr.metrics = self.metrics
         if self.metrics is not None:
             self.log_manager.on_flush = self.metrics.log_flush.observe
+        self.loop_monitor = LoopMonitor(LoopMonitorSettings.from_config(config),
+                                        self.metrics.loop_lag.observe if self.metrics is not None else None,
+                                        self.metrics.record_gc if self.metrics is not None else None)
         # A TLS context per TLS listener, built now so a bad key store is a startup error naming it.
         self.listener_tls: dict[str, ServerTls] = {
             spec.name: ServerTls(TlsSettings.from_config(config, spec.name), f"listener {spec.name}")
@@ -225,6 +232,7 @@ class Broker:
                 self.coordinators.group_coordinator, tuple(spec.name for spec in self.config.listener_specs),
                 lambda: self.socket_server.connections))
             await self.metrics_server.start(self.settings.metrics_host, self.settings.metrics_port)
+        self.loop_monitor.start()  # last: a start that fails leaves no watchdog behind
         log.info(
             "Gregor broker %d started: listening on %s (cluster id %s)",
             self.config.broker_id,
@@ -260,6 +268,7 @@ class Broker:
         if self._shutting_down:
             return
         self.replica_manager.take_offline_logs()
+        self.periodic.every_log_open(opened)
         log.info("every log open: %d opened in the background, %d offline, in %.0f ms", opened,
                  len(self.log_manager.offline), (time.monotonic() - t0) * 1000)
 
@@ -295,6 +304,7 @@ class Broker:
             await asyncio.gather(self._load_task, return_exceptions=True)
         await self.controller.stop()
         await asyncio.get_running_loop().run_in_executor(None, self._close_metadata)
+        self.loop_monitor.stop()
         log.info("shut down cleanly")
 
     def _close_metadata(self) -> None:
@@ -349,6 +359,8 @@ async def run_broker(config: BrokerConfig, on_started: Callable[[Broker], Any] |
 
     raise_open_file_limit()  # before the logs open
     broker = Broker(config)
+    tune_interpreter()  # this process's interpreter is the broker's to tune, and its collector to schedule
+    broker.periodic.collector = CollectorSchedule()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):  # before start: a signal during start still stops cleanly
         loop.add_signal_handler(sig, broker.request_stop)

@@ -132,6 +132,13 @@ def collect(src: MetricsSources) -> bytes:
     e.histogram("kafka_log_logflushstats_logflushrateandtimems",
                 "Time of each log flush (fsync) in ms (LogFlushRateAndTimeMs).", [({}, m.log_flush)])
 
+    e.histogram("gregor_eventloop_lag_ms",
+                "How late the event loop ran a heartbeat due every 50 ms, ms: the time it was held by other work.",
+                [({}, m.loop_lag)])
+    e.histogram("gregor_gc_collection_ms", "Time of each garbage collection, ms, per generation (the whole "
+                "interpreter waits for one).",
+                (({"generation": g}, h) for g, h in enumerate(m.gc_collections)))
+
     kinds: dict[str, int] = {"Produce": 0, "Fetch": 0}
     for op in _parked_operations(rm.purgatory):
         kind = type(op).__name__.removeprefix("Delayed")

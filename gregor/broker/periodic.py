@@ -1,4 +1,4 @@
-"""The broker's periodic jobs: retention, flushes, checkpoints, expirations and TLS store reloads.
+"""The broker's periodic jobs: retention, flushes, checkpoints, expirations, TLS store reloads and the collector.
 
 They start once every log is loaded and stop at shutdown; a job that fails is logged and runs again at
 its next interval. Each runs on the event loop, or hands its blocking part (fsync, checkpoint files) to
@@ -13,6 +13,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
+from gregor.broker.interpreter import CHECK_INTERVAL_MS, CollectorSchedule
 from gregor.configdef import Settings, setting
 from gregor.coordinator.group.coordinator import GroupCoordinator
 from gregor.coordinator.transaction.coordinator import TransactionCoordinator
@@ -49,6 +50,9 @@ class PeriodicJobs:
         self.group_coordinator = group_coordinator
         self.txn_coordinator = txn_coordinator
         self.listener_tls = listener_tls
+        # The garbage collector's schedule (gregor.broker.interpreter): set by the process that owns the
+        # interpreter (run_broker); None leaves the collector as it is.
+        self.collector: CollectorSchedule | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
@@ -65,6 +69,14 @@ class PeriodicJobs:
         self._every(s.producer_expiration_check_ms, self._expire_producers)
         if self.listener_tls and s.tls_reload_check_ms > 0:
             self._every(s.tls_reload_check_ms, self._reload_tls)
+        if self.collector is not None:
+            self.collector.freeze_loaded("all logs loaded")
+            self._every(CHECK_INTERVAL_MS, self._check_collector)
+
+    def every_log_open(self, opened: int) -> None:
+        """The logs a clean shutdown left closed are open now: their state joins what is frozen."""
+        if self.collector is not None and opened:
+            self.collector.freeze_loaded("every log open")
 
     async def stop(self) -> None:
         for t in self._tasks:
@@ -82,13 +94,21 @@ class PeriodicJobs:
 
         self._tasks.append(asyncio.ensure_future(loop()))
 
+    async def _check_collector(self) -> None:
+        assert self.collector is not None
+        self.collector.check()
+
     async def _reload_tls(self) -> None:
         for tls in self.listener_tls.values():
             tls.reload_if_changed()
 
     async def _retention(self) -> None:
-        # On the loop thread: segment deletion changes what reads see, and it is quick.
-        self.log_manager.cleanup_logs(_now_ms())
+        # On the loop thread: segment deletion (closing and renaming) changes what reads see, and it is quick.
+        # Unlinking the files of segments deleted file.delete.delay.ms ago is not (~0.3 s for a 1 GiB
+        # segment here): an executor thread does that, taking them from each log under its lock.
+        now = _now_ms()
+        self.log_manager.cleanup_logs(now, unlink_expired=False)
+        await asyncio.get_running_loop().run_in_executor(None, self.log_manager.delete_expired_files, now)
 
     async def _flush(self) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self.log_manager.flush_dirty_logs, _now_ms())

@@ -315,6 +315,9 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
     _p("confluent.schema.registry.max.inflight.lookups", "int", 64, lo=1,
        doc="Lookups of schema ids in the registry under way at once; more wait (within "
            "confluent.schema.registry.request.timeout.ms)"),
+    _p("gregor.loop.stall.warn.ms", "int", 100, lo=1,
+       doc="A WARNING names the stack of the event loop's thread whenever the loop is held this long without "
+           "running its heartbeat (every 50 ms); shorter delays are only counted (gregor_eventloop_lag_ms)"),
     _p("gregor.test.fault.drop.produce.response.after.append", "int", 0, lo=0,
        doc="TEST ONLY, never set in production: N > 0 makes every Nth Produce close its connection after the "
            "append and before the response (so clients retry batches already in the log); 0 (default) is off"),

@@ -33,6 +33,12 @@ TIME_BUCKETS_MS: tuple[float, ...] = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100
                                       10000, 30000)
 # Upper bounds (ms) of the log flush (fsync) time histogram.
 FLUSH_BUCKETS_MS: tuple[float, ...] = (0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 5000)
+# Upper bounds (ms) of the event loop's lag (gregor.broker.loop_monitor): a heartbeat normally runs within
+# a millisecond of its time; the latency targets care about 5, 20 and 50 ms; stalls warn from 100 ms.
+LOOP_LAG_BUCKETS_MS: tuple[float, ...] = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
+# Upper bounds (ms) of the garbage collector's pauses: young collections take tens of microseconds, a full
+# one of a large heap hundreds of milliseconds.
+GC_BUCKETS_MS: tuple[float, ...] = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000)
 
 # Kafka's RequestMetrics times: the four parts (summaries: sum and count), then the total (a histogram).
 TIME_METRICS = ("requestqueuetimems", "localtimems", "remotetimems", "responsesendtimems", "totaltimems")
@@ -101,6 +107,11 @@ class BrokerMetrics:
         self.isr_expands = 0
         self.failed_authentication: dict[str, int] = {}  # listener -> SASL and TLS handshake failures
         self.log_flush = Histogram(FLUSH_BUCKETS_MS)
+        self.loop_lag = Histogram(LOOP_LAG_BUCKETS_MS)
+        self.gc_collections = [Histogram(GC_BUCKETS_MS) for _ in range(3)]  # per generation
+
+    def record_gc(self, generation: int, ms: float) -> None:
+        self.gc_collections[generation].observe(ms)
 
     # --- hot path --------------------------------------------------------------------------------
     def record_append(self, topic: str, size_bytes: int, messages: int) -> None:

@@ -254,13 +254,18 @@ class LocalLog:
         self.pending_deletes.append((now + self.config.file_delete_delay_ms, seg))
 
     def delete_expired_files(self, now: int, force: bool = False) -> None:
-        keep = []
+        for seg in self.take_expired(now, force):
+            seg.delete_files()
+
+    def take_expired(self, now: int, force: bool = False) -> list[LogSegment]:
+        """The deleted segments whose file.delete.delay.ms has passed, no longer pending: the caller unlinks
+        their files (`delete_files`), outside the lock if it likes (they are closed and renamed, no reader
+        reaches them; unlinking a large file takes a while: ~0.3 s for 1 GiB here)."""
+        due_now, keep = [], []
         for due, seg in self.pending_deletes:
-            if force or due <= now:
-                seg.delete_files()
-            else:
-                keep.append((due, seg))
+            (due_now if force or due <= now else keep).append((due, seg))
         self.pending_deletes = keep
+        return [seg for _, seg in due_now]
 
     # --- log cleaner support -------------------------------------------------------------------
 

@@ -384,9 +384,15 @@ class LogManager:
 
     # --- periodic work (from a timer, off the event loop) -------------------------------------------
 
-    def cleanup_logs(self, now_ms: int) -> int:
-        """Retention for every log (log.retention.check.interval.ms). Returns segments deleted."""
-        return log_tasks.cleanup_logs(self.all_logs(), now_ms, self.maybe_fail_dir)
+    def cleanup_logs(self, now_ms: int, unlink_expired: bool = True) -> int:
+        """Retention for every log (log.retention.check.interval.ms). Returns segments deleted. With
+        `unlink_expired` false, expired segment files are left to `delete_expired_files`."""
+        return log_tasks.cleanup_logs(self.all_logs(), now_ms, self.maybe_fail_dir, unlink_expired)
+
+    def delete_expired_files(self, now_ms: int) -> int:
+        """Unlink the files of segments deleted file.delete.delay.ms ago (off the event loop: an unlink of a
+        large file takes long). Returns how many segments' files went."""
+        return log_tasks.delete_expired_files(self.all_logs(), now_ms, self.maybe_fail_dir)
 
     def flush_dirty_logs(self, now_ms: int) -> int:
         """Flush the logs that flush.messages / flush.ms / a recent roll call for. Returns how many."""

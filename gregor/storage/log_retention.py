@@ -11,6 +11,7 @@ from gregor.storage import retention
 from gregor.storage.errors import OffsetOutOfRangeError
 from gregor.storage.log_state import LogState
 from gregor.storage.log_state import now_ms as _now
+from gregor.storage.segment import LogSegment
 
 
 class LogRetention(LogState):
@@ -34,12 +35,13 @@ class LogRetention(LogState):
             self._delete_segments(retention.below_log_start(self._log_start_offset), now, "log start offset")
             return self._log_start_offset
 
-    def delete_old_segments(self, now_ms: int) -> int:
+    def delete_old_segments(self, now_ms: int, unlink_expired: bool = True) -> int:
         """Retention: delete segments wholly below the log start offset and, if cleanup.policy has
         "delete", those past retention.bytes (oldest first) or retention.ms (by their largest
         timestamp). Only segments entirely below the HW go. When every segment, the active one
-        included, is due, a new empty active segment is rolled first (Kafka's behaviour).
-        Returns the number of segments deleted."""
+        included, is due, a new empty active segment is rolled first (Kafka's behaviour). The files of
+        segments deleted file.delete.delay.ms ago are unlinked too, unless `unlink_expired` is false (the
+        caller then unlinks them off its thread: take_expired_segments). Returns the number of segments deleted."""
         with self._lock:
             local = self._local
             if local.closed:
@@ -54,8 +56,15 @@ class LogRetention(LogState):
                 if config.retention_ms >= 0:
                     deleted += self._delete_segments(retention.older_than(config.retention_ms, now_ms), now_ms,
                                                      "retention.ms")
-            local.delete_expired_files(now_ms)
+            if unlink_expired:
+                local.delete_expired_files(now_ms)
             return deleted
+
+    def take_expired_segments(self, now_ms: int) -> list[LogSegment]:
+        """The deleted segments whose files are due to be unlinked (LocalLog.take_expired): the caller unlinks
+        them, without this log's lock."""
+        with self._lock:
+            return self._local.take_expired(now_ms)
 
     def _delete_segments(self, predicate: retention.Predicate, now: int, reason: str) -> int:
         local = self._local

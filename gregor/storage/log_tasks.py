@@ -20,16 +20,33 @@ logger = logging.getLogger("gregor.storage.log_manager")
 FailDir = Callable[[Log, BaseException], bool]
 
 
-def cleanup_logs(logs: list[Log], now_ms: int, maybe_fail_dir: FailDir) -> int:
-    """Retention for every log (log.retention.check.interval.ms). Returns segments deleted."""
+def cleanup_logs(logs: list[Log], now_ms: int, maybe_fail_dir: FailDir, unlink_expired: bool = True) -> int:
+    """Retention for every log (log.retention.check.interval.ms). Returns segments deleted. With
+    `unlink_expired` false the files of segments deleted file.delete.delay.ms ago stay for
+    `delete_expired_files` (the broker runs that off its event loop)."""
     deleted = 0
     for log in logs:
         try:
-            deleted += log.delete_old_segments(now_ms)
+            deleted += log.delete_old_segments(now_ms, unlink_expired)
         except StorageError as e:
             logger.error("retention of %s failed: %s", log.dir, e)
             maybe_fail_dir(log, e)
     return deleted
+
+
+def delete_expired_files(logs: list[Log], now_ms: int, maybe_fail_dir: FailDir) -> int:
+    """Unlink the files of segments deleted file.delete.delay.ms ago, each log's lock held only to take
+    them from the log. Returns the segments whose files went."""
+    unlinked = 0
+    for log in logs:
+        for seg in log.take_expired_segments(now_ms):
+            try:
+                seg.delete_files()
+                unlinked += 1
+            except OSError as e:
+                logger.error("removing the files of a deleted segment of %s failed: %s", log.dir, e)
+                maybe_fail_dir(log, e)
+    return unlinked
 
 
 def flush_dirty_logs(logs: list[Log], now_ms: int, on_flush: Callable[[float], None] | None,

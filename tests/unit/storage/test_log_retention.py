@@ -44,6 +44,36 @@ def test_retention_by_time(tmp_path) -> None:
         log.read(12, 100)
 
 
+def test_expired_files_can_be_unlinked_without_the_logs_lock(tmp_path) -> None:
+    """The broker's retention deletes segments on its event loop but leaves the unlinks (slow for large
+    files) to a thread, which takes the due segments under the log's lock and unlinks them without it."""
+    import threading
+
+    log = filled(tmp_path, retention_ms=2500, file_delete_delay_ms=1000)
+    assert log.delete_old_segments(now_ms=5000, unlink_expired=False) == 2
+    assert log.take_expired_segments(5500) == []  # not due yet
+    assert log.delete_old_segments(now_ms=6000, unlink_expired=False) == 1
+    assert "00000000000000000000.log.deleted" in os.listdir(log.dir)  # due, but left for the caller
+    due = log.take_expired_segments(6000)
+    assert sorted(s.base_offset for s in due) == [0, 4]
+    assert log.take_expired_segments(6000) == []  # taken once
+    unlinked = threading.Event()
+
+    def unlink_elsewhere() -> None:
+        for seg in due:
+            seg.delete_files()
+        unlinked.set()
+
+    with log._lock:  # the log stays locked by its owner: the unlinks do not need it
+        threading.Thread(target=unlink_elsewhere).start()
+        assert unlinked.wait(10)
+    names = os.listdir(log.dir)
+    assert not [n for n in names if n.startswith(("00000000000000000000.", "00000000000000000004."))], names
+    assert "00000000000000000008.log.deleted" in names
+    log.close()
+    assert not [n for n in os.listdir(log.dir) if n.endswith(".deleted")]
+
+
 def test_retention_never_passes_the_high_watermark(tmp_path) -> None:
     log = filled(tmp_path, retention_ms=1)
     log.update_high_watermark(7)  # inside the second segment
