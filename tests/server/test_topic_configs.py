@@ -37,7 +37,10 @@ EITHER_TIMESTAMP = "INVALID_TIMESTAMP or none"
 
 def _refusal(key: str, value: str) -> str | None:
     """The error with which a partition refuses our ~60-byte batches though it is served, as Kafka's
-    would: batches above max.message.bytes, or larger than a whole segment."""
+    would: batches above max.message.bytes, or larger than a whole segment, and records that are not in
+    the schema registry's wire format (a magic byte and a schema id) where the topic checks schemas."""
+    if key in ("confluent.key.schema.validation", "confluent.value.schema.validation") and value == "true":
+        return "INVALID_RECORD"
     if key == "message.timestamp.before.max.ms" and int(value) < 60_000:
         return EITHER_TIMESTAMP
     if key == "max.message.bytes" and int(value) < 100:
