@@ -16,8 +16,9 @@
    - ceiling: a Python data source that yields prebuilt RecordBatches of the same schema and size and
      reads nothing at all: what Spark's Python data source path itself costs;
    - parquet: spark.read.parquet of the copy.
-Each line gives rows/s of wall time and the CPU the broker, Spark (driver, JVM, Python workers) and the
-rest of the machine (other processes) used meanwhile, in cores; the summary takes each reader's best
+Each line gives rows/s of wall time and the CPU (in cores) used meanwhile by the broker, by Spark's JVM,
+by Spark's Python processes (this driver and the workers that run the source's read()) and by the rest
+of the machine (other processes: on a shared machine, what the run had to share the CPUs with); the summary takes each reader's best
 run, and the load average is printed at the start and at the end.
 """
 
@@ -74,6 +75,14 @@ def _tree(root: int, skip: int) -> list[int]:
     return out
 
 
+def _is_jvm(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/comm") as fh:
+            return fh.read().strip() == "java"
+    except OSError:
+        return False
+
+
 def _machine_busy() -> float:
     with open("/proc/stat") as fh:
         cpu = [int(x) for x in fh.readline().split()[1:]]
@@ -82,30 +91,40 @@ def _machine_busy() -> float:
 
 @dataclass
 class Sample:
-    """One timed query: wall seconds and the CPU seconds of the broker, of Spark and of everything else."""
+    """One timed query: wall seconds and the CPU seconds of the broker, of Spark's JVM, of its Python
+    workers (and this driver process), and of everything else on the machine."""
 
     wall: float
     broker: float
-    spark: float
+    jvm: float
+    python: float
     others: float
 
     def cores(self) -> str:
-        return (f"broker {self.broker / self.wall:.2f}, spark {self.spark / self.wall:.2f}, "
-                f"others {self.others / self.wall:.2f} cores")
+        return (f"CPU in cores: broker {self.broker / self.wall:.2f}, JVM {self.jvm / self.wall:.2f}, "
+                f"Python {self.python / self.wall:.2f}, others {self.others / self.wall:.2f}")
+
+
+def _cpu_split(broker_pid: int | None) -> tuple[float, float, float]:
+    """CPU seconds so far of (broker, Spark's JVM, the Python processes of Spark: driver and workers)."""
+    jvm = python = 0.0
+    for pid in _tree(os.getpid(), broker_pid or -1):
+        if _is_jvm(pid):
+            jvm += _proc_cpu(pid)
+        else:
+            python += _proc_cpu(pid)
+    return (_proc_cpu(broker_pid) if broker_pid else 0.0), jvm, python
 
 
 def measure(fn: Callable[[], Any], broker_pid: int | None) -> tuple[Sample, Any]:
-    def spark_cpu() -> float:
-        return sum(_proc_cpu(p) for p in _tree(os.getpid(), broker_pid or -1))
-
-    b0 = _proc_cpu(broker_pid) if broker_pid else 0.0
-    s0, m0, t0 = spark_cpu(), _machine_busy(), time.perf_counter()
+    b0, j0, p0 = _cpu_split(broker_pid)
+    m0, t0 = _machine_busy(), time.perf_counter()
     result = fn()
     wall = time.perf_counter() - t0
-    b1 = _proc_cpu(broker_pid) if broker_pid else 0.0
-    s1, m1 = spark_cpu(), _machine_busy()
-    broker, spark = b1 - b0, s1 - s0
-    return Sample(wall, broker, spark, max(0.0, (m1 - m0) - broker - spark)), result
+    b1, j1, p1 = _cpu_split(broker_pid)
+    m1 = _machine_busy()
+    broker, jvm, python = b1 - b0, j1 - j0, p1 - p0
+    return Sample(wall, broker, jvm, python, max(0.0, (m1 - m0) - broker - jvm - python)), result
 
 
 def load_average() -> str:
@@ -233,6 +252,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3, help="rounds: each reader runs once per round")
     ap.add_argument("--min-partitions", type=int, action="append", default=None,
                     help="also read with minPartitions=N (repeatable; default: 2 and 4 tasks per Kafka partition)")
+    ap.add_argument("--variant", action="append", default=[], metavar="LABEL:OPTION=VALUE,...",
+                    help="also read with these source options, e.g. 'batch 16k:kafka.arrow.batch.max.records=16384'")
     ap.add_argument("--no-baseline", action="store_true", help="leave out the librdkafka read path")
     ap.add_argument("--no-ceiling", action="store_true", help="leave out the no-I/O ceiling")
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting")
@@ -311,6 +332,10 @@ def bench(args: argparse.Namespace, bootstrap: str, workdir: Path, broker_pid: i
     readers = [Reader("gregor", source)]
     readers += [Reader(f"gregor minPartitions={m}", lambda m=m: source(minPartitions=str(m)))  # type: ignore[misc]
                 for m in args.min_partitions]
+    for v in args.variant:
+        label, _, spec = v.partition(":")
+        opts = dict(kv.split("=", 1) for kv in spec.split(",") if kv)
+        readers.append(Reader(f"gregor {label}", lambda opts=opts: source(**opts)))  # type: ignore[misc]
     if not args.no_baseline:
         readers.append(Reader("librdkafka (before)", lambda: source("gregor-librdkafka")))
     if not args.no_ceiling:
@@ -335,15 +360,22 @@ def bench(args: argparse.Namespace, bootstrap: str, workdir: Path, broker_pid: i
     spark.stop()
 
     pq = readers[-1]
-    best_pq = {"count": n / min(s.wall for s in pq.count), "group": n / min(s.wall for s in pq.group)}
     print(f"\nload average at the end: {load_average()}")
-    print("\n| reader | count() rows/s (best / median) | / Parquet | groupBy rows/s (best / median) | / Parquet |")
-    print("| --- | --- | --- | --- | --- |")
+    print("\nrows/s: best run / median run; CPU: broker + JVM + Python per row, in microseconds (median run), what the "
+          "rows cost whatever else ran on the machine")
+    print("\n| reader | count() rows/s | / Parquet | CPU us/row | groupBy rows/s | / Parquet | CPU us/row |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+
+    def best(samples: list[Sample]) -> float:
+        return n / min(x.wall for x in samples)
+
+    def cells(samples: list[Sample], parquet: list[Sample]) -> str:
+        median = n / statistics.median(x.wall for x in samples)
+        cpu = statistics.median((x.broker + x.jvm + x.python) / n * 1e6 for x in samples)
+        return f"{best(samples):,.0f} / {median:,.0f} | {best(samples) / best(parquet):.2f} | {cpu:.2f}"
+
     for r in readers:
-        c_best, g_best = n / min(s.wall for s in r.count), n / min(s.wall for s in r.group)
-        c_med, g_med = n / statistics.median(s.wall for s in r.count), n / statistics.median(s.wall for s in r.group)
-        print(f"| {r.label} | {c_best:,.0f} / {c_med:,.0f} | {c_best / best_pq['count']:.2f} | "
-              f"{g_best:,.0f} / {g_med:,.0f} | {g_best / best_pq['group']:.2f} |")
+        print(f"| {r.label} | {cells(r.count, pq.count)} | {cells(r.group, pq.group)} |")
     return 0
 
 
