@@ -251,7 +251,7 @@ def main() -> int:
     ap.add_argument("--bootstrap-server", default=None)
     ap.add_argument("--runs", type=int, default=3, help="rounds: each reader runs once per round")
     ap.add_argument("--min-partitions", type=int, action="append", default=None,
-                    help="also read with minPartitions=N (repeatable; default: 2 and 4 tasks per Kafka partition)")
+                    help="also read with minPartitions=N (repeatable; default: 2 and 4 tasks per Kafka partition; 0: none)")
     ap.add_argument("--variant", action="append", default=[], metavar="LABEL:OPTION=VALUE,...",
                     help="also read with these source options, e.g. 'batch 16k:kafka.arrow.batch.max.records=16384'")
     ap.add_argument("--no-baseline", action="store_true", help="leave out the librdkafka read path")
@@ -331,7 +331,7 @@ def bench(args: argparse.Namespace, bootstrap: str, workdir: Path, broker_pid: i
 
     readers = [Reader("gregor", source)]
     readers += [Reader(f"gregor minPartitions={m}", lambda m=m: source(minPartitions=str(m)))  # type: ignore[misc]
-                for m in args.min_partitions]
+                for m in args.min_partitions if m > 0]
     for v in args.variant:
         label, _, spec = v.partition(":")
         opts = dict(kv.split("=", 1) for kv in spec.split(",") if kv)

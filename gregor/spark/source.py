@@ -27,7 +27,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from gregor.spark.errors import GregorOptionError, log
-from gregor.spark.fetch import read_range
+from gregor.spark.fetch import freeze_worker_heap, read_range
 from gregor.spark.metadata import KafkaMetadata
 from gregor.spark.options import (
     SourceOptions,
@@ -171,6 +171,7 @@ class _Planner:
             return iter(())
         if self._arrow is None:
             self._arrow = arrow_schema(self.schema)
+        freeze_worker_heap()
         return read_range(self.read_settings, partition.range, self._arrow, fail_on_data_loss=self.opts.fail_on_data_loss)
 
 
