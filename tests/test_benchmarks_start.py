@@ -65,7 +65,7 @@ SMOKES = [
     # Spark: a JVM and Python workers start, ~20 s on an idle machine.
     Smoke("bench_transactions.py", ("--smoke",), (r"^  idempotent \(no transactions\): +[\d,]+ rec/s",
                                                  r"spark sink, 1,000 rows: at least once [\d,]+ rows/s"), 300.0),
-    Smoke("bench_spark.py", ("--smoke",), (r"^\| df.count\(\) \| [\d,]+ / [\d,]+ \|", r"^\| sink: df.write.format"), 300.0),
+    Smoke("bench_spark.py", ("--smoke",), (r"^\| gregor \| [\d,]+ / [\d,]+ \|", r"^\| parquet \| [\d,]+ / [\d,]+ \|", r"^sink: [\d,]+ rows/s"), 300.0),
 ]
 
 

@@ -140,6 +140,18 @@ class Cluster:
         return {p.partition_index: PartitionLeader(p.partition_index, p.leader_id, p.leader_epoch,
                                                    tuple(p.replica_nodes), p.error_code) for p in t.partitions}
 
+    def topics(self) -> dict[str, int]:
+        """Every topic the cluster holds, with its partition count (topics answered with an error are left
+        out), from a fresh Metadata request for all topics (retried). Asking never creates a topic."""
+        return self.retrying("Metadata for all topics", self._all_topics)
+
+    def _all_topics(self) -> dict[str, int]:
+        conn = self._any_connection()
+        version = conn.version(METADATA, 1, 12)
+        resp = conn.request(METADATA, version, {"topics": None, "allow_auto_topic_creation": False})
+        self.brokers = {b.node_id: (b.host, b.port, b.rack) for b in resp.brokers}
+        return {t.name: len(t.partitions) for t in resp.topics if t.error_code == ErrorCode.NONE}
+
     def list_offsets(self, topic: str, timestamps: Mapping[int, int], read_committed: bool
                      ) -> dict[int, int]:
         """partition -> the offset of ListOffsets for its timestamp (EARLIEST, LATEST - the last stable

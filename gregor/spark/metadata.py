@@ -1,14 +1,15 @@
 """Driver-side look-ups: which topic-partitions a subscription covers, and where offsets are.
 
 The driver plans every read from these answers (Spark's KafkaOffsetReader plays this part for the
-Kafka source). It uses one confluent-kafka Consumer that never subscribes, joins or commits: it only
-sends Metadata and ListOffsets requests. A Consumer rather than an AdminClient because it accepts the
-same `kafka.*` consumer settings the executors use, and because its Metadata requests never
-auto-create topics (`allow.auto.create.topics` is false for consumers).
+Kafka source). They are Metadata and ListOffsets requests of gregor.client, with the very settings
+the executors read with, so both sides agree on the brokers, on security, and on where a partition
+ends: under kafka.isolation.level=read_committed "latest" is the last stable offset, which is where
+the executors' reads of the planned ranges stop too. Metadata requests never create topics.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
@@ -18,79 +19,43 @@ from gregor.spark.options import EARLIEST, LATEST, OffsetSpec, Subscription, Top
 
 T = TypeVar("T")
 
-# confluent-kafka's offsets_for_times takes these two values as "timestamps" meaning earliest/latest.
-_LIST_EARLIEST = -2
-_LIST_LATEST = -1
-
-
-def consumer_config(params: Mapping[str, str], group_id: str, **defaults: Any) -> dict[str, Any]:
-    """librdkafka settings: our defaults, then the user's `kafka.*` settings, then what we must own.
-
-    `isolation.level` defaults to read_uncommitted as in Kafka's Java client (and so Spark's Kafka
-    source); librdkafka's own default is read_committed.
-    """
-    conf: dict[str, Any] = {"isolation.level": "read_uncommitted", "group.id": group_id}
-    conf.update(defaults)
-    conf.update(params)
-    conf.update({"enable.auto.commit": False, "enable.auto.offset.store": False})
-    return conf
-
-
-def make_consumer(conf: dict[str, Any]) -> Any:
-    """A Consumer, with librdkafka's complaint about a bad `kafka.*` setting turned into an option error."""
-    from confluent_kafka import Consumer, KafkaException
-
-    try:
-        return Consumer(conf)
-    except (KafkaException, ValueError, TypeError) as e:
-        detail = e.args[0].str() if e.args and hasattr(e.args[0], "str") else str(e)
-        raise GregorOptionError(f"Invalid kafka.* consumer setting: {detail}") from e
-
-
-# Between two lookups while a partition has no leader (librdkafka refreshes its metadata meanwhile).
-_LEADER_WAIT_S = 0.2
-# Per-partition answers of a leadership on the move (librdkafka does not flag them retriable here):
-# LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH,
-# and librdkafka's own transport failure, timeout and a broker handle dropped while a request was on it.
-_LEADER_MOVING = frozenset({5, 6, 7, 74, 75, -195, -185, -137})
-
-
-def leader_moving(err: Any) -> bool:
-    """Whether a confluent-kafka KafkaError is one a new leader will clear (wait and ask again)."""
-    return bool(err.retriable()) or err.code() in _LEADER_MOVING
-
 
 class KafkaMetadata:
-    """Metadata and offsets of a broker, looked up with retries (`fetchOffset.numRetries`)."""
+    """Metadata and offsets of a cluster. Retriable failures (a leader moving, a broker restarting) are
+    retried by the client as the executors' reads are; whatever still fails is tried again
+    `fetchOffset.numRetries` times, `fetchOffset.retryIntervalMs` apart, as Spark does."""
 
-    def __init__(self, params: Mapping[str, str], group_id: str, *, retries: int = 3,
-                 retry_interval_ms: int = 10, timeout_s: float = 30.0) -> None:
-        self._consumer = make_consumer(consumer_config(params, group_id + "-driver"))
+    def __init__(self, settings: Mapping[str, Any], *, retries: int = 3, retry_interval_ms: int = 10) -> None:
+        from gregor.client.cluster import Cluster
+        from gregor.client.reader_config import ReaderConfig
+
+        self._cfg = ReaderConfig.parse(settings)
+        self._cluster = Cluster(self._cfg)
         self._retries = retries
         self._retry_interval_s = retry_interval_ms / 1000.0
-        self._timeout_s = timeout_s
-        self.bootstrap = params.get("bootstrap.servers", "")
+        self.bootstrap = self._cfg.bootstrap_servers
 
     def close(self) -> None:
-        self._consumer.close()
+        self._cluster.close()
 
     def _retry(self, what: str, fn: Callable[[], T]) -> T:
-        from confluent_kafka import KafkaException
+        from gregor.client.errors import AuthenticationError, ReaderError
 
         for attempt in range(self._retries + 1):
             try:
                 return fn()
-            except KafkaException as e:
+            except AuthenticationError as e:
+                raise GregorSourceError(f"{what} against {self.bootstrap} failed: {e}") from e
+            except ReaderError as e:
                 if attempt == self._retries:
                     raise GregorSourceError(f"{what} failed against {self.bootstrap} after "
-                                            f"{self._retries + 1} attempts: {e.args[0] if e.args else e}") from e
+                                            f"{self._retries + 1} attempts: {e}") from e
                 time.sleep(self._retry_interval_s)
         raise AssertionError("unreachable")
 
     def topics(self) -> dict[str, int]:
-        """Every topic the broker reports, with its partition count (topics in error are left out)."""
-        md = self._retry("Metadata request", lambda: self._consumer.list_topics(timeout=self._timeout_s))
-        return {name: len(t.partitions) for name, t in md.topics.items() if t.error is None}
+        """Every topic the cluster reports, with its partition count (topics in error are left out)."""
+        return self._retry("Metadata request", self._cluster.topics)
 
     def partitions(self, sub: Subscription) -> tuple[set[TopicPartitionKey], list[str]]:
         """The topic-partitions `sub` covers now, and what it names that does not exist."""
@@ -117,33 +82,22 @@ class KafkaMetadata:
 
     def _list(self, requests: Mapping[TopicPartitionKey, int], what: str) -> dict[TopicPartitionKey, int]:
         """One ListOffsets round: timestamp (or -2/-1) per partition -> offset (-1 when none matches)."""
-        from confluent_kafka import TopicPartition
-
-        if not requests:
-            return {}
-        tps = [TopicPartition(t, p, ts) for (t, p), ts in sorted(requests.items())]
-        # A partition between leaders (a broker died, its leaderships are moving) answers a retriable error
-        # such as LEADER_NOT_AVAILABLE: wait for the new leader, as Kafka's consumer in Spark's source blocks
-        # until it knows one, within the lookup's timeout; any other per-partition error fails at once.
-        deadline = time.monotonic() + self._timeout_s
-        while True:
-            res = self._retry(what, lambda: self._consumer.offsets_for_times(tps, timeout=self._timeout_s))
-            moving = [tp for tp in res if tp.error is not None and leader_moving(tp.error)]
-            if not moving or time.monotonic() >= deadline:
-                break
-            time.sleep(max(self._retry_interval_s, _LEADER_WAIT_S))
+        by_topic: dict[str, dict[int, int]] = {}
+        for (t, p), ts in sorted(requests.items()):
+            by_topic.setdefault(t, {})[p] = ts
         out: dict[TopicPartitionKey, int] = {}
-        for tp in res:
-            if tp.error is not None:
-                raise GregorSourceError(f"{what} for {tp.topic}-{tp.partition} failed: {tp.error}")
-            out[(tp.topic, tp.partition)] = tp.offset
+        committed = self._cfg.read_committed
+        for t, stamps in by_topic.items():
+            found = self._retry(f"{what} of topic {t}", functools.partial(self._cluster.list_offsets, t, stamps,
+                                                                          committed))
+            out.update({(t, p): off for p, off in found.items()})
         return out
 
     def earliest(self, tps: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
-        return self._list(dict.fromkeys(tps, _LIST_EARLIEST), "Looking up earliest offsets")
+        return self._list(dict.fromkeys(tps, EARLIEST), "Looking up earliest offsets")
 
     def latest(self, tps: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
-        return self._list(dict.fromkeys(tps, _LIST_LATEST), "Looking up latest offsets")
+        return self._list(dict.fromkeys(tps, LATEST), "Looking up latest offsets")
 
     def for_timestamps(self, timestamps: Mapping[TopicPartitionKey, int]) -> dict[TopicPartitionKey, int | None]:
         """The earliest offset whose timestamp is >= the given one, or None when no record is that late."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -95,7 +94,6 @@ class SourceOptions:
     poll_timeout_ms: int
     fetch_offset_num_retries: int
     fetch_offset_retry_interval_ms: int
-    group_id_prefix: str
     streaming: bool
 
 
@@ -335,8 +333,6 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         poll_timeout_ms=poll_timeout if poll_timeout is not None else 120_000,
         fetch_offset_num_retries=_int(options, "fetchOffset.numRetries", minimum=0) or 3,
         fetch_offset_retry_interval_ms=_int(options, "fetchOffset.retryIntervalMs", minimum=0) or 10,
-        group_id_prefix=_get(options, "groupIdPrefix") or ("spark-kafka-source" if streaming
-                                                           else "spark-kafka-relation"),
         streaming=streaming,
     )
 
@@ -356,11 +352,6 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     prefix = _get(options, "transactionalIdPrefix") or "gregor-sink-"
     return SinkOptions(kafka_params=params, topic=topic.strip() if topic else None, transactional=transactional,
                        transactional_id_prefix=prefix)
-
-
-def new_group_id(prefix: str) -> str:
-    """A group id nobody else uses: the connector never joins or commits, but librdkafka wants one."""
-    return f"{prefix}-{uuid.uuid4()}"
 
 
 def partition_offsets_json(offsets: Mapping[TopicPartitionKey, int]) -> dict[str, dict[str, int]]:

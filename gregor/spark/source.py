@@ -27,18 +27,18 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from gregor.spark.errors import GregorOptionError, log
-from gregor.spark.fetch import read_range
+from gregor.spark.fetch import freeze_worker_heap, read_range
 from gregor.spark.metadata import KafkaMetadata
 from gregor.spark.options import (
     SourceOptions,
     TopicPartitionKey,
-    new_group_id,
     parse_sink_options,
     parse_source_options,
     partition_offsets_from_json,
     partition_offsets_json,
 )
 from gregor.spark.ranges import OffsetRange, backlog, plan_ranges, rate_limit, split_ranges
+from gregor.spark.reader_settings import reader_settings
 from gregor.spark.schema import arrow_schema, source_schema
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ class KafkaInputPartition(InputPartition):
 
 
 class GregorDataSource(DataSource):
-    """`format("gregor")`: Spark's Kafka source and sink, over confluent-kafka."""
+    """`format("gregor")`: Spark's Kafka source (read with gregor.client) and sink (written with confluent-kafka)."""
 
     @classmethod
     def name(cls) -> str:
@@ -118,12 +118,14 @@ def _check_schema(schema: StructType, opts: SourceOptions) -> None:
 
 
 class _Planner:
-    """Shared driver-side state of both readers: options, a lazily made metadata client, group id."""
+    """Shared state of both readers: options, reader settings, a lazily made metadata client (driver only)."""
 
     def __init__(self, opts: SourceOptions, schema: StructType) -> None:
         self.opts = opts
         self.schema = schema
-        self.group_id = opts.kafka_params.get("group.id") or new_group_id(opts.group_id_prefix)
+        # Made here, on the driver, so that a bad kafka.* setting fails the query as it is planned.
+        self.driver_settings = reader_settings(opts.kafka_params)
+        self.read_settings = reader_settings(opts.kafka_params, opts.poll_timeout_ms)
         self._metadata: KafkaMetadata | None = None
         self._arrow: pa.Schema | None = None
 
@@ -136,8 +138,7 @@ class _Planner:
     @property
     def metadata(self) -> KafkaMetadata:
         if self._metadata is None:
-            self._metadata = KafkaMetadata(self.opts.kafka_params, self.group_id,
-                                           retries=self.opts.fetch_offset_num_retries,
+            self._metadata = KafkaMetadata(self.driver_settings, retries=self.opts.fetch_offset_num_retries,
                                            retry_interval_ms=self.opts.fetch_offset_retry_interval_ms)
         return self._metadata
 
@@ -170,10 +171,8 @@ class _Planner:
             return iter(())
         if self._arrow is None:
             self._arrow = arrow_schema(self.schema)
-        return read_range(self.opts.kafka_params, self.group_id, partition.range, self._arrow,
-                          include_headers=self.opts.include_headers,
-                          fail_on_data_loss=self.opts.fail_on_data_loss,
-                          poll_timeout_ms=self.opts.poll_timeout_ms)
+        freeze_worker_heap()
+        return read_range(self.read_settings, partition.range, self._arrow, fail_on_data_loss=self.opts.fail_on_data_loss)
 
 
 class GregorBatchReader(_Planner, DataSourceReader):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from gregor.spark.errors import DataLossError
@@ -131,3 +133,48 @@ def test_transactional_sink_options() -> None:
     for owned in ("kafka.transactional.id", "kafka.enable.idempotence"):
         with pytest.raises(GregorOptionError, match=owned.replace(".", r"\.")):
             parse_sink_options({**base, "transactional": "true", owned: "x"})
+
+
+def test_reader_settings_take_the_readers_names_and_javas() -> None:
+    from gregor.spark.reader_settings import reader_settings
+
+    params = {"bootstrap.servers": "b:9092", "client.rack": "r2", "isolation.level": "read_committed",
+              "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+              "sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required '
+                                  'username="alice" password="a \\"quoted\\" secret";',
+              "ssl.truststore.type": "PEM", "ssl.truststore.location": "/etc/ca.pem",
+              "ssl.endpoint.identification.algorithm": "", "request.timeout.ms": "5000",
+              "fetch.max.wait.ms": "100", "group.id": "ignored", "session.timeout.ms": "9999"}
+    got = reader_settings(params)
+    assert got == {"bootstrap.servers": "b:9092", "client.rack": "r2", "isolation.level": "read_committed",
+                   "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice",
+                   "sasl.password": 'a "quoted" secret', "ssl.ca.location": "/etc/ca.pem",
+                   "ssl.endpoint.identification.algorithm": "none", "socket.timeout.ms": "5000",
+                   "fetch.wait.max.ms": "100"}
+
+
+def test_reader_retries_last_about_the_poll_timeout_unless_given() -> None:
+    from gregor.spark.reader_settings import reader_settings
+
+    bs = {"bootstrap.servers": "b:9092"}
+    assert "retries" not in reader_settings(bs)  # the driver: the reader's own default
+    assert reader_settings(bs, 120_000)["retries"] == 120  # 120 s of waits of at most retry.backoff.max.ms (1 s)
+    assert reader_settings({**bs, "retry.backoff.max.ms": "2000"}, 120_000)["retries"] == 60
+    assert reader_settings({**bs, "retries": "3"}, 120_000)["retries"] == "3"
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"no.such.setting": "1"}, "Invalid kafka.* consumer setting: 'no.such.setting'"),
+    ({"partitioner.class": "x"}, "'partitioner.class' is not a setting"),
+    ({"security.protocol": "carrier_pigeon"}, "Invalid value carrier_pigeon for configuration security.protocol"),
+    ({"fetch.max.bytes": "lots"}, "fetch.max.bytes"),
+    ({"sasl.jaas.config": "com.example.Kerberos required;"}, "only org.apache.kafka.common.security.plain"),
+    ({"sasl.jaas.config": "org.apache.kafka.common.security.plain.PlainLoginModule required;"}, "names no username"),
+    ({"ssl.truststore.location": "/etc/x.jks"}, "ssl.truststore.type=PEM"),
+    ({"security.protocol": "sasl_plaintext"}, "needs sasl.username"),
+])
+def test_bad_reader_settings_name_what_is_wrong(params: dict[str, str], message: str) -> None:
+    from gregor.spark.reader_settings import reader_settings
+
+    with pytest.raises(GregorOptionError, match=re.escape(message)):
+        reader_settings({"bootstrap.servers": "b:9092", **params})
