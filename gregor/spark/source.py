@@ -41,7 +41,7 @@ from gregor.spark.options import (
 from gregor.spark.ranges import OffsetRange, backlog, plan_ranges, rate_limit, split_ranges
 from gregor.spark.reader_settings import reader_settings
 from gregor.spark.schema import arrow_schema, source_schema
-from gregor.spark.typed import SourceColumns, wants_types
+from gregor.spark.typed import SinkColumns, SourceColumns, wants_types
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -105,12 +105,14 @@ class GregorDataSource(DataSource):
         if overwrite:
             raise GregorOptionError("Save mode Overwrite is not allowed for gregor: a topic is append-only. "
                                     "Use mode('append') (the default for the Kafka sink).")
-        return GregorWriter(parse_sink_options(self.options), schema)
+        opts = parse_sink_options(self.options)
+        return GregorWriter(opts, schema, SinkColumns.parse(self.options, opts.topic))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> GregorStreamWriter:
         from gregor.spark.sink import GregorStreamWriter
 
-        return GregorStreamWriter(parse_sink_options(self.options), schema)
+        opts = parse_sink_options(self.options)
+        return GregorStreamWriter(opts, schema, SinkColumns.parse(self.options, opts.topic))
 
 
 def _validate_for_some_mode(options: Any) -> None:

@@ -1,5 +1,5 @@
-"""spark.read(Stream).format("gregor") with valueFormat / keyFormat: typed columns decoded from records that
-confluent-kafka's serializers wrote, against a real broker running its own schema registry."""
+"""format("gregor") with valueFormat / keyFormat, against a real broker running its own schema registry: typed
+columns read from records that confluent-kafka's serializers wrote, and written for its deserializers."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
-from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from tests.broker_process import BrokerProcess
 from tests.schema_registry.conftest import wait_writable
 from tests.schema_registry.test_schema_checked_topics import registry_url
-from tests.spark.util import create_topic, load, produce, unique
+from tests.spark.util import consume_all, create_topic, load, produce, unique
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -141,3 +141,49 @@ def test_typed_option_errors_fail_at_load(spark: Any, typed_broker: BrokerProces
         load(spark, typed_broker.bootstrap, subscribe=a, valueFormat="avro")
     with pytest.raises(Exception, match="40401|not found"):  # no such subject in the registry
         load(spark, typed_broker.bootstrap, subscribe=a, valueFormat="avro", **{"schema.registry.url": url})
+
+
+def write(df: Any, bootstrap: str, **options: str) -> None:
+    w = df.write.format("gregor").mode("append").option("kafka.bootstrap.servers", bootstrap)
+    for k, v in options.items():
+        w = w.option(k, v)
+    w.save()
+
+
+def test_sink_writes_avro_that_confluents_deserializer_reads(spark: Any, typed_broker: BrokerProcess,
+                                                              url: str) -> None:
+    topic = create_topic(typed_broker.bootstrap, unique("out"), 2)
+    df = spark.createDataFrame([(f"u{i % 3}", i, None if i % 2 else f"r{i}") for i in range(40)],
+                               "user string, n long, ref string")
+    write(df.selectExpr("user as key", "named_struct('user', user, 'n', n, 'ref', ref) as value"),
+          typed_broker.bootstrap, topic=topic, valueFormat="avro", **{"schema.registry.url": url})
+    sr = SchemaRegistryClient({"url": url})
+    registered = sr.get_latest_version(f"{topic}-value")  # auto.register.schemas defaults to true
+    assert [f["name"] for f in json.loads(registered.schema.schema_str)["fields"]] == ["user", "n", "ref"]
+    de = AvroDeserializer(sr)
+    recs = consume_all(typed_broker.bootstrap, topic)
+    got = sorted((r.key, de(r.value, vctx(topic))["n"], de(r.value, vctx(topic))["ref"]) for r in recs)
+    assert got == sorted((f"u{i % 3}".encode(), i, None if i % 2 else f"r{i}") for i in range(40))
+    assert all(r.value[1:5] == registered.schema_id.to_bytes(4, "big") for r in recs)
+
+
+def test_sink_with_the_latest_version_in_a_transaction_and_read_back_typed(spark: Any, typed_broker: BrokerProcess,
+                                                                           url: str) -> None:
+    topic = create_topic(typed_broker.bootstrap, unique("views-out"), 1)
+    sr = SchemaRegistryClient({"url": url})
+    from confluent_kafka.schema_registry import Schema
+    sid = sr.register_schema(f"{topic}-value", Schema(json.dumps(VIEW_V2), "AVRO"))
+    df = spark.createDataFrame([(f"u{i}", i, f"c{i}") for i in range(10)], "user string, n long, country string")
+    write(df.selectExpr("named_struct('user', user, 'n', n, 'ref', cast(null as string), 'country', country) as value"),
+          typed_broker.bootstrap, topic=topic, valueFormat="avro", transactional="true",
+          **{"schema.registry.url": url, "use.latest.version": "true"})
+    recs = consume_all(typed_broker.bootstrap, topic, isolation="read_committed")
+    assert len(recs) == 10 and all(r.value[1:5] == sid.to_bytes(4, "big") for r in recs)
+    de = AvroDeserializer(sr)
+    assert sorted(de(r.value, vctx(topic))["country"] for r in recs) == sorted(f"c{i}" for i in range(10))
+    back = load(spark, typed_broker.bootstrap, subscribe=topic, valueFormat="avro", **{"schema.registry.url": url,
+                                                                                        "kafka.isolation.level": "read_committed"})
+    assert sorted((r["n"], r["country"]) for r in back.selectExpr("value.*").collect()) == [(i, f"c{i}") for i in range(10)]
+    with pytest.raises(Exception, match="cannot both be true"):
+        write(df, typed_broker.bootstrap, topic=topic, valueFormat="avro",
+              **{"schema.registry.url": url, "use.latest.version": "true", "auto.register.schemas": "true"})
