@@ -132,7 +132,8 @@ def _include_headers(options: Any) -> bool:
 
 def _check_schema(schema: StructType, expected: StructType) -> None:
     if schema != expected:
-        raise GregorOptionError("The gregor source's schema follows from its options and cannot be given another one: "
+        raise GregorOptionError("The gregor source has a fixed schema (set by includeHeaders, keyFormat, valueFormat and "
+                                "mode) and cannot be given another one: "
                                 f"expected {expected.simpleString()}, got {schema.simpleString()}")
 
 

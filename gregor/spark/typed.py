@@ -107,7 +107,7 @@ class SourceColumns:
             if opts.format == "binary":
                 continue
             try:
-                col = TypedColumn.for_options(opts)
+                col = TypedColumn.for_options(_pin_now(opts))
                 pinned[field] = col.pinned()
                 types[field] = col.spark_type()
             except (TypedError, ValueError) as e:
@@ -153,6 +153,22 @@ class SourceColumns:
         return pa.RecordBatch.from_arrays(arrays, schema=out)
 
 
+def _pin_now(opts: ColumnOptions) -> ColumnOptions:
+    """`opts` with the schema they name (a subject's version, by default its latest) fixed to its id, as the
+    registry answers now. A client of its own, with an empty cache: the process's shared clients keep a
+    subject's latest version (Python workers outlive queries), and a query planned now must see today's."""
+    import dataclasses
+
+    from gregor.typed.columns import load_schema
+    from gregor.typed.registry_client import RegistryClient
+
+    if opts.format not in SCHEMA_FORMATS or opts.schema_id is not None:
+        return opts
+    assert opts.registry is not None
+    info = load_schema(RegistryClient(opts.registry), subject=opts.subject, version=opts.version)
+    return dataclasses.replace(opts, schema_id=info.id, version=None)
+
+
 def _given(options: Mapping[str, str], name: str) -> bool:
     return any(k.lower() == name and str(v).strip() for k, v in options.items())
 
@@ -184,6 +200,12 @@ class SinkColumns:
             if opts.format in ("json", "protobuf") and opts.auto_register and opts.schema is None:
                 raise GregorOptionError(f"{field}Format={opts.format} with auto.register.schemas needs {field}Schema "
                                         "(the schema text; only Avro schemas are derived from the column type)")
+            if opts.format in SCHEMA_FORMATS and (opts.use_latest or (opts.schema is None and not opts.auto_register)):
+                from gregor.typed import TypedError
+                try:
+                    opts = _pin_now(opts)
+                except (TypedError, ValueError) as e:
+                    raise _typed_error(e) from e
             cols[field] = opts
         return SinkColumns(cols["key"], cols["value"])
 

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
@@ -167,11 +168,12 @@ def test_sink_writes_avro_that_confluents_deserializer_reads(spark: Any, typed_b
     assert all(r.value[1:5] == registered.schema_id.to_bytes(4, "big") for r in recs)
 
 
-def test_sink_with_the_latest_version_in_a_transaction_and_read_back_typed(spark: Any, typed_broker: BrokerProcess,
+def test_sink_to_a_schema_checked_topic_with_the_latest_version_in_a_transaction(spark: Any, typed_broker: BrokerProcess,
                                                                            url: str) -> None:
-    topic = create_topic(typed_broker.bootstrap, unique("views-out"), 1)
+    topic = unique("views-out")  # schema-checked: the broker refuses a record not framed with the subject's id
+    admin = AdminClient({"bootstrap.servers": typed_broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1, config={"confluent.value.schema.validation": "true"})])[topic].result(30)
     sr = SchemaRegistryClient({"url": url})
-    from confluent_kafka.schema_registry import Schema
     sid = sr.register_schema(f"{topic}-value", Schema(json.dumps(VIEW_V2), "AVRO"))
     df = spark.createDataFrame([(f"u{i}", i, f"c{i}") for i in range(10)], "user string, n long, country string")
     write(df.selectExpr("named_struct('user', user, 'n', n, 'ref', cast(null as string), 'country', country) as value"),
@@ -187,3 +189,14 @@ def test_sink_with_the_latest_version_in_a_transaction_and_read_back_typed(spark
     with pytest.raises(Exception, match="cannot both be true"):
         write(df, typed_broker.bootstrap, topic=topic, valueFormat="avro",
               **{"schema.registry.url": url, "use.latest.version": "true", "auto.register.schemas": "true"})
+
+
+def test_pipeline_typed_step_survives_a_schema_change_while_live(spark: Any, typed_broker: BrokerProcess, url: str,
+                                                                tmp_path: Path) -> None:
+    from gregor.pipeline.typed_events import run_typed_step
+
+    lines: list[str] = []
+    result = run_typed_step(spark, typed_broker.bootstrap, url, tmp_path, 400, say=lines.append,
+                            suffix="_" + unique("t").replace("-", "_"))
+    assert (result.produced_v1, result.produced_v2, result.rows_streamed) == (200, 200, 400), lines
+    assert result.evolution_checked and result.counts_checked, lines
