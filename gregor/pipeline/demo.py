@@ -156,7 +156,8 @@ def _run(out: Path, bootstrap: str, events: int, minutes: float, rate: float, lo
         f"computation ({len(expected)} closed windows x urls); error counts "
         f"{'match' if result.errors_checked else 'DO NOT match'} ({len(expected_errors)})")
     say("outputs:")
-    say(f"  topics on {bootstrap}: page_views, page_view_stats, logs, log_error_counts")
+    typed_topics = f", page_views_avro{suffix}, page_view_counts_avro{suffix}" if typed_result is not None else ""
+    say(f"  topics on {bootstrap}: page_views, page_view_stats, logs, log_error_counts{typed_topics}")
     say(f"  Parquet: {activity.output_dir}  {logs_cfg.output_dir}  {out / 'report'}")
     say(f"  checkpoints: {out / 'checkpoints'}   application log: {log_file}")
     return result
