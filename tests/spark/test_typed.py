@@ -113,6 +113,35 @@ def test_json_schema_values(spark: Any, typed_broker: BrokerProcess, url: str) -
     assert got == [(f"u{i}", i * 1000, ["a"] * i) for i in range(5)]
 
 
+def test_protobuf_values(spark: Any, typed_broker: BrokerProcess, url: str, tmp_path: Path) -> None:
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+
+    from tests.schema_registry.test_clients import _proto_classes
+
+    topic = create_topic(typed_broker.bootstrap, unique("protoviews"), 1)
+    cls = _proto_classes(tmp_path, {"view.proto": 'syntax = "proto3";\npackage demo;\n'
+                                    "message View { string url = 1; int64 ms = 2; repeated string tags = 3; }\n"},
+                         "demo.View")
+    ser = ProtobufSerializer(cls, SchemaRegistryClient({"url": url}), {"use.deprecated.format": False})
+    produce(typed_broker.bootstrap, topic, [{"value": ser(cls(url=f"/p{i}", ms=i, tags=["t"] * i), vctx(topic))}
+                                            for i in range(5)])
+    df = load(spark, typed_broker.bootstrap, subscribe=topic, valueFormat="protobuf", **{"schema.registry.url": url})
+    assert sorted((r["url"], r["ms"], r["tags"]) for r in df.selectExpr("value.*").collect()) == [
+        (f"/p{i}", i, ["t"] * i) for i in range(5)]
+
+
+def test_several_topics_with_one_reader_subject(spark: Any, typed_broker: BrokerProcess, url: str) -> None:
+    sr = SchemaRegistryClient({"url": url})
+    topics = [create_topic(typed_broker.bootstrap, unique("multi"), 1) for _ in range(2)]
+    for t in topics:
+        ser = AvroSerializer(sr, json.dumps(VIEW_V1), conf={"auto.register.schemas": True})
+        produce(typed_broker.bootstrap, t, [{"value": ser({"user": t, "n": i, "ref": None}, vctx(t))} for i in range(3)])
+    df = load(spark, typed_broker.bootstrap, subscribe=",".join(topics), valueFormat="avro",
+              valueSubject=f"{topics[0]}-value", **{"schema.registry.url": url})
+    assert sorted((r["topic"], r["value"]["user"], r["value"]["n"]) for r in df.collect()) == sorted(
+        (t, t, i) for t in topics for i in range(3))
+
+
 def test_streaming_read_of_typed_values(spark: Any, typed_broker: BrokerProcess, url: str, tmp_path: Path) -> None:
     topic = avro_topic(typed_broker, url)
     name = unique("typedstream").replace("-", "_")
