@@ -112,7 +112,7 @@ def _wait_rows(query: Any, n: int, timeout_s: float) -> None:
 
 
 def start_typed_stream(spark: Any, bootstrap: str, url: str, checkpoint: Path, topic: str = TOPIC,
-                       counts_topic: str = COUNTS_TOPIC) -> Any:
+                       counts_topic: str = COUNTS_TOPIC, trigger: str = "2 seconds") -> Any:
     """Typed page views -> per micro-batch, per URL: views and latency sum, as Avro records."""
     from pyspark.sql import functions as F  # noqa: N812
 
@@ -131,11 +131,12 @@ def start_typed_stream(spark: Any, bootstrap: str, url: str, checkpoint: Path, t
          .option("topic", counts_topic).option("valueFormat", "avro").options(**registry).save())
 
     return (views.writeStream.foreachBatch(write_counts).option("checkpointLocation", str(checkpoint))
-            .trigger(processingTime="2 seconds").start())
+            .trigger(processingTime=trigger).start())
 
 
 def run_typed_step(spark: Any, bootstrap: str, url: str, out: Path, events: int, *, seed: int = 7,
-                   say: Any = print, timeout_s: float = 180.0, suffix: str = "") -> TypedResult:
+                   say: Any = print, timeout_s: float = 180.0, suffix: str = "", trigger: str = "2 seconds"
+                   ) -> TypedResult:
     """Steps 1-5 of the module docstring; `url` is the schema registry's. The checks expect topics of
     their own: `suffix` is appended to both names (a broker that has run the step before)."""
     from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -151,7 +152,8 @@ def run_typed_step(spark: Any, bootstrap: str, url: str, out: Path, events: int,
     first, second = truth[:events // 2], truth[events // 2:]
     n1 = _produce(bootstrap, url, topic, PAGE_VIEW_V1, first, v2=False)
     say(f"typed: produced {n1:,} Avro page views (schema v1) to the schema-checked topic {topic}")
-    query = start_typed_stream(spark, bootstrap, url, out / "checkpoints" / f"typed{suffix}", topic, counts_topic)
+    query = start_typed_stream(spark, bootstrap, url, out / "checkpoints" / f"typed{suffix}", topic, counts_topic,
+                               trigger)
     try:
         _wait_rows(query, n1, timeout_s)
         n2 = _produce(bootstrap, url, topic, PAGE_VIEW_V2, second, v2=True)
