@@ -19,52 +19,10 @@ from gregor.pipeline import reference
 from gregor.pipeline.events import PageView, app_log_lines, parse_iso_ms
 from gregor.pipeline.generator import generate_page_views
 from gregor.pipeline.shipper import ship_paths, write_log_file
+from gregor.pipeline.topics import create_topics, read_topic
 from gregor.tools.local_broker import BrokerProcess
 
 TOPICS = {"page_views": 4, "page_view_stats": 1, "logs": 2, "log_error_counts": 1}
-
-
-def create_topics(bootstrap: str, topics: dict[str, int], replication_factor: int = -1) -> None:
-    """Create the pipeline's topics; ones that already exist are left as they are. A replication factor
-    of -1 takes the cluster's `default.replication.factor`."""
-    from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(t, n, replication_factor) for t, n in topics.items()])
-    for f in futures.values():
-        try:
-            f.result(30)
-        except KafkaException as e:
-            if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise
-
-
-def read_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> list[bytes]:
-    """Every record value in `topic`, from the earliest offset to the end (the ground truth the
-    checks use: whatever the streams read, including records of earlier runs)."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
-
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "gregor-pipeline-check", "enable.auto.commit": False,
-                  "enable.partition.eof": True, "auto.offset.reset": "earliest"})
-    try:
-        md = c.list_topics(topic, timeout=timeout_s).topics[topic]
-        parts = list(md.partitions)
-        c.assign([TopicPartition(topic, p, -2) for p in parts])  # -2: OFFSET_BEGINNING
-        out: list[bytes] = []
-        pending = set(parts)
-        deadline = time.monotonic() + timeout_s
-        while pending and time.monotonic() < deadline:
-            for m in c.consume(10_000, 1.0):
-                if m.error() is None:
-                    out.append(m.value())
-                elif m.error().code() == KafkaError._PARTITION_EOF:
-                    pending.discard(m.partition())
-        if pending:
-            raise RuntimeError(f"could not read {topic} to its end in {timeout_s} s")
-        return out
-    finally:
-        c.close()
 
 
 @dataclass
@@ -76,12 +34,21 @@ class DemoResult:
     error_windows: int
     errors_checked: bool
     report: Any
+    typed: Any = None  # gregor.pipeline.typed_events.TypedResult, with --typed
+
+    @property
+    def ok(self) -> bool:
+        return self.windows_checked and self.errors_checked and (self.typed is None or self.typed.ok)
 
 
 def run_demo(output_dir: Path, *, bootstrap: str | None = None, events: int = 20_000, minutes: float = 10.0,
              rate: float = 0.0, log_lines: int = 6_000, master: str = "local[*]", seed: int = 1,
-             replication_factor: int = -1, say: Any = print) -> DemoResult:
+             replication_factor: int = -1, say: Any = print, typed: bool = False,
+             schema_registry_url: str | None = None) -> DemoResult:
     """Run the pipeline end to end; `say` receives progress lines.
+
+    With `typed`, the typed step follows (gregor.pipeline.typed_events): against the broker's own
+    schema registry when the demo starts the broker, else against `schema_registry_url`.
 
     Without a rate the events backfill `minutes` of event time ending now (so the watermark closes
     all but the last minute's windows); with a rate they are produced live at that pace.
@@ -90,13 +57,25 @@ def run_demo(output_dir: Path, *, bootstrap: str | None = None, events: int = 20
     for stale in ("page_view_stats", "log_error_counts", "report", "checkpoints", "broker-data"):
         shutil.rmtree(output_dir / stale, ignore_errors=True)  # outputs of an earlier run
     broker = None
+    suffix = ""
+    if typed and bootstrap is not None:
+        if not schema_registry_url:
+            raise ValueError("the typed step on a broker of yours needs its schema registry's URL")
+        suffix = f"_{int(time.time())}"  # topics of its own: the checks count what this run produced
     if bootstrap is None:
-        broker = BrokerProcess(output_dir / "broker-data").start()
+        overrides: dict[str, str] = {}
+        if typed:
+            from gregor.tools.local_zookeeper import free_port
+            schema_registry_url = f"http://127.0.0.1:{free_port()}"
+            overrides["schema.registry.listeners"] = schema_registry_url
+        broker = BrokerProcess(output_dir / "broker-data", overrides).start()
         bootstrap = broker.bootstrap
-        say(f"started a broker on {bootstrap} (data in {broker.data_dir})")
+        say(f"started a broker on {bootstrap} (data in {broker.data_dir})"
+            + (f", its schema registry on {schema_registry_url}" if typed else ""))
     try:
         create_topics(bootstrap, TOPICS, replication_factor)
-        return _run(output_dir, bootstrap, events, minutes, rate, log_lines, master, seed, say)
+        return _run(output_dir, bootstrap, events, minutes, rate, log_lines, master, seed, say,
+                    schema_registry_url if typed else None, suffix)
     finally:
         if broker is not None:
             broker.stop()
@@ -104,7 +83,7 @@ def run_demo(output_dir: Path, *, bootstrap: str | None = None, events: int = 20
 
 
 def _run(out: Path, bootstrap: str, events: int, minutes: float, rate: float, log_lines: int, master: str,
-         seed: int, say: Any) -> DemoResult:
+         seed: int, say: Any, registry_url: str | None = None, suffix: str = "") -> DemoResult:
     from gregor.pipeline import jobs
 
     say(f"starting Spark ({master})")
@@ -152,6 +131,11 @@ def _run(out: Path, bootstrap: str, events: int, minutes: float, rate: float, lo
         report = jobs.activity_report(spark, bootstrap, "page_views", out / "report")
         say("offline report (batch read of the whole page_views topic):")
         say(report.format())
+        typed_result = None
+        if registry_url is not None:
+            from gregor.pipeline.typed_events import run_typed_step
+            typed_result = run_typed_step(spark, bootstrap, registry_url, out, min(events, 4_000), seed=seed,
+                                          say=say, suffix=suffix)
     finally:
         spark.stop()
 
@@ -163,7 +147,8 @@ def _run(out: Path, bootstrap: str, events: int, minutes: float, rate: float, lo
     logged = [v.decode("utf-8", "replace") for v in read_topic(bootstrap, "logs")]
     expected_errors = reference.error_counts(logged, 60_000)
     got_errors = {(int(r["window_start"].timestamp() * 1000), r["service"]): r["errors"] for r in errs}
-    result = DemoResult(bootstrap, out, len(stats), got == expected, len(errs), got_errors == expected_errors, report)
+    result = DemoResult(bootstrap, out, len(stats), got == expected, len(errs), got_errors == expected_errors, report,
+                        typed_result)
     if not expected:
         say("no window is closed yet: the events must span more than a window plus the watermark delay "
             "(2 minutes); use more --minutes, or more --events at this --rate")
@@ -171,7 +156,8 @@ def _run(out: Path, bootstrap: str, events: int, minutes: float, rate: float, lo
         f"computation ({len(expected)} closed windows x urls); error counts "
         f"{'match' if result.errors_checked else 'DO NOT match'} ({len(expected_errors)})")
     say("outputs:")
-    say(f"  topics on {bootstrap}: page_views, page_view_stats, logs, log_error_counts")
+    typed_topics = f", page_views_avro{suffix}, page_view_counts_avro{suffix}" if typed_result is not None else ""
+    say(f"  topics on {bootstrap}: page_views, page_view_stats, logs, log_error_counts{typed_topics}")
     say(f"  Parquet: {activity.output_dir}  {logs_cfg.output_dir}  {out / 'report'}")
     say(f"  checkpoints: {out / 'checkpoints'}   application log: {log_file}")
     return result

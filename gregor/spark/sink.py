@@ -1,6 +1,7 @@
 """The `gregor` sink: write a DataFrame's rows as records, with Spark's Kafka sink columns and rules.
 
-Columns: `value` (required, string or binary), `key` (string or binary), `headers`
+Columns: `value` (required, string or binary; any type with `valueFormat` avro, a struct with json or
+protobuf: encoded per batch into Confluent's wire format, see gregor.spark.typed), `key` (likewise), `headers`
 (array<struct<key:string,value:binary>>), `topic` (string; the `topic` option overrides it) and
 `partition` (int; null or absent lets the partitioner choose). Other columns are ignored.
 
@@ -32,6 +33,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 
 from gregor.spark.errors import GregorOptionError, GregorSourceError
 from gregor.spark.options import SinkOptions
+from gregor.spark.typed import SinkColumns
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -56,7 +58,7 @@ class GregorCommitMessage(WriterCommitMessage):
     records: int
 
 
-def validate_columns(schema: StructType, opts: SinkOptions) -> None:
+def validate_columns(schema: StructType, opts: SinkOptions, columns: SinkColumns | None = None) -> None:
     """Spark's KafkaWriter.validateQuery: fail before any task starts, naming the column."""
     from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
@@ -69,7 +71,11 @@ def validate_columns(schema: StructType, opts: SinkOptions) -> None:
         raise GregorOptionError(f"Topic type must be a string, got {fields['topic'].simpleString()}")
     if "value" not in fields:
         raise GregorOptionError("Required attribute 'value' not found")
+    columns = columns or SinkColumns()
+    columns.check(fields)
     for col in ("key", "value"):
+        if getattr(columns, col) is not None:
+            continue  # typed: encoded by its format (valueFormat / keyFormat)
         if col in fields and not isinstance(fields[col], (StringType, BinaryType)):
             raise GregorOptionError(f"{col} attribute type must be a string or binary, "
                                     f"got {fields[col].simpleString()}")
@@ -106,11 +112,11 @@ def _make_producer(opts: SinkOptions, errors: list[str], **extra: Any) -> Any:
         raise GregorOptionError(f"Invalid kafka.* producer setting: {e.args[0] if e.args else e}") from e
 
 
-def write_batches(opts: SinkOptions, batches: Iterator[pa.RecordBatch]) -> int:
+def write_batches(opts: SinkOptions, batches: Iterator[pa.RecordBatch], columns: SinkColumns | None = None) -> int:
     """Produce every row of `batches`, flush, and raise if any record was not delivered."""
     errors: list[str] = []
     producer = _make_producer(opts, errors)
-    count = _produce_rows(producer, opts, batches, errors)
+    count = _produce_rows(producer, opts, batches, errors, columns)
     remaining = producer.flush(_FLUSH_TIMEOUT_S)
     if errors:
         raise GregorSourceError(f"{len(errors)} records were not delivered; first: {errors[0]}")
@@ -119,13 +125,16 @@ def write_batches(opts: SinkOptions, batches: Iterator[pa.RecordBatch]) -> int:
     return count
 
 
-def _produce_rows(producer: Any, opts: SinkOptions, batches: Iterator[pa.RecordBatch], errors: list[str]) -> int:
+def _produce_rows(producer: Any, opts: SinkOptions, batches: Iterator[pa.RecordBatch], errors: list[str],
+                  columns: SinkColumns | None = None) -> int:
     produce, poll = producer.produce, producer.poll
     count = 0
     for batch in batches:
         n = batch.num_rows
         if n == 0:
             continue
+        if columns is not None and not columns.plain:
+            batch = columns.encode(batch)
         names = batch.schema.names
         values = batch.column(names.index("value")).to_pylist()
         keys = batch.column(names.index("key")).to_pylist() if "key" in names else repeat(None, n)
@@ -204,7 +213,7 @@ def _drop_txn_clients(txn_id: str) -> None:
 
 
 def write_transactional(opts: SinkOptions, batches: Iterator[pa.RecordBatch], query_id: str, batch_id: int,
-                        task: int) -> int:
+                        task: int, columns: SinkColumns | None = None) -> int:
     """Exactly once (see the module docstring): this task's rows of micro-batch `batch_id` in one
     transaction, skipped if a previous attempt committed them. Returns the rows written (0 if skipped)."""
     from confluent_kafka import KafkaException, TopicPartition
@@ -236,7 +245,7 @@ def write_transactional(opts: SinkOptions, batches: Iterator[pa.RecordBatch], qu
     producer, errors = clients.producer, clients.errors
     errors.clear()
     try:
-        count = _produce_rows(producer, opts, itertools.chain([first], batches), errors)
+        count = _produce_rows(producer, opts, itertools.chain([first], batches), errors, columns)
         if errors:
             raise GregorSourceError(f"{len(errors)} records were not delivered; first: {errors[0]}")
         producer.commit_transaction(_FLUSH_TIMEOUT_S)
@@ -266,24 +275,26 @@ def _task_ids() -> tuple[str | None, int | None, int]:
 class GregorWriter(DataSourceArrowWriter):
     """`df.write.format("gregor")`."""
 
-    def __init__(self, opts: SinkOptions, schema: StructType) -> None:
-        validate_columns(schema, opts)
+    def __init__(self, opts: SinkOptions, schema: StructType, columns: SinkColumns | None = None) -> None:
+        self.columns = columns or SinkColumns()
+        validate_columns(schema, opts, self.columns)
         self.opts = opts
         self.write_id = uuid.uuid4().hex  # a batch write's transactions are keyed by this job
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> GregorCommitMessage:
         if self.opts.transactional:
             _, _, task = _task_ids()
-            return GregorCommitMessage(write_transactional(self.opts, iterator, self.write_id, 0, task))
-        return GregorCommitMessage(write_batches(self.opts, iterator))
+            return GregorCommitMessage(write_transactional(self.opts, iterator, self.write_id, 0, task, self.columns))
+        return GregorCommitMessage(write_batches(self.opts, iterator, self.columns))
 
 
 class GregorStreamWriter(DataSourceStreamArrowWriter):
     """`df.writeStream.format("gregor")`: each micro-batch is produced by its tasks; commit has
     nothing left to do (at least once as Spark's Kafka sink, or exactly once with `transactional`)."""
 
-    def __init__(self, opts: SinkOptions, schema: StructType) -> None:
-        validate_columns(schema, opts)
+    def __init__(self, opts: SinkOptions, schema: StructType, columns: SinkColumns | None = None) -> None:
+        self.columns = columns or SinkColumns()
+        validate_columns(schema, opts, self.columns)
         self.opts = opts
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> GregorCommitMessage:
@@ -291,8 +302,9 @@ class GregorStreamWriter(DataSourceStreamArrowWriter):
             query_id, batch_id, task = _task_ids()
             if query_id is None or batch_id is None:
                 raise GregorSourceError("the transactional sink needs Spark's streaming query and batch ids")
-            return GregorCommitMessage(write_transactional(self.opts, iterator, query_id, batch_id, task))
-        return GregorCommitMessage(write_batches(self.opts, iterator))
+            return GregorCommitMessage(write_transactional(self.opts, iterator, query_id, batch_id, task,
+                                                           self.columns))
+        return GregorCommitMessage(write_batches(self.opts, iterator, self.columns))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         """Records are already acknowledged by the broker when write() returns."""

@@ -34,16 +34,18 @@ from gregor.spark.options import (
     TopicPartitionKey,
     parse_sink_options,
     parse_source_options,
+    parse_subscription,
     partition_offsets_from_json,
     partition_offsets_json,
 )
 from gregor.spark.ranges import OffsetRange, backlog, plan_ranges, rate_limit, split_ranges
 from gregor.spark.reader_settings import reader_settings
 from gregor.spark.schema import arrow_schema, source_schema
+from gregor.spark.typed import SinkColumns, SourceColumns, wants_types
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import DataType, StructType
 
     from gregor.spark.sink import GregorStreamWriter, GregorWriter
 
@@ -69,17 +71,33 @@ class GregorDataSource(DataSource):
         mode-specific ones (startingOffsets=latest in batch) fail when the query is planned."""
         if any(k.lower() in ("subscribe", "subscribepattern", "assign") for k in self.options):
             _validate_for_some_mode(self.options)
-        return source_schema(_include_headers(self.options))
+        return self._expected_schema(_include_headers(self.options))
+
+    def _expected_schema(self, include_headers: bool) -> StructType:
+        """The fixed Kafka schema, with typed key / value columns when the options ask for them. Their
+        schemas are resolved here, once: Spark pickles this object after schema() and unpickles it to make
+        the reader, which thus reads with the very schema the DataFrame was given."""
+        base = source_schema(include_headers)
+        if not wants_types(self.options):
+            return base
+        typed: tuple[SourceColumns, dict[str, DataType]] | None = getattr(self, "_typed", None)
+        if typed is None:
+            typed = self._typed = SourceColumns.resolve(self.options, parse_subscription(self.options))
+        return typed[0].schema(base, typed[1])
+
+    def _columns(self) -> SourceColumns:
+        typed = getattr(self, "_typed", None)
+        return typed[0] if typed is not None else SourceColumns()
 
     def reader(self, schema: StructType) -> DataSourceReader:
         opts = parse_source_options(self.options, streaming=False)
-        _check_schema(schema, opts)
-        return GregorBatchReader(opts, schema)
+        _check_schema(schema, self._expected_schema(opts.include_headers))
+        return GregorBatchReader(opts, schema, self._columns())
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         opts = parse_source_options(self.options, streaming=True)
-        _check_schema(schema, opts)
-        return GregorStreamReader(opts, schema)
+        _check_schema(schema, self._expected_schema(opts.include_headers))
+        return GregorStreamReader(opts, schema, self._columns())
 
     def writer(self, schema: StructType, overwrite: bool) -> GregorWriter:
         from gregor.spark.sink import GregorWriter
@@ -87,12 +105,14 @@ class GregorDataSource(DataSource):
         if overwrite:
             raise GregorOptionError("Save mode Overwrite is not allowed for gregor: a topic is append-only. "
                                     "Use mode('append') (the default for the Kafka sink).")
-        return GregorWriter(parse_sink_options(self.options), schema)
+        opts = parse_sink_options(self.options)
+        return GregorWriter(opts, schema, SinkColumns.parse(self.options, opts.topic))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> GregorStreamWriter:
         from gregor.spark.sink import GregorStreamWriter
 
-        return GregorStreamWriter(parse_sink_options(self.options), schema)
+        opts = parse_sink_options(self.options)
+        return GregorStreamWriter(opts, schema, SinkColumns.parse(self.options, opts.topic))
 
 
 def _validate_for_some_mode(options: Any) -> None:
@@ -110,29 +130,32 @@ def _include_headers(options: Any) -> bool:
     return str(options.get("includeheaders", "false")).strip().lower() == "true"
 
 
-def _check_schema(schema: StructType, opts: SourceOptions) -> None:
-    expected = source_schema(opts.include_headers)
+def _check_schema(schema: StructType, expected: StructType) -> None:
     if schema != expected:
-        raise GregorOptionError("The gregor source has a fixed schema and cannot be given another one: "
+        raise GregorOptionError("The gregor source has a fixed schema (set by includeHeaders, keyFormat, valueFormat and "
+                                "mode) and cannot be given another one: "
                                 f"expected {expected.simpleString()}, got {schema.simpleString()}")
 
 
 class _Planner:
     """Shared state of both readers: options, reader settings, a lazily made metadata client (driver only)."""
 
-    def __init__(self, opts: SourceOptions, schema: StructType) -> None:
+    def __init__(self, opts: SourceOptions, schema: StructType, columns: SourceColumns | None = None) -> None:
         self.opts = opts
         self.schema = schema
+        self.columns = columns or SourceColumns()
         # Made here, on the driver, so that a bad kafka.* setting fails the query as it is planned.
         self.driver_settings = reader_settings(opts.kafka_params)
         self.read_settings = reader_settings(opts.kafka_params, opts.poll_timeout_ms)
         self._metadata: KafkaMetadata | None = None
         self._arrow: pa.Schema | None = None
+        self._read_arrow: pa.Schema | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_metadata"] = None  # a live client cannot be pickled; executors never need it
         state["_arrow"] = None
+        state["_read_arrow"] = None
         return state
 
     @property
@@ -169,10 +192,16 @@ class _Planner:
     def read_partition(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, KafkaInputPartition):  # Spark's placeholder for "no partitions"
             return iter(())
-        if self._arrow is None:
+        if self._arrow is None or self._read_arrow is None:
             self._arrow = arrow_schema(self.schema)
+            self._read_arrow = self._arrow if self.columns.plain else arrow_schema(source_schema(self.opts.include_headers))
         freeze_worker_heap()
-        return read_range(self.read_settings, partition.range, self._arrow, fail_on_data_loss=self.opts.fail_on_data_loss)
+        batches = read_range(self.read_settings, partition.range, self._read_arrow,
+                             fail_on_data_loss=self.opts.fail_on_data_loss)
+        if self.columns.plain:
+            return batches
+        columns, out = self.columns, self._arrow
+        return (columns.decode(b, out) for b in batches)
 
 
 class GregorBatchReader(_Planner, DataSourceReader):
@@ -208,8 +237,8 @@ class GregorStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvaila
     read from their earliest offset.
     """
 
-    def __init__(self, opts: SourceOptions, schema: StructType) -> None:
-        super().__init__(opts, schema)
+    def __init__(self, opts: SourceOptions, schema: StructType, columns: SourceColumns | None = None) -> None:
+        super().__init__(opts, schema, columns)
         self._available_now: dict[TopicPartitionKey, int] | None = None
         self._latest_seen: dict[TopicPartitionKey, int] | None = None
         self._last_trigger_ms = 0.0
