@@ -5,7 +5,7 @@
 #                                (no system package)
 #   scripts/install.sh cluster   + ZooKeeper and a Java runtime (Debian) and the `cluster` extra (kazoo):
 #                                `gregor cluster up`, brokers with zookeeper.connect
-#   scripts/install.sh spark     + a Java runtime (Debian) and the `spark` extra (pyspark, pyarrow, pandas):
+#   scripts/install.sh spark     + a Java runtime (Debian) and the `spark` extra (pyspark, pyarrow, pandas, typed codecs):
 #                                `gregor pipeline`, gregor.spark
 #   scripts/install.sh test      everything the test suite needs: cluster and spark, kcat, strace, openssl,
 #                                chromium and the `test` extra

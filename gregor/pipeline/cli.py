@@ -24,8 +24,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
                       minutes=args.minutes, rate=args.rate,
                       log_lines=args.log_lines, master=args.master, seed=args.seed,
                       replication_factor=args.replication_factor, say=lambda line: print(line, flush=True),
-                      typed=args.typed, schema_registry_url=args.schema_registry_url)
+                      typed=_typed(args), schema_registry_url=args.schema_registry_url)
     return 0 if result.ok else 1
+
+
+def _typed(args: argparse.Namespace) -> bool:
+    """The typed step runs unless asked not to; on a broker of the user's it needs that cluster's registry."""
+    if args.typed is not None:
+        return bool(args.typed)
+    return args.bootstrap_server is None or args.schema_registry_url is not None
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -73,11 +80,13 @@ def add_subcommands(sub: Any) -> None:
                    help="of the topics it creates (default: the cluster's default.replication.factor)")
     d.add_argument("--master", default="local[*]")
     d.add_argument("--seed", type=int, default=1)
-    d.add_argument("--typed", action="store_true",
-                   help="then the typed step: Avro page views on a schema-checked topic, a live typed stream "
-                        "and a schema change while it runs (the demo's broker runs a schema registry)")
+    d.add_argument("--typed", action=argparse.BooleanOptionalAction, default=None,
+                   help="the typed step after the bytes pipeline: Avro page views on a schema-checked topic, a "
+                        "live typed stream and a schema change while it runs (default: on, unless "
+                        "--bootstrap-server is given without --schema-registry-url; the demo's own broker "
+                        "runs a schema registry)")
     d.add_argument("--schema-registry-url", default=None,
-                   help="with --typed and --bootstrap-server: the registry to use")
+                   help="with --bootstrap-server: the registry of the typed step")
     d.set_defaults(func=cmd_demo)
 
     g = psub.add_parser("generate", help="produce page-view events")

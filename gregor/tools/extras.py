@@ -19,11 +19,11 @@ CLUSTER = "cluster"
 SPARK = "spark"
 
 # The Python packages of each extra (pyproject.toml's optional-dependencies), by import name.
-_MODULES = {CLUSTER: ("kazoo",), SPARK: ("pyspark", "pyarrow", "pandas")}
+_MODULES = {CLUSTER: ("kazoo",), SPARK: ("pyspark", "pyarrow", "pandas", "fastavro", "aiohttp")}
 # What scripts/install.sh installs for each, and the same by hand outside a checkout.
 _INSTALLS = {CLUSTER: ("ZooKeeper and a Java runtime from Debian, and kazoo",
                        "apt-get install zookeeper default-jre-headless; pip install 'gregor[cluster]'"),
-             SPARK: ("a Java runtime from Debian, and pyspark, pyarrow and pandas",
+             SPARK: ("a Java runtime from Debian, and pyspark, pyarrow, pandas and the typed codecs (gregor[typed])",
                      "apt-get install openjdk-17-jre-headless; pip install 'gregor[spark]'")}
 
 

@@ -209,16 +209,22 @@ action(type="omkafka" broker=["{broker.bootstrap}"] topic="{topic}" template="gr
     assert run_log_errors(spark, broker.bootstrap, topic, tmp_path) == expected
 
 
+@pytest.mark.timeout(480)
 def test_pipeline_demo_command(tmp_path: Path) -> None:
-    """`gregor pipeline demo` end to end: its own broker, generator, shipper, streams and report."""
+    """`gregor pipeline demo` end to end: its own broker (with its schema registry), generator, shipper,
+    streams and report, then the typed step (on by default): Avro page views, a live typed stream and a
+    schema change while it runs."""
     out = tmp_path / "demo"
     proc = subprocess.run([sys.executable, "-m", "gregor", "pipeline", "demo", "--output", str(out), "--events", "4000",
                            "--minutes", "5", "--log-lines", "1500", "--master", "local[2]"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=240, env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+                          text=True, timeout=420, env={**os.environ, "PYSPARK_PYTHON": sys.executable})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     m = re.search(r"window aggregates match the plain-Python computation \((\d+) closed windows x urls\); "
                   r"error counts match \((\d+)\)", proc.stdout)
     assert m and int(m.group(1)) > 50 and int(m.group(2)) > 10, proc.stdout[-3000:]
+    assert "typed: a batch read with v2 sees country on new records" in proc.stdout, proc.stdout[-3000:]
+    assert re.search(r"typed: per-URL views and latency in \S+ \(Avro, read by confluent-kafka's "
+                     r"AvroDeserializer\) match the plain-Python sums", proc.stdout), proc.stdout[-3000:]
     for d in ("page_view_stats", "log_error_counts", "report/top_urls", "checkpoints"):
         assert (out / d).exists(), d
     assert "broker stopped" in proc.stdout

@@ -113,7 +113,7 @@ def test_stream_from_topic_to_topic(spark: Any, broker: BrokerProcess, tmp_path:
          .selectExpr("key", "upper(cast(value as string)) as value", "headers", "partition")
          .writeStream.format("gregor").option("kafka.bootstrap.servers", broker.bootstrap).option("topic", dst)
          .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
-    q.awaitTermination(60)
+    assert q.awaitTermination(180) and q.exception() is None, "the availableNow query did not finish"
     got = consume_all(broker.bootstrap, dst)
     assert sorted((r.partition, r.key, r.value, r.headers) for r in got) == sorted(
         (i % 2, f"k{i}".encode(), f"V{i}".encode(), (("n", str(i).encode()),)) for i in range(500))

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import Producer
 
 from tests.broker_process import BrokerProcess
@@ -57,6 +58,7 @@ def test_transactional_batch_write(spark: Any, broker: BrokerProcess) -> None:
     assert sorted(int(r.value) for r in got) == list(range(3000))
 
 
+@pytest.mark.timeout(600)
 def test_transactional_sink_is_exactly_once_across_a_query_killed_mid_stream(spark: Any, broker: BrokerProcess,
                                                                              tmp_path: Path) -> None:
     src = create_topic(broker.bootstrap, unique("eos-src"), 3)
@@ -69,7 +71,7 @@ def test_transactional_sink_is_exactly_once_across_a_query_killed_mid_stream(spa
     child = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              start_new_session=True, env={**os.environ, "PYSPARK_PYTHON": sys.executable})
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 240  # a JVM and Spark start in the child: minutes on a loaded machine
         while checkpoint_commits(checkpoint) < 2:
             assert child.poll() is None, child.stdout.read() if child.stdout else ""
             assert time.monotonic() < deadline, "the child query made no progress"

@@ -37,7 +37,7 @@ def test_pipeline_without_spark_names_the_install(tmp_path: Path, command: tuple
     assert res.returncode == 1, res
     assert res.stderr.splitlines() == [
         f"Error: gregor {' '.join(command)} needs pyspark, pyarrow, not installed here. In the Gregor checkout, "
-        "scripts/install.sh spark installs it (a Java runtime from Debian, and pyspark, pyarrow and pandas); "
+        "scripts/install.sh spark installs it (a Java runtime from Debian, and pyspark, pyarrow, pandas and the typed codecs (gregor[typed])); "
         "elsewhere: apt-get install openjdk-17-jre-headless; pip install 'gregor[spark]'"]
     assert not (tmp_path / "pipeline-demo").exists()
 
