@@ -92,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         produce,
         quotas,
         reassign,
+        storage,
         topics,
         transactions,
         users,
@@ -123,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     configs.add_subcommands(sub)
     log_dirs.add_subcommands(sub)
     dump_log.add_subcommands(sub)
+    storage.add_subcommands(sub)
 
     from gregor.console import server as console_server
 

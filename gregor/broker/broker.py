@@ -348,6 +348,11 @@ async def run_broker(config: BrokerConfig, on_started: Callable[[Broker], Any] |
     import signal
 
     raise_open_file_limit()  # before the logs open
+    if config.process_roles:  # KRaft: the node's directories must be formatted for this cluster and node
+        from gregor.metadata.meta_properties import check_formatted, node_directories
+
+        check_formatted(node_directories(config.log_dirs, config.get("metadata.log.dir")), config.get("node.id"))
+        raise ConfigError("process.roles: KRaft mode is not available yet")
     broker = Broker(config)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):  # before start: a signal during start still stops cleanly
