@@ -193,15 +193,19 @@ class Broker:
     # --- lifecycle -------------------------------------------------------------------
     async def start(self) -> None:
         bound: dict[str, int] = {}
+        controllers = set(self.config.controller_listener_names) if self.config.process_roles else set()
         for spec in self.config.listener_specs:
+            if spec.name in controllers:  # a KRaft controller's: its quorum node serves it (broker/kraft_node.py)
+                continue
             bound[spec.name] = await self.socket_server.listen(spec, self.listener_tls.get(spec.name))
             self.bound_ports.append(bound[spec.name])
-        endpoints = tuple((a.name, a.host or "127.0.0.1", a.port or bound[a.name]) for a in self.config.advertised_specs)
+        endpoints = tuple((a.name, a.host or "127.0.0.1", a.port or bound[a.name]) for a in self.config.advertised_specs
+                          if a.name not in controllers)
         inter = next((e for e in endpoints if e[0] == self.config.inter_broker_listener), endpoints[0])
         protocols = tuple((s.name, s.protocol) for s in self.config.listener_specs)
         # Registered on the loop, once, before anything is read: a request accepted meanwhile must find this
         # broker in the cache, so the cache catches up from the store right after (attach), not by event.
-        self.broker_epoch = self.store.register_broker(BrokerInfo(
+        self.broker_epoch = await self.store.register_on_loop(BrokerInfo(
             self.config.broker_id, inter[1], inter[2], self.settings.rack or None,
             endpoints=endpoints, protocols=protocols))
         self.metadata_cache.attach(self.store, asyncio.get_running_loop())
@@ -228,7 +232,8 @@ class Broker:
         log.info(
             "Gregor broker %d started: listening on %s (cluster id %s)",
             self.config.broker_id,
-            ", ".join(f"{s.name}://{s.host}:{p}" for s, p in zip(self.config.listener_specs, self.bound_ports, strict=True)),
+            ", ".join(f"{s.name}://{s.host}:{p}" for s, p in zip(
+                [x for x in self.config.listener_specs if x.name not in controllers], self.bound_ports, strict=True)),
             self.metadata_cache.cluster_id,
         )
         self.schema_registry.start(inter[1], inter[2])
@@ -348,11 +353,9 @@ async def run_broker(config: BrokerConfig, on_started: Callable[[Broker], Any] |
     import signal
 
     raise_open_file_limit()  # before the logs open
-    if config.process_roles:  # KRaft: the node's directories must be formatted for this cluster and node
-        from gregor.metadata.meta_properties import check_formatted, node_directories
-
-        check_formatted(node_directories(config.log_dirs, config.get("metadata.log.dir")), config.get("node.id"))
-        raise ConfigError("process.roles: KRaft mode is not available yet")
+    if config.process_roles:
+        await run_kraft_node(config, on_started)
+        return
     broker = Broker(config)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):  # before start: a signal during start still stops cleanly
@@ -362,6 +365,37 @@ async def run_broker(config: BrokerConfig, on_started: Callable[[Broker], Any] |
         on_started(broker)
     await broker.wait_stopped()
     await broker.shutdown()
+    gc.freeze()
+
+
+async def run_kraft_node(config: BrokerConfig, on_started: Callable[[Broker], Any] | None = None) -> None:
+    """KRaft mode: the quorum member first (its directories formatted for this cluster and node), then, with
+    the broker role, the broker on its store; stopped in the reverse order (see broker/kraft_node.py)."""
+    import signal
+
+    from gregor.broker.kraft_node import KRaftNode, run_controller_only
+
+    node = KRaftNode(config)
+    stopped = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopped.set)
+    if not node.is_broker:
+        await run_controller_only(node, stopped)
+        return
+    await node.start()
+    broker = Broker(config, store=node.store)
+    if node.controller is not None:
+        node.controller.shutdown_handler = broker.controller.handle_controlled_shutdown
+    node.store.on_activation.append(broker.controller.stand)  # later activations; the first is the start's
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, broker.request_stop)
+    await broker.start()
+    if on_started is not None:
+        on_started(broker)
+    await broker.wait_stopped()
+    await broker.shutdown()
+    await node.shutdown()
     # The process exits next: its last collections need not walk every object the broker holds again
     # (10,000 partitions: ~300,000 objects, most of a second of a clean shutdown's exit).
     gc.freeze()

@@ -1,0 +1,110 @@
+"""A one-voter KRaft node (process.roles=broker,controller) as a user runs it: formatted, started, used by
+confluent-kafka (CreateTopics, idempotent produce, a group's consume), stopped cleanly or killed, and
+started again with its topics, data and committed offsets back from the replayed metadata log."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from gregor.tools.kraft_nodes import kraft_quorum
+from gregor.tools.local_broker import BrokerProcess
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[BrokerProcess]:
+    (n,) = kraft_quorum(tmp_path, 1)
+    yield n.start(timeout_s=30)
+    n.kill()
+
+
+def _produce(bs: str, topic: str, n: int, start: int = 0) -> None:
+    p = Producer({"bootstrap.servers": bs, "acks": "all", "enable.idempotence": True})
+    for i in range(start, start + n):
+        p.produce(topic, key=str(i).encode(), value=f"v{i}".encode())
+    assert p.flush(30) == 0
+
+
+def _consume(bs: str, topic: str, group: str, want: int, timeout_s: float = 30) -> list[str]:
+    c = Consumer({"bootstrap.servers": bs, "group.id": group, "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False})
+    c.subscribe([topic])
+    got: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < want and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append(m.value().decode())
+    if got:
+        c.commit(asynchronous=False)
+    c.close()
+    return got
+
+
+def _create(bs: str, name: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bs})
+    for f in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+        f.result(15)
+
+
+def test_serves_and_survives_restarts(node: BrokerProcess) -> None:
+    bs = node.bootstrap
+    _create(bs, "orders", 3)
+    admin = AdminClient({"bootstrap.servers": bs})
+    with pytest.raises(Exception, match="TOPIC_ALREADY_EXISTS|already exists"):
+        for f in admin.create_topics([NewTopic("orders", 3, 1)]).values():
+            f.result(15)
+    _produce(bs, "orders", 200)
+    assert sorted(_consume(bs, "orders", "g1", 200)) == sorted(f"v{i}" for i in range(200))
+    md = admin.list_topics(timeout=10)
+    assert md.controller_id == 1
+    assert len(md.topics["orders"].partitions) == 3
+
+    assert node.stop() == 0
+    assert "fenced by the controller at its stop" in node.log_text()
+    t0 = time.monotonic()
+    node.restart()
+    restart_s = time.monotonic() - t0
+    assert restart_s < 20
+    assert "is registered by another incarnation" not in node.log_text()  # a clean stop leaves no session
+    _create(bs, "later", 2)  # metadata writes accepted again
+    _produce(bs, "orders", 50, start=200)
+    got = _consume(bs, "orders", "g1", 50)  # the group's offsets came back too: only the new records
+    assert sorted(got) == sorted(f"v{i}" for i in range(200, 250))
+    topics = AdminClient({"bootstrap.servers": bs}).list_topics(timeout=10).topics
+    assert {"orders", "later"} <= set(topics)
+
+    node.kill()  # a crash: the next start replays the metadata log and waits out the old session
+    since = len(node.log_lines)
+    node.restart()
+    assert "replayed up to offset" in node.wait_for_log("replayed up to offset", since=since)
+    assert sorted(_consume(bs, "orders", "g2", 250)) == sorted(f"v{i}" for i in range(250))
+    assert len(AdminClient({"bootstrap.servers": bs}).list_topics(timeout=10).topics["later"].partitions) == 2
+
+
+def test_metadata_snapshot_replayed(tmp_path: Path) -> None:
+    """With snapshots every few hundred bytes the metadata log is cut at each: a restart loads the state from
+    the latest snapshot, then the records after it."""
+    (n,) = kraft_quorum(tmp_path, 1, {"metadata.log.max.record.bytes.between.snapshots": "1",
+                                      "metadata.log.max.snapshot.interval.ms": "0"})
+    try:
+        n.start(timeout_s=30)
+        for i in range(5):
+            _create(n.bootstrap, f"s{i}", 1)
+        _produce(n.bootstrap, "s4", 10)
+        assert n.stop() == 0
+        snapshots = list((tmp_path / "node-1" / "__cluster_metadata-0").glob("*.checkpoint"))
+        assert snapshots, "no metadata snapshot was written"
+        since = len(n.log_lines)
+        n.restart()
+        n.wait_for_log("loaded the metadata snapshot", since=since)
+        topics = AdminClient({"bootstrap.servers": n.bootstrap}).list_topics(timeout=10).topics
+        assert {f"s{i}" for i in range(5)} <= set(topics)
+        assert sorted(_consume(n.bootstrap, "s4", "g", 10)) == sorted(f"v{i}" for i in range(10))
+    finally:
+        n.kill()
