@@ -89,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         elect_leaders,
         groups,
         log_dirs,
+        metadata_quorum,
         produce,
         quotas,
         reassign,
@@ -125,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     log_dirs.add_subcommands(sub)
     dump_log.add_subcommands(sub)
     storage.add_subcommands(sub)
+    metadata_quorum.add_subcommands(sub)
 
     from gregor.console import server as console_server
 

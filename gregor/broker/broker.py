@@ -32,11 +32,11 @@ import resource
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gregor.admin.topic_admin import TopicAdmin, TopicAdminSettings
 from gregor.api import throttling
-from gregor.api.context import ApiSettings, BrokerServices
+from gregor.api.context import ApiSettings, BrokerServices, Handler
 from gregor.api.dispatcher import Dispatcher, supported_apis
 from gregor.api.faults import FaultSettings, ProduceFaults
 from gregor.api.fetch_session import FetchSessionCache, FetchSessionSettings
@@ -61,6 +61,7 @@ from gregor.metadata.embedded import EmbeddedMetadataStore
 from gregor.metadata.store import SESSION, SESSION_RESTORED, BrokerInfo, MetadataStore
 from gregor.metrics.registry import BrokerMetrics
 from gregor.network.socket_server import ConnectionLimits, SocketServer, SocketServerSettings
+from gregor.protocol.messages.raft import DESCRIBE_QUORUM
 from gregor.replication.log_configs import log_config_for
 from gregor.replication.replica_fetcher import ReplicaFetcherSettings
 from gregor.replication.replica_manager import ReplicaManager, ReplicaManagerSettings
@@ -71,6 +72,9 @@ from gregor.security.sasl.listener import build_sasl_listeners
 from gregor.security.tls import ServerTls, TlsSettings
 from gregor.storage.config import CleanerConfig
 from gregor.storage.log_manager import LogManager
+
+if TYPE_CHECKING:
+    from gregor.api.context import DescribeQuorum
 
 log = logging.getLogger("gregor.broker")
 
@@ -91,8 +95,13 @@ class BrokerSettings(Settings):
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, store: MetadataStore | None = None) -> None:
+    def __init__(self, config: BrokerConfig, store: MetadataStore | None = None,
+                 describe_quorum: DescribeQuorum | None = None) -> None:
+        """`describe_quorum`: KRaft mode's DescribeQuorum (broker/kraft_node.py); the API is served only with it."""
         self.config = config
+        self._describe_quorum = describe_quorum
+        handlers = HANDLERS if describe_quorum is not None else {k: h for k, h in HANDLERS.items()
+                                                                 if k != DESCRIBE_QUORUM.key}
         self.settings = s = BrokerSettings.from_config(config)
         t0 = time.monotonic()
         self._owns_store = store is None  # a store handed in (in-process clusters in tests) is its owner's to close
@@ -162,7 +171,7 @@ class Broker:
         # schema.registry.listeners: the registry this broker runs; and the schema checks of its topics.
         self.schema_registry = BrokerSchemaRegistry(config, self.produce, self.authorizer, self.sasl_listeners,
                                                     self.metadata_cache.entity_configs, self.client_security)
-        self.dispatcher = Dispatcher(self._services(), HANDLERS)
+        self.dispatcher = Dispatcher(self._services(handlers), handlers)
         self.socket_server = SocketServer(self.dispatcher, SocketServerSettings.from_config(config),
                                           ConnectionLimits.from_config(config), self.metrics)
         self.socket_server.set_listener_limits(self.dynamic_config.listener_connection_limits())
@@ -177,7 +186,7 @@ class Broker:
         self._shutting_down = False
         self._stopped = asyncio.Event()
 
-    def _services(self) -> BrokerServices:
+    def _services(self, handlers: dict[int, Handler]) -> BrokerServices:
         """What the request handlers may use (gregor.api.context)."""
         internal = {OFFSETS_TOPIC: self.coordinators.offsets_topic, TRANSACTION_STATE_TOPIC: self.coordinators.txn_topic}
         return BrokerServices(
@@ -187,8 +196,8 @@ class Broker:
             authorizer=self.authorizer, quotas=self.quotas, dynamic_config=self.dynamic_config,
             topic_configs=BrokerTopicConfigs(self.config),
             auto_create_topics=AutoTopicCreator(self.topic_admin, self.metadata_cache, internal).create,
-            sasl_listeners=self.sasl_listeners, metrics=self.metrics, supported_apis=supported_apis(HANDLERS),
-            produce=self.produce, fetch_sessions=self.fetch_sessions)
+            sasl_listeners=self.sasl_listeners, metrics=self.metrics, supported_apis=supported_apis(handlers),
+            produce=self.produce, fetch_sessions=self.fetch_sessions, describe_quorum=self._describe_quorum)
 
     # --- lifecycle -------------------------------------------------------------------
     async def start(self) -> None:
@@ -384,7 +393,7 @@ async def run_kraft_node(config: BrokerConfig, on_started: Callable[[Broker], An
         await run_controller_only(node, stopped)
         return
     await node.start()
-    broker = Broker(config, store=node.store)
+    broker = Broker(config, store=node.store, describe_quorum=node.describe_quorum)
     if node.controller is not None:
         node.controller.shutdown_handler = broker.controller.handle_controlled_shutdown
     node.store.on_activation.append(broker.controller.stand)  # later activations; the first is the start's

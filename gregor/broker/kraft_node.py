@@ -27,7 +27,9 @@ from gregor.controller.quorum_controller import QuorumController, QuorumControll
 from gregor.metadata.kraft import KRaftMetadataStore, KRaftSettings
 from gregor.metadata.kraft_channel import ControllerChannel
 from gregor.metadata.meta_properties import check_formatted, node_directories
+from gregor.protocol.errors import ErrorCode
 from gregor.protocol.messages.kraft_controller import CONTROLLER_APIS
+from gregor.protocol.messages.raft import DESCRIBE_QUORUM
 from gregor.protocol.schema import Struct
 from gregor.raft.config import QuorumSettings, parse_voters
 from gregor.raft.manager import RaftManager
@@ -103,6 +105,21 @@ class KRaftNode:
         log.info("node %d (%s): the metadata quorum has leader %d; replayed up to offset %d in %.0f ms (cluster "
                  "id %s)", self.node_id, ",".join(sorted(self.roles)), self.leader_id(), self.store.next_offset - 1,
                  (self.started_at - t0) * 1000, self.cluster_id)
+
+    async def describe_quorum(self, version: int, request: Struct) -> dict[str, Any]:
+        """DescribeQuorum as the quorum's leader answers it (asked on its controller listener; again, within the
+        request timeout, while the node asked is not the leader any more)."""
+        timeout_s = self.quorum.request_timeout_ms / 1000
+        deadline = time.monotonic() + timeout_s
+        while True:
+            resp = await self.channel.call(DESCRIBE_QUORUM, version, request.to_dict(),
+                                           max(0.1, deadline - time.monotonic()), "describe")
+            body = resp.to_dict()
+            parts = [p for t in body.get("topics", []) for p in t.get("partitions", [])]
+            if (not parts or parts[0]["error_code"] != ErrorCode.NOT_LEADER_OR_FOLLOWER
+                    or time.monotonic() >= deadline):
+                return body
+            await asyncio.sleep(self.channel.retry_backoff_s)
 
     async def shutdown(self) -> None:
         if self.controller is not None:

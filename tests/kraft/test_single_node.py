@@ -108,3 +108,33 @@ def test_metadata_snapshot_replayed(tmp_path: Path) -> None:
         assert sorted(_consume(n.bootstrap, "s4", "g", 10)) == sorted(f"v{i}" for i in range(10))
     finally:
         n.kill()
+
+
+def test_describe_quorum_and_cluster(node: BrokerProcess) -> None:
+    from kafka.admin import KafkaAdminClient
+
+    from tests.tools.cli import gregor
+
+    admin = KafkaAdminClient(bootstrap_servers=node.bootstrap)
+    try:
+        q = admin.describe_metadata_quorum()
+        cluster = admin.describe_cluster()
+    finally:
+        admin.close()
+    (topic,) = q["topics"]
+    (p,) = topic["partitions"]
+    assert topic["topic_name"] == "__cluster_metadata" and p["error"] is None
+    assert p["leader_id"] == 1 and p["leader_epoch"] >= 1 and p["high_watermark"] > 0
+    assert [v["replica_id"] for v in p["current_voters"]] == [1]
+    assert q["nodes"][0]["node_id"] == 1 and q["nodes"][0]["listeners"][0]["name"] == "CONTROLLER"
+    assert cluster["controller_id"] == 1
+
+    r = gregor("metadata-quorum", "--bootstrap-server", node.bootstrap, "describe", "--status")
+    assert r.returncode == 0, r.stderr
+    fields = dict(line.split(":", 1) for line in r.stdout.splitlines())
+    assert fields["LeaderId"].strip() == "1" and fields["CurrentVoters"].strip() == "[1]"
+    assert int(fields["HighWatermark"]) > 0 and len(fields["ClusterId"].strip()) == 22
+    r = gregor("metadata-quorum", "--bootstrap-server", node.bootstrap, "describe", "--replication")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].split()[0] == "NodeId" and lines[1].split()[0] == "1" and lines[1].split()[-1] == "Leader"

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from gregor.api.context import RequestContext
+from gregor.network.connection import ResponseBody
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.schema import Struct
 from gregor.security.acl import AUTHORIZED_OPERATIONS_OMITTED, AclOperation, ResourceType
 
 BROKER_ENDPOINT = 1
+_WAITING: set[asyncio.Future[dict[str, Any]]] = set()  # DescribeQuorum answers under way
 
 
 def handle_describe_cluster(ctx: RequestContext, req: Struct) -> dict[str, Any]:
@@ -41,3 +44,27 @@ def handle_describe_cluster(ctx: RequestContext, req: Struct) -> dict[str, Any]:
             for b in cache.brokers() if (ep := b.endpoint(ctx.listener.name)) is not None
         ],
     }
+
+
+def handle_describe_quorum(ctx: RequestContext, req: Struct) -> ResponseBody:
+    """KRaft mode: the metadata quorum as its leader describes it (the broker asks the leader, as Kafka's brokers
+    forward DescribeQuorum to the controllers). Needs DESCRIBE on the cluster."""
+    def error(code: int, message: str) -> dict[str, Any]:
+        return {"error_code": code, "error_message": message, "topics": [], "nodes": []}
+
+    if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER):
+        return error(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "DESCRIBE on the cluster is needed")
+    describe = ctx.services.describe_quorum
+    if describe is None:  # not advertised outside KRaft mode; a client sending it anyway gets a clear answer
+        return error(ErrorCode.UNSUPPORTED_VERSION, "this broker does not run in KRaft mode")
+
+    async def run() -> dict[str, Any]:
+        try:
+            return await describe(ctx.version, req)
+        except Exception as e:  # no leader reachable in time: the quorum may have lost its majority
+            return error(ErrorCode.REQUEST_TIMED_OUT, f"the metadata quorum's leader did not answer: {e}")
+
+    task = asyncio.ensure_future(run())
+    _WAITING.add(task)
+    task.add_done_callback(_WAITING.discard)
+    return task
