@@ -114,7 +114,12 @@ class Controller:
         if self.active and self.epoch != epoch:
             self._ctx.deactivate(f"the quorum moved on to epoch {epoch}")
         if not self._ctx.stopped:
-            self._ctx.spawn(self._elect())
+            self._ctx.spawn(self._stand())
+
+    async def _stand(self) -> None:
+        while self._electing:  # an election under way may have asked the store before it made this broker active
+            await asyncio.sleep(0.01)
+        await self._elect()
 
     async def stop(self) -> None:
         """Stop acting and end the writer. The controllership is not given up here: it ends with this

@@ -70,8 +70,11 @@ class BrokerLifecycle:
         self.broker_epoch = await self._register(deadline)
         if self._task is None:
             self._task = asyncio.create_task(self._heartbeats(), name=f"broker-{self.node_id}-heartbeats")
-        self._wake.set()
         epoch = self.broker_epoch
+        # The controller unfences a broker whose heartbeat shows its own registration replayed: heartbeat as
+        # soon as it is, not a heartbeat interval later.
+        await self._wait_until(lambda: self._offset() >= epoch, max(0.0, deadline - time.monotonic()))
+        self._wake.set()
         if not await self._wait_until(lambda: self._registered(self.node_id, epoch),
                                       max(0.0, deadline - time.monotonic())):
             raise MetadataError(f"broker {self.node_id} registered (epoch {epoch}) but was not unfenced within "
