@@ -103,6 +103,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     if state is not None and any(_alive(b["pid"], "gregor") for b in state["brokers"]):
         raise ToolError(f"a cluster already runs from {d} ('gregor cluster status --dir {args.dir}'; "
                         f"'gregor cluster down --dir {args.dir}' stops it)")
+    if not args.kraft:
+        require(CLUSTER, "gregor cluster up")
     overrides = {**CLUSTER_DEFAULTS, **parse_key_values(args.override, "--override")}
     d.mkdir(parents=True, exist_ok=True)
     new_state: dict[str, Any]
@@ -111,7 +113,6 @@ def cmd_up(args: argparse.Namespace) -> int:
         new_state = {"zookeeper": None, "kraft": True, "brokers": []}
         zk_line = f"Quorum:    {node_props[0]['controller.quorum.voters']} (KRaft, no ZooKeeper)"
     else:
-        require(CLUSTER, "gregor cluster up")
         zk = ZooKeeperServer(d / "zookeeper", port=args.zookeeper_port).start()  # its own session already
         assert zk.proc is not None
         new_state = {"zookeeper": {"pid": zk.proc.pid, "port": zk.port}, "brokers": []}
