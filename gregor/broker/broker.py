@@ -382,23 +382,36 @@ async def run_kraft_node(config: BrokerConfig, on_started: Callable[[Broker], An
     the broker role, the broker on its store; stopped in the reverse order (see broker/kraft_node.py)."""
     import signal
 
-    from gregor.broker.kraft_node import KRaftNode, run_controller_only
+    from gregor.broker.kraft_node import KRaftNode
 
+    if config.process_roles != {"broker", "controller"}:
+        # A controller-only node has no broker part, and so no partition leader elections (they run in the
+        # active controller's broker): until they move into the quorum controller, nodes are combined.
+        raise ConfigError(f"process.roles={','.join(sorted(config.process_roles))}: only combined nodes "
+                          "(process.roles=broker,controller) are supported yet (see docs/kraft.md)")
     node = KRaftNode(config)
     stopped = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopped.set)
-    if not node.is_broker:
-        await run_controller_only(node, stopped)
+    starting = asyncio.ensure_future(node.start())
+    stop_wait = asyncio.ensure_future(stopped.wait())
+    await asyncio.wait({starting, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+    stop_wait.cancel()
+    if not starting.done():  # stopped while waiting for the quorum
+        starting.cancel()
+        await asyncio.gather(starting, return_exceptions=True)
+        await node.shutdown()
         return
-    await node.start()
+    starting.result()
     broker = Broker(config, store=node.store, describe_quorum=node.describe_quorum)
     if node.controller is not None:
         node.controller.shutdown_handler = broker.controller.handle_controlled_shutdown
     node.store.on_activation.append(broker.controller.stand)  # later activations; the first is the start's
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, broker.request_stop)
+    if stopped.is_set():
+        broker.request_stop()
     await broker.start()
     if on_started is not None:
         on_started(broker)

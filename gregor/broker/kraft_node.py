@@ -130,9 +130,3 @@ class KRaftNode:
         self.store.close()
         log.info("node %d: the metadata quorum member stopped", self.node_id)
 
-
-async def run_controller_only(node: KRaftNode, stopped: asyncio.Event) -> None:
-    """A node with only the controller role: the quorum and its listener until stopped."""
-    await node.start()
-    await stopped.wait()
-    await node.shutdown()
