@@ -138,3 +138,79 @@ def test_describe_quorum_and_cluster(node: BrokerProcess) -> None:
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0].split()[0] == "NodeId" and lines[1].split()[0] == "1" and lines[1].split()[-1] == "Leader"
+
+
+def test_metadata_writes_of_every_kind_survive_a_restart(tmp_path: Path) -> None:
+    """Admin changes go through the quorum (configs, partitions, ACLs, SCRAM credentials, deletions, producer
+    id blocks for transactions) and come back from the metadata log after a kill."""
+    (node,) = kraft_quorum(tmp_path, 1, {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                                         "super.users": "User:ANONYMOUS"})
+    try:
+        node.start(timeout_s=30)
+        _every_kind(node)
+    finally:
+        node.kill()
+
+
+def _every_kind(node: BrokerProcess) -> None:
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        NewPartitions,
+        ResourcePatternType,
+        ResourceType,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+
+    bs = node.bootstrap
+    admin = AdminClient({"bootstrap.servers": bs})
+    _create(bs, "cfg", 1)
+    _create(bs, "gone", 1)
+    res = ConfigResource(ResourceType.TOPIC, "cfg", incremental_configs=[
+        ConfigEntry("retention.ms", "123456", incremental_operation=AlterConfigOpType.SET)])
+    for f in admin.incremental_alter_configs([res]).values():
+        f.result(15)
+    for f in admin.create_partitions([NewPartitions("cfg", 4)]).values():
+        f.result(15)
+    for f in admin.delete_topics(["gone"]).values():
+        f.result(15)
+    acl = AclBinding(ResourceType.TOPIC, "cfg", ResourcePatternType.LITERAL, "User:alice", "*", AclOperation.READ,
+                     AclPermissionType.ALLOW)
+    for f in admin.create_acls([acl]).values():
+        f.result(15)
+    upsert = UserScramCredentialUpsertion("alice", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096),
+                                          b"secret")
+    for f in admin.alter_user_scram_credentials([upsert]).values():
+        f.result(15)
+    p = Producer({"bootstrap.servers": bs, "transactional.id": "tx-1"})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce("cfg", value=b"in a transaction")
+    p.commit_transaction(30)
+
+    def check() -> None:
+        a = AdminClient({"bootstrap.servers": bs})
+        topics = a.list_topics(timeout=10).topics
+        assert "gone" not in topics and len(topics["cfg"].partitions) == 4
+        (cfgs,) = a.describe_configs([ConfigResource(ResourceType.TOPIC, "cfg")]).values()
+        assert cfgs.result(15)["retention.ms"].value == "123456"
+        acls = a.describe_acls(AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
+                                                AclOperation.ANY, AclPermissionType.ANY)).result(15)
+        assert [(b.name, b.principal) for b in acls] == [("cfg", "User:alice")]
+        (users,) = a.describe_user_scram_credentials(["alice"]).values()
+        assert [c.mechanism for c in users.result(15).scram_credential_infos] == [ScramMechanism.SCRAM_SHA_256]
+        assert _consume(bs, "cfg", f"g-{time.monotonic()}", 1, 20) == ["in a transaction"]
+
+    check()
+    node.kill()
+    node.restart()
+    check()
+    p2 = Producer({"bootstrap.servers": bs, "transactional.id": "tx-2"})
+    p2.init_transactions(30)  # a producer id from a block the controller had not given out before the kill
