@@ -189,6 +189,11 @@ def _every_kind(node: BrokerProcess) -> None:
                                           b"secret")
     for f in admin.alter_user_scram_credentials([upsert]).values():
         f.result(15)
+    from tests.tools.cli import gregor
+
+    r = gregor("quotas", "--bootstrap-server", bs, "--alter", "--add-config", "producer_byte_rate=1048576",
+               "--entity-type", "users", "--entity-name", "alice")
+    assert r.returncode == 0, r.stderr
     p = Producer({"bootstrap.servers": bs, "transactional.id": "tx-1"})
     p.init_transactions(30)
     p.begin_transaction()
@@ -207,6 +212,8 @@ def _every_kind(node: BrokerProcess) -> None:
         (users,) = a.describe_user_scram_credentials(["alice"]).values()
         assert [c.mechanism for c in users.result(15).scram_credential_infos] == [ScramMechanism.SCRAM_SHA_256]
         assert _consume(bs, "cfg", f"g-{time.monotonic()}", 1, 20) == ["in a transaction"]
+        q = gregor("quotas", "--bootstrap-server", bs, "--describe", "--entity-type", "users")
+        assert q.returncode == 0 and "alice" in q.stdout and "producer_byte_rate=1048576" in q.stdout, q.stdout
 
     check()
     node.kill()
