@@ -163,3 +163,63 @@ def test_three_node_quorum_controller_failover(nodes: list[BrokerProcess]) -> No
     c.close()
     assert len(acked) == 600
     assert sorted(got) == sorted(acked), "every acknowledged record read back exactly once"
+
+
+def test_losing_and_regaining_the_majority(nodes: list[BrokerProcess]) -> None:
+    """Two of three nodes killed: metadata changes are refused with an error naming the lost quorum, while a
+    partition led by the survivor still takes acks=1 writes and serves reads; the two restarted, the quorum
+    elects again and takes changes."""
+    for n in nodes:
+        n.overrides["request.timeout.ms"] = "5000"  # how long a metadata write waits for the quorum
+    start_all(nodes)
+    bs = ",".join(n.bootstrap for n in nodes)
+    admin = AdminClient({"bootstrap.servers": bs})
+    for f in admin.create_topics([NewTopic("solo", 3, 1), NewTopic("r3", 1, 3)]).values():
+        f.result(30)
+    parts = admin.list_topics(timeout=10).topics["solo"].partitions
+    survivor = nodes[0]
+    mine = [pid for pid, p in parts.items() if p.leader == 1]
+    assert mine, "node 1 leads one partition of three (round-robin assignment)"
+    since = len(survivor.log_lines)
+    for n in nodes[1:]:
+        n.kill()
+    t_kill = time.monotonic()
+
+    sadmin = AdminClient({"bootstrap.servers": survivor.bootstrap})
+    survivor.wait_for_log("-> Prospective", 30, since)  # no leader any more: it asks whether it could lead
+    no_leader_s = time.monotonic() - t_kill
+    assert sadmin.list_topics(timeout=5).controller_id == 1  # a live broker clients can send admin requests to
+    t0 = time.monotonic()
+    with pytest.raises(KafkaException) as refused:
+        for f in sadmin.create_topics([NewTopic("refused", 1, 1)], request_timeout=30).values():
+            f.result(40)
+    print(f"no quorum leader {no_leader_s:.2f} s after losing the majority; CreateTopics refused after "
+          f"{time.monotonic() - t0:.1f} s: {refused.value}")
+    assert "quorum" in str(refused.value)
+
+    p = Producer({"bootstrap.servers": survivor.bootstrap, "acks": "1"})
+    for i in range(20):
+        p.produce("solo", value=f"s{i}".encode(), partition=mine[0])
+    assert p.flush(30) == 0
+    c = Consumer({"bootstrap.servers": survivor.bootstrap, "group.id": "g-solo", "auto.offset.reset": "earliest"})
+    from confluent_kafka import TopicPartition
+
+    c.assign([TopicPartition("solo", mine[0], 0)])
+    got = []
+    deadline = time.monotonic() + 30
+    while len(got) < 20 and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append(m.value().decode())
+    c.close()
+    assert got == [f"s{i}" for i in range(20)]
+
+    start_all(nodes[1:])  # back: each registers once its old session ended
+    wait_for("the quorum to elect again", lambda: quorum(survivor.bootstrap)["leader_id"] in (1, 2, 3), 60)
+
+    def create() -> bool:
+        for f in sadmin.create_topics([NewTopic("after", 1, 1)]).values():
+            f.result(10)
+        return True
+
+    wait_for("CreateTopics accepted again", create, 60)

@@ -15,6 +15,16 @@ BROKER_ENDPOINT = 1
 _WAITING: set[asyncio.Future[dict[str, Any]]] = set()  # DescribeQuorum answers under way
 
 
+def client_controller_id(ctx: RequestContext) -> int:
+    """The controller clients are told of (Metadata, DescribeCluster): the cache's. In KRaft mode, while the
+    quorum has no leader, this broker instead (Kafka's KRaft brokers name a live broker): a client then
+    sends its admin request here and is answered with the error, rather than waiting for a controller."""
+    cid = ctx.services.metadata_cache.controller_id
+    if cid < 0 and ctx.services.describe_quorum is not None:
+        return ctx.services.settings.broker_id
+    return cid
+
+
 def handle_describe_cluster(ctx: RequestContext, req: Struct) -> dict[str, Any]:
     cache = ctx.services.metadata_cache
     endpoint_type = req.get("endpoint_type", BROKER_ENDPOINT)
@@ -38,7 +48,7 @@ def handle_describe_cluster(ctx: RequestContext, req: Struct) -> dict[str, Any]:
         "error_message": None,
         "endpoint_type": BROKER_ENDPOINT,
         "cluster_id": cache.cluster_id,
-        "controller_id": cache.controller_id,
+        "controller_id": client_controller_id(ctx),
         "brokers": [
             {"broker_id": b.broker_id, "host": ep[0], "port": ep[1], "rack": b.rack, "is_fenced": False}
             for b in cache.brokers() if (ep := b.endpoint(ctx.listener.name)) is not None
