@@ -223,3 +223,37 @@ def test_losing_and_regaining_the_majority(nodes: list[BrokerProcess]) -> None:
         return True
 
     wait_for("CreateTopics accepted again", create, 60)
+
+
+def test_clean_stop_of_the_active_controller(nodes: list[BrokerProcess]) -> None:
+    """SIGTERM of the active controller: its controlled shutdown moves its leaderships before it stops, the
+    quorum leader resigns so another is elected at once, and it restarts and registers without waiting out a
+    session."""
+    start_all(nodes)
+    bs = ",".join(n.bootstrap for n in nodes)
+    admin = AdminClient({"bootstrap.servers": bs})
+    for f in admin.create_topics([NewTopic("r3", 6, 3)]).values():
+        f.result(30)
+    leader = quorum(bs)["leader_id"]
+    victim = nodes[leader - 1]
+    survivors = [n for n in nodes if n is not victim]
+    sbs = ",".join(n.bootstrap for n in survivors)
+    t0 = time.monotonic()
+    assert victim.stop() == 0
+    stop_s = time.monotonic() - t0
+    parts = AdminClient({"bootstrap.servers": sbs}).list_topics(timeout=10).topics["r3"].partitions
+    assert all(p.leader not in (leader, -1) for p in parts.values()), "leaderships moved before the stop"
+    new = wait_for("a new quorum leader", lambda: (lambda x: x if x["leader_id"] not in (-1, leader) else None)(
+        quorum(sbs)), 10)
+    elected_s = time.monotonic() - t0
+    print(f"clean stop of the active controller: {stop_s:.2f} s; new quorum leader {new['leader_id']} "
+          f"{elected_s:.2f} s after the SIGTERM")
+    log = victim.log_text()
+    assert "Resigned" in log and "fenced by the controller at its stop" in log
+    since = len(victim.log_lines)
+    victim.restart()
+    assert not any("registered by another incarnation" in line for line in victim.log_lines[since:])
+    p = Producer({"bootstrap.servers": bs, "acks": "all", "enable.idempotence": True})
+    for i in range(50):
+        p.produce("r3", value=str(i).encode())
+    assert p.flush(30) == 0
