@@ -53,6 +53,12 @@ SMOKES = [
     Smoke("bench_cluster.py", ("--smoke",), (r"^end-to-end latency at 500/s \(acks=all\): p50 [\d.]+ ms",
                                             r"^leader failover .* median [\d.]+ s",
                                             r"^controlled shutdown: \d+ of 30 leaderships moved")),
+    Smoke("bench_raft.py", ("--smoke",), (r"start of a 3-node quorum from nothing: [\d.]+ s",
+                                          r"failover after SIGKILL of the leader, \d+ runs: new leader in")),
+    Smoke("bench_kraft.py", ("--smoke",), (r"^kraft: start of 3 brokers [\d.]+ s",
+                                           r"^kraft: CreateTopics of 10 partitions acknowledged in [\d.]+ s",
+                                           r"^kraft: controller failover \(SIGKILL, 1x\): new controller median"),
+          180.0),
     # Spark: a JVM and Python workers start, ~20 s on an idle machine.
     Smoke("bench_transactions.py", ("--smoke",), (r"^  idempotent \(no transactions\): +[\d,]+ rec/s",
                                                  r"spark sink, 1,000 rows: at least once [\d,]+ rows/s"), 300.0),
