@@ -257,3 +257,47 @@ def test_clean_stop_of_the_active_controller(nodes: list[BrokerProcess]) -> None
     for i in range(50):
         p.produce("r3", value=str(i).encode())
     assert p.flush(30) == 0
+
+
+def test_frozen_active_controller_is_deposed_and_rejoins(nodes: list[BrokerProcess]) -> None:
+    """SIGSTOP of the active controller past the fetch and session timeouts: the others elect a new one, which
+    takes changes; thawed, the old one follows (its writes as controller of the old epoch are refused) and its
+    broker is unfenced again, the cluster converging on one controller."""
+    import os
+    import signal
+
+    start_all(nodes)
+    bs = ",".join(n.bootstrap for n in nodes)
+    admin = AdminClient({"bootstrap.servers": bs})
+    for f in admin.create_topics([NewTopic("r3", 3, 3)]).values():
+        f.result(30)
+    old = quorum(bs)
+    frozen = nodes[old["leader_id"] - 1]
+    others = [n for n in nodes if n is not frozen]
+    obs = ",".join(n.bootstrap for n in others)
+    assert frozen.proc is not None
+    os.kill(frozen.proc.pid, signal.SIGSTOP)
+    try:
+        new = wait_for("a new quorum leader", lambda: (lambda x: x if x["leader_id"] not in (-1, old["leader_id"])
+                                                       else None)(quorum(obs)), 30)
+        assert new["leader_epoch"] > old["leader_epoch"]
+        oadmin = AdminClient({"bootstrap.servers": obs})
+        for f in oadmin.create_topics([NewTopic("while-frozen", 1, 2)]).values():
+            f.result(30)
+        wait_for("the frozen broker's leaderships moved", lambda: all(
+            p.leader != old["leader_id"] for p in oadmin.list_topics(timeout=5).topics["r3"].partitions.values()), 30)
+    finally:
+        os.kill(frozen.proc.pid, signal.SIGCONT)
+    wait_for("one controller everywhere, the thawed node a follower", lambda: len(
+        {fetch(n.bootstrap) for n in nodes} | {new["leader_id"]}) == 1, 30)
+    wait_for("the thawed broker live again", lambda: old["leader_id"] in AdminClient(
+        {"bootstrap.servers": obs}).list_topics(timeout=5).brokers, 30)
+    q = quorum(bs)
+    assert q["leader_id"] == new["leader_id"] and q["leader_epoch"] == new["leader_epoch"]
+    fadmin = AdminClient({"bootstrap.servers": frozen.bootstrap})  # kept until the answer
+    for f in fadmin.create_topics([NewTopic("after", 1, 3)]).values():
+        f.result(30)
+
+
+def fetch(bootstrap: str) -> int:
+    return AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5).controller_id
