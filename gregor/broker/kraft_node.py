@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from gregor.config import BrokerConfig, ConfigError
-from gregor.config.kraft import BROKER_ROLE, CONTROLLER_ROLE
+from gregor.config.kraft import CONTROLLER_ROLE
 from gregor.controller.quorum_controller import QuorumController, QuorumControllerSettings
 from gregor.metadata.kraft import KRaftMetadataStore, KRaftSettings
 from gregor.metadata.kraft_channel import ControllerChannel
@@ -70,10 +70,6 @@ class KRaftNode:
             self.server = QuorumServer(self._dispatch, qs.max_request_bytes, qs.max_connections,
                                        extra_apis=CONTROLLER_APIS)
         self.started_at = 0.0
-
-    @property
-    def is_broker(self) -> bool:
-        return BROKER_ROLE in self.roles
 
     def leader_id(self) -> int:
         return self.raft.leader_and_epoch().leader_id

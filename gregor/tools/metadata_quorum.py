@@ -11,7 +11,6 @@ import argparse
 import time
 from typing import Any
 
-from gregor.protocol import apis
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.messages.raft import DESCRIBE_QUORUM
 from gregor.tools.common import (
@@ -31,14 +30,9 @@ METADATA_TOPIC = "__cluster_metadata"
 def describe(client: ClusterClient) -> tuple[str, Any, Any]:
     """(cluster id, the partition's DescribeQuorum answer, the response) from the bootstrap broker."""
     md = client.metadata([])
-    conn = client._bootstrap
-    assert conn is not None
-    served = next((k for k in conn.request(apis.BY_KEY[18], 0, {}).api_keys if k.api_key == DESCRIBE_QUORUM.key), None)
-    if served is None:
-        raise ToolError("the broker does not serve DescribeQuorum: it does not run in KRaft mode")
-    version = min(served.max_version, DESCRIBE_QUORUM.max_version)
-    resp = conn.request(DESCRIBE_QUORUM, version, {"topics": [{"topic_name": METADATA_TOPIC,
-                                                               "partitions": [{"partition_index": 0}]}]})
+    resp = client.to_bootstrap(DESCRIBE_QUORUM, {"topics": [{"topic_name": METADATA_TOPIC,
+                                                              "partitions": [{"partition_index": 0}]}]},
+                               DESCRIBE_QUORUM.max_version, ": it does not run in KRaft mode")
     if resp.error_code != ErrorCode.NONE:
         raise ToolError(f"DescribeQuorum failed: {error_name(resp.error_code)}"
                         f"{': ' + resp.get('error_message') if resp.get('error_message') else ''}")

@@ -221,3 +221,12 @@ def _every_kind(node: BrokerProcess) -> None:
     check()
     p2 = Producer({"bootstrap.servers": bs, "transactional.id": "tx-2"})
     p2.init_transactions(30)  # a producer id from a block the controller had not given out before the kill
+
+
+def test_metadata_quorum_tool_on_a_broker_without_kraft(start_broker) -> None:  # noqa: ANN001
+    from tests.tools.cli import gregor
+
+    b = start_broker()
+    r = gregor("metadata-quorum", "--bootstrap-server", b.bootstrap, "describe", "--status")
+    assert r.returncode == 1
+    assert "does not serve DescribeQuorum (API key 55): it does not run in KRaft mode" in r.stderr
