@@ -89,9 +89,11 @@ def main(argv: list[str] | None = None) -> int:
         elect_leaders,
         groups,
         log_dirs,
+        metadata_quorum,
         produce,
         quotas,
         reassign,
+        storage,
         topics,
         transactions,
         users,
@@ -123,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     configs.add_subcommands(sub)
     log_dirs.add_subcommands(sub)
     dump_log.add_subcommands(sub)
+    storage.add_subcommands(sub)
+    metadata_quorum.add_subcommands(sub)
 
     from gregor.console import server as console_server
 

@@ -62,6 +62,10 @@ SMOKES = [
                                                       r"validate_batches, validation on +[\d.]+ us per batch")),
     Smoke("bench_typed.py", ("--smoke",), (r"^\(c\) C decoder \(gregor.typed\) +[\d,]+ rows/s",
                                           r"^read_arrow_batches \+ decode_column \(C\) +[\d,]+ rows/s")),
+    Smoke("bench_kraft.py", ("--smoke",), (r"^kraft: start of 3 brokers [\d.]+ s",
+                                           r"^kraft: CreateTopics of 10 partitions acknowledged in [\d.]+ s",
+                                           r"^kraft: controller failover \(SIGKILL, 1x\): new controller median"),
+          180.0),
     # Spark: a JVM and Python workers start, ~20 s on an idle machine.
     Smoke("bench_transactions.py", ("--smoke",), (r"^  idempotent \(no transactions\): +[\d,]+ rec/s",
                                                  r"spark sink, 1,000 rows: at least once [\d,]+ rows/s"), 300.0),

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gregor.configdef import Settings, setting
 from gregor.network.connection import ResponseBody
@@ -42,6 +42,9 @@ if TYPE_CHECKING:
     from gregor.security.principal import KafkaPrincipal
     from gregor.security.quotas import ClientQuotaManager
     from gregor.security.sasl.authenticator import ListenerSasl
+
+    # KRaft mode's DescribeQuorum, answered by the metadata quorum's leader: (version, request) -> response body.
+    DescribeQuorum = Callable[[int, Struct], Awaitable[dict[str, Any]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +136,8 @@ class BrokerServices:
     supported_apis: tuple[Api, ...]  # what ApiVersions advertises: the APIs with a handler
     produce: ProduceState
     fetch_sessions: FetchSessionCache
+    # KRaft mode: the metadata quorum's DescribeQuorum answer (version, request) from its leader; None otherwise.
+    describe_quorum: DescribeQuorum | None = None
 
 
 @dataclass(slots=True)

@@ -34,11 +34,11 @@ import resource
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gregor.admin.topic_admin import TopicAdmin, TopicAdminSettings
 from gregor.api import throttling
-from gregor.api.context import ApiSettings, BrokerServices
+from gregor.api.context import ApiSettings, BrokerServices, Handler
 from gregor.api.dispatcher import Dispatcher, supported_apis
 from gregor.api.faults import FaultSettings, ProduceFaults
 from gregor.api.fetch_session import FetchSessionCache, FetchSessionSettings
@@ -65,6 +65,7 @@ from gregor.metadata.embedded import EmbeddedMetadataStore
 from gregor.metadata.store import SESSION, SESSION_RESTORED, BrokerInfo, MetadataStore
 from gregor.metrics.registry import BrokerMetrics
 from gregor.network.socket_server import ConnectionLimits, SocketServer, SocketServerSettings
+from gregor.protocol.messages.raft import DESCRIBE_QUORUM
 from gregor.replication.log_configs import log_config_for
 from gregor.replication.replica_fetcher import ReplicaFetcherSettings
 from gregor.replication.replica_manager import ReplicaManager, ReplicaManagerSettings
@@ -75,6 +76,9 @@ from gregor.security.sasl.listener import build_sasl_listeners
 from gregor.security.tls import ServerTls, TlsSettings
 from gregor.storage.config import CleanerConfig
 from gregor.storage.log_manager import LogManager
+
+if TYPE_CHECKING:
+    from gregor.api.context import DescribeQuorum
 
 log = logging.getLogger("gregor.broker")
 
@@ -95,8 +99,13 @@ class BrokerSettings(Settings):
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, store: MetadataStore | None = None) -> None:
+    def __init__(self, config: BrokerConfig, store: MetadataStore | None = None,
+                 describe_quorum: DescribeQuorum | None = None) -> None:
+        """`describe_quorum`: KRaft mode's DescribeQuorum (broker/kraft_node.py); the API is served only with it."""
         self.config = config
+        self._describe_quorum = describe_quorum
+        handlers = HANDLERS if describe_quorum is not None else {k: h for k, h in HANDLERS.items()
+                                                                 if k != DESCRIBE_QUORUM.key}
         self.settings = s = BrokerSettings.from_config(config)
         t0 = time.monotonic()
         self._owns_store = store is None  # a store handed in (in-process clusters in tests) is its owner's to close
@@ -169,7 +178,7 @@ class Broker:
         # schema.registry.listeners: the registry this broker runs; and the schema checks of its topics.
         self.schema_registry = BrokerSchemaRegistry(config, self.produce, self.authorizer, self.sasl_listeners,
                                                     self.metadata_cache.entity_configs, self.client_security)
-        self.dispatcher = Dispatcher(self._services(), HANDLERS)
+        self.dispatcher = Dispatcher(self._services(handlers), handlers)
         self.socket_server = SocketServer(self.dispatcher, SocketServerSettings.from_config(config),
                                           ConnectionLimits.from_config(config), self.metrics)
         self.socket_server.set_listener_limits(self.dynamic_config.listener_connection_limits())
@@ -184,7 +193,7 @@ class Broker:
         self._shutting_down = False
         self._stopped = asyncio.Event()
 
-    def _services(self) -> BrokerServices:
+    def _services(self, handlers: dict[int, Handler]) -> BrokerServices:
         """What the request handlers may use (gregor.api.context)."""
         internal = {OFFSETS_TOPIC: self.coordinators.offsets_topic, TRANSACTION_STATE_TOPIC: self.coordinators.txn_topic}
         return BrokerServices(
@@ -194,21 +203,25 @@ class Broker:
             authorizer=self.authorizer, quotas=self.quotas, dynamic_config=self.dynamic_config,
             topic_configs=BrokerTopicConfigs(self.config),
             auto_create_topics=AutoTopicCreator(self.topic_admin, self.metadata_cache, internal).create,
-            sasl_listeners=self.sasl_listeners, metrics=self.metrics, supported_apis=supported_apis(HANDLERS),
-            produce=self.produce, fetch_sessions=self.fetch_sessions)
+            sasl_listeners=self.sasl_listeners, metrics=self.metrics, supported_apis=supported_apis(handlers),
+            produce=self.produce, fetch_sessions=self.fetch_sessions, describe_quorum=self._describe_quorum)
 
     # --- lifecycle -------------------------------------------------------------------
     async def start(self) -> None:
         bound: dict[str, int] = {}
+        controllers = set(self.config.controller_listener_names) if self.config.process_roles else set()
         for spec in self.config.listener_specs:
+            if spec.name in controllers:  # a KRaft controller's: its quorum node serves it (broker/kraft_node.py)
+                continue
             bound[spec.name] = await self.socket_server.listen(spec, self.listener_tls.get(spec.name))
             self.bound_ports.append(bound[spec.name])
-        endpoints = tuple((a.name, a.host or "127.0.0.1", a.port or bound[a.name]) for a in self.config.advertised_specs)
+        endpoints = tuple((a.name, a.host or "127.0.0.1", a.port or bound[a.name]) for a in self.config.advertised_specs
+                          if a.name not in controllers)
         inter = next((e for e in endpoints if e[0] == self.config.inter_broker_listener), endpoints[0])
         protocols = tuple((s.name, s.protocol) for s in self.config.listener_specs)
         # Registered on the loop, once, before anything is read: a request accepted meanwhile must find this
         # broker in the cache, so the cache catches up from the store right after (attach), not by event.
-        self.broker_epoch = self.store.register_broker(BrokerInfo(
+        self.broker_epoch = await self.store.register_on_loop(BrokerInfo(
             self.config.broker_id, inter[1], inter[2], self.settings.rack or None,
             endpoints=endpoints, protocols=protocols))
         self.metadata_cache.attach(self.store, asyncio.get_running_loop())
@@ -236,7 +249,8 @@ class Broker:
         log.info(
             "Gregor broker %d started: listening on %s (cluster id %s)",
             self.config.broker_id,
-            ", ".join(f"{s.name}://{s.host}:{p}" for s, p in zip(self.config.listener_specs, self.bound_ports, strict=True)),
+            ", ".join(f"{s.name}://{s.host}:{p}" for s, p in zip(
+                [x for x in self.config.listener_specs if x.name not in controllers], self.bound_ports, strict=True)),
             self.metadata_cache.cluster_id,
         )
         self.schema_registry.start(inter[1], inter[2])
@@ -358,6 +372,9 @@ async def run_broker(config: BrokerConfig, on_started: Callable[[Broker], Any] |
     import signal
 
     raise_open_file_limit()  # before the logs open
+    if config.process_roles:
+        await run_kraft_node(config, on_started)
+        return
     broker = Broker(config)
     tune_interpreter()  # this process's interpreter is the broker's to tune, and its collector to schedule
     broker.periodic.collector = CollectorSchedule()
@@ -369,6 +386,50 @@ async def run_broker(config: BrokerConfig, on_started: Callable[[Broker], Any] |
         on_started(broker)
     await broker.wait_stopped()
     await broker.shutdown()
+    gc.freeze()
+
+
+async def run_kraft_node(config: BrokerConfig, on_started: Callable[[Broker], Any] | None = None) -> None:
+    """KRaft mode: the quorum member first (its directories formatted for this cluster and node), then, with
+    the broker role, the broker on its store; stopped in the reverse order (see broker/kraft_node.py)."""
+    import signal
+
+    from gregor.broker.kraft_node import KRaftNode
+
+    if config.process_roles != {"broker", "controller"}:
+        # A controller-only node has no broker part, and so no partition leader elections (they run in the
+        # active controller's broker): until they move into the quorum controller, nodes are combined.
+        raise ConfigError(f"process.roles={','.join(sorted(config.process_roles))}: only combined nodes "
+                          "(process.roles=broker,controller) are supported yet (see docs/kraft.md)")
+    node = KRaftNode(config)
+    stopped = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopped.set)
+    starting = asyncio.ensure_future(node.start())
+    stop_wait = asyncio.ensure_future(stopped.wait())
+    await asyncio.wait({starting, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+    stop_wait.cancel()
+    if not starting.done():  # stopped while waiting for the quorum
+        starting.cancel()
+        await asyncio.gather(starting, return_exceptions=True)
+        await node.shutdown()
+        return
+    starting.result()
+    broker = Broker(config, store=node.store, describe_quorum=node.describe_quorum)
+    if node.controller is not None:
+        node.controller.shutdown_handler = broker.controller.handle_controlled_shutdown
+    node.store.on_activation.append(broker.controller.stand)  # later activations; the first is the start's
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, broker.request_stop)
+    if stopped.is_set():
+        broker.request_stop()
+    await broker.start()
+    if on_started is not None:
+        on_started(broker)
+    await broker.wait_stopped()
+    await broker.shutdown()
+    await node.shutdown()
     # The process exits next: its last collections need not walk every object the broker holds again
     # (10,000 partitions: ~300,000 objects, most of a second of a clean shutdown's exit).
     gc.freeze()

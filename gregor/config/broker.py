@@ -15,6 +15,7 @@ import os
 import socket
 from typing import Any
 
+from gregor.config import kraft
 from gregor.config.schema_registry import REGISTRY_PROPS, RegistryConfig
 from gregor.configdef import CLUSTER_WIDE, LONG_MAX, PER_BROKER, READ_ONLY, ConfigError, Prop, format_value
 from gregor.known_configs import KNOWN_PROPS
@@ -260,6 +261,7 @@ BROKER_PROPS: dict[str, Prop] = {p.name: p for p in [
     _p("metadata.log.max.snapshot.interval.ms", "long", 3600000, lo=0,
        doc="The longest time between snapshots of the metadata log while it grows; 0: by size only "
            "(metadata.log.max.record.bytes.between.snapshots)"),
+    *kraft.KRAFT_PROPS,
     # fetch sessions (KIP-227)
     _p("max.incremental.fetch.session.cache.slots", "int", 1000, lo=0,
        doc="fetch sessions (KIP-227) the broker keeps; when full, a new one evicts an idle or less valuable one, "
@@ -353,9 +355,15 @@ class BrokerConfig:
             self.explicit.add(name)
         for name, prop in BROKER_PROPS.items():
             self._values.setdefault(name, prop.default)
+        kraft.prepare(self._values, self.explicit)  # KRaft mode: broker.id is node.id, controller listeners mapped
         self.listener_specs: list[ListenerSpec] = parse_listeners(self)
         self.advertised_specs: list[ListenerSpec] = parse_advertised(self, self.listener_specs)
-        self.inter_broker_listener: str = inter_broker_listener_name(self, self.listener_specs)
+        controllers = (set(kraft.controller_listener_names(self))
+                       if self.process_roles and not self.get("inter.broker.listener.name") else set())
+        self.inter_broker_listener: str = inter_broker_listener_name(
+            self, [s for s in self.listener_specs if s.name not in controllers] or self.listener_specs)
+        kraft.check(self, [s.name for s in self.listener_specs], {s.name: s.port for s in self.listener_specs},
+                    self.inter_broker_listener)
         names = {s.name.lower() for s in self.listener_specs}
         for listener, _, key in self.listener_overrides:
             if listener not in names:
@@ -383,6 +391,15 @@ class BrokerConfig:
     @property
     def broker_id(self) -> int:
         return self._values["broker.id"]
+
+    @property
+    def process_roles(self) -> frozenset[str]:
+        """KRaft mode's roles ("broker", "controller"); empty when not in KRaft mode."""
+        return kraft.roles_of(self)
+
+    @property
+    def controller_listener_names(self) -> list[str]:
+        return kraft.controller_listener_names(self)
 
     @property
     def log_dirs(self) -> list[str]:

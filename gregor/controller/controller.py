@@ -106,6 +106,21 @@ class Controller:
         self._ctx.spawn(self._elect())
         self._rebalance_task = asyncio.ensure_future(self._rebalance_loop())
 
+    def stand(self, epoch: int) -> None:
+        """The store made this broker the controller of `epoch` by its own election (KRaft: the quorum's
+        leader became active): act as it, leaving a previous epoch's controllership first."""
+        if self._rebalance_task is None:  # not started: start() stands for it
+            return
+        if self.active and self.epoch != epoch:
+            self._ctx.deactivate(f"the quorum moved on to epoch {epoch}")
+        if not self._ctx.stopped:
+            self._ctx.spawn(self._stand())
+
+    async def _stand(self) -> None:
+        while self._electing:  # an election under way may have asked the store before it made this broker active
+            await asyncio.sleep(0.01)
+        await self._elect()
+
     async def stop(self) -> None:
         """Stop acting and end the writer. The controllership is not given up here: it ends with this
         broker's registration (unregister_broker, or the ZooKeeper session closing), which the broker

@@ -330,6 +330,17 @@ class MetadataStore(ABC):
         """Register this broker as live (ZooKeeper: the ephemeral /brokers/ids/<id>, gone with the
         session). Returns the broker epoch. Raises MetadataError if another live broker has the id."""
 
+    async def register_on_loop(self, info: BrokerInfo) -> int:
+        """register_broker, called on the broker's event loop at start (a store whose registration is itself a
+        conversation on that loop, KRaft's, overrides it)."""
+        return self.register_broker(info)
+
+    async def controlled_shutdown(self, broker_id: int, broker_epoch: int, timeout_s: float
+                                  ) -> tuple[int, list[tuple[str, int]]] | None:
+        """The stopping broker's controlled shutdown, when the store carries it (KRaft: through the heartbeat):
+        (error code, partitions still led here). None: the ControlledShutdown request to the controller."""
+        return None
+
     @abstractmethod
     def unregister_broker(self, broker_id: int) -> None:
         """Remove a live registration (a clean shutdown's last step; ZooKeeper: delete the ephemeral)."""

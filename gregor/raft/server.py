@@ -7,8 +7,10 @@ may wait for data). An unknown API key, an unsupported version or a malformed re
 connection, as a Kafka broker does; a frame over `max_request_bytes` too. Bounded: at most
 `max_connections` connections, one request of each connection in hand at a time.
 
-It is deliberately apart from the broker's listener (gregor.network): it will become one of the
-broker's listeners (`controller.listener.names`) when the broker runs the quorum.
+It is apart from the broker's listener (gregor.network): a KRaft controller serves it on its controller
+listener (`controller.listener.names`) from before its broker part exists, as the quorum must elect a leader
+before any broker can register; the controller's own APIs (the brokers' registrations, heartbeats and
+writes) come in as `extra_apis`. Plaintext only (see docs/kraft.md).
 """
 
 from __future__ import annotations
@@ -34,17 +36,20 @@ _SIZE = struct.Struct(">i")
 Dispatch = Callable[[int, int, Struct], Awaitable[dict[str, Any]]]
 
 
-def api_versions_body(version: int) -> dict[str, Any]:
+def api_versions_body(version: int, extra: dict[int, Api] | None = None) -> dict[str, Any]:
     keys = [{"api_key": a.key, "min_version": a.min_version, "max_version": a.max_version}
-            for a in sorted([*QUORUM_APIS.values(), API_VERSIONS], key=lambda a: a.key)]
+            for a in sorted([*QUORUM_APIS.values(), *(extra or {}).values(), API_VERSIONS], key=lambda a: a.key)]
     return {"error_code": ErrorCode.NONE, "api_keys": keys, "throttle_time_ms": 0}
 
 
 class QuorumServer:
-    def __init__(self, dispatch: Dispatch, max_request_bytes: int, max_connections: int) -> None:
+    def __init__(self, dispatch: Dispatch, max_request_bytes: int, max_connections: int,
+                 extra_apis: dict[int, Api] | None = None) -> None:
+        """`extra_apis`: more APIs the owner answers through `dispatch` (a controller's: the brokers' requests)."""
         self._dispatch = dispatch
         self.max_request_bytes = max_request_bytes
         self.max_connections = max_connections
+        self.extra_apis = dict(extra_apis or {})
         self._server: asyncio.AbstractServer | None = None
         self._conns: set[asyncio.Task[None]] = set()
         self.port = 0
@@ -92,16 +97,17 @@ class QuorumServer:
 
     async def _answer(self, frame: memoryview) -> list[Any]:
         key, version, correlation_id = peek_header(frame)
-        api: Api | None = API_VERSIONS if key == API_VERSIONS.key else QUORUM_APIS.get(key)
+        api: Api | None = (API_VERSIONS if key == API_VERSIONS.key
+                           else QUORUM_APIS.get(key) or self.extra_apis.get(key))
         if api is None:
             raise DecodeError(f"API key {key} is not served on the quorum listener")
         if not api.min_version <= version <= api.max_version:
             if key == API_VERSIONS.key:  # Kafka answers a too-new ApiVersions in v0 with UNSUPPORTED_VERSION
-                body = dict(api_versions_body(0), error_code=ErrorCode.UNSUPPORTED_VERSION)
+                body = dict(api_versions_body(0, self.extra_apis), error_code=ErrorCode.UNSUPPORTED_VERSION)
                 return encode_response(API_VERSIONS, 0, correlation_id, body)
             raise DecodeError(f"{api.name} v{version} is not supported ({api.min_version}-{api.max_version})")
         header, body = decode_request(frame, api)
         if key == API_VERSIONS.key:
-            return encode_response(api, version, correlation_id, api_versions_body(version))
+            return encode_response(api, version, correlation_id, api_versions_body(version, self.extra_apis))
         response = await self._dispatch(key, version, body)
         return encode_response(api, version, header.correlation_id, response)

@@ -33,6 +33,7 @@ DELETE_DIR_SUFFIX = "-delete"
 FUTURE_DIR_SUFFIX = "-future"
 MOVED_DIR_SUFFIX = "-moved"  # a future replica complete and being swapped in (log_mover.py)
 STRAY_DIR_SUFFIX = "-stray"
+METADATA_LOG_DIR_NAME = "__cluster_metadata-0"
 CHECKPOINTS = (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT)
 
 
@@ -154,6 +155,8 @@ def _scan_dir(d: str, pending: dict[TopicPartition, str], pending_offsets: dict[
             continue
         if name.endswith(STRAY_DIR_SUFFIX):
             logger.warning("ignoring %s", path)
+            continue
+        if name == METADATA_LOG_DIR_NAME:  # a KRaft node's metadata log: the quorum's, never a partition's
             continue
         try:
             tp = parse_topic_partition(name)

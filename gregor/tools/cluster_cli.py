@@ -8,6 +8,10 @@ bootstrap list. `down` stops the brokers one at a time with SIGTERM (each a cont
 handing its leaderships over before the next goes) and then ZooKeeper. `status` shows what runs.
 Data stays in the dir: `up` again brings the same cluster back.
 
+`up --kraft` starts no ZooKeeper and no Java process: N nodes that are each a broker and a voter of the
+KRaft metadata quorum (node i: broker listener base-port + i, controller listener controller-base-port
++ i), their directories formatted on the first `up` (`gregor storage format`).
+
 Timeouts are LocalCluster's CLUSTER_DEFAULTS (zookeeper.session.timeout.ms=4000: failover in under
 6 s after a crash; replica.lag.time.max.ms=10000), changed with --override.
 """
@@ -70,6 +74,27 @@ def _wait_log(path: Path, pid: int, text: str, timeout_s: float) -> None:
     raise ToolError(f"broker (pid {pid}) did not report {text!r} within {timeout_s:g} s; {path}:\n{tail}")
 
 
+def kraft_nodes(d: Path, n: int, base_port: int, controller_base_port: int) -> list[dict[str, str]]:
+    """The properties of n combined KRaft nodes (ids 0..n-1), their directories formatted for one cluster: the
+    one they already hold if an earlier `up` formatted them, else a new id."""
+    from gregor.metadata.meta_properties import format_directories, random_uuid, read
+
+    dirs = [d / f"broker-{i}" / "data" for i in range(n)]
+    existing = {m.cluster_id for x in dirs if (m := read(str(x))) is not None}
+    if len(existing) > 1:
+        raise ToolError(f"the nodes under {d} are formatted for different clusters: {sorted(existing)}")
+    cluster_id = existing.pop() if existing else random_uuid()
+    voters = ",".join(f"{i}@127.0.0.1:{controller_base_port + i}" for i in range(n))
+    out = []
+    for i, data in enumerate(dirs):
+        format_directories([str(data)], cluster_id, i, ignore_formatted=True)
+        out.append({"process.roles": "broker,controller", "node.id": str(i), "controller.quorum.voters": voters,
+                    "controller.listener.names": "CONTROLLER", "log.dirs": str(data),
+                    "listeners": f"PLAINTEXT://127.0.0.1:{base_port + i},"
+                                 f"CONTROLLER://127.0.0.1:{controller_base_port + i}"})
+    return out
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     if args.num_brokers < 1:
         raise UsageError("-n must be at least 1")
@@ -78,17 +103,27 @@ def cmd_up(args: argparse.Namespace) -> int:
     if state is not None and any(_alive(b["pid"], "gregor") for b in state["brokers"]):
         raise ToolError(f"a cluster already runs from {d} ('gregor cluster status --dir {args.dir}'; "
                         f"'gregor cluster down --dir {args.dir}' stops it)")
-    require(CLUSTER, "gregor cluster up")
+    if not args.kraft:
+        require(CLUSTER, "gregor cluster up")
     overrides = {**CLUSTER_DEFAULTS, **parse_key_values(args.override, "--override")}
     d.mkdir(parents=True, exist_ok=True)
-    zk = ZooKeeperServer(d / "zookeeper", port=args.zookeeper_port).start()  # its own session already
-    assert zk.proc is not None
-    new_state: dict[str, Any] = {"zookeeper": {"pid": zk.proc.pid, "port": zk.port}, "brokers": []}
+    new_state: dict[str, Any]
+    if args.kraft:
+        node_props = kraft_nodes(d, args.num_brokers, args.base_port, args.controller_base_port)
+        new_state = {"zookeeper": None, "kraft": True, "brokers": []}
+        zk_line = f"Quorum:    {node_props[0]['controller.quorum.voters']} (KRaft, no ZooKeeper)"
+    else:
+        zk = ZooKeeperServer(d / "zookeeper", port=args.zookeeper_port).start()  # its own session already
+        assert zk.proc is not None
+        new_state = {"zookeeper": {"pid": zk.proc.pid, "port": zk.port}, "brokers": []}
+        node_props = [{"broker.id": str(i), "zookeeper.connect": zk.connect,
+                       "log.dirs": str(d / f"broker-{i}" / "data"),
+                       "listeners": f"PLAINTEXT://127.0.0.1:{args.base_port + i}"} for i in range(args.num_brokers)]
+        zk_line = f"ZooKeeper: {zk.connect}"
     procs = []
     for i in range(args.num_brokers):
         port = args.base_port + i
-        props = {**overrides, "broker.id": str(i), "zookeeper.connect": zk.connect,
-                 "log.dirs": str(d / f"broker-{i}" / "data"), "listeners": f"PLAINTEXT://127.0.0.1:{port}"}
+        props = {**overrides, **node_props[i]}
         cmd = [sys.executable, "-m", "gregor", "serve"]
         for k, v in props.items():
             cmd += ["--override", f"{k}={v}"]
@@ -112,7 +147,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     except TimeoutError as e:
         raise ToolError(f"{e}; the cluster is left running for a look at {d}/broker-*.log "
                         f"('gregor cluster down --dir {args.dir}' stops it)") from e
-    print(f"ZooKeeper: {zk.connect}")
+    print(zk_line)
     print(f"Brokers:   {','.join(addrs)}  (logs: {d}/broker-N.log)")
     print(f"Stop with: gregor cluster down --dir {args.dir}")
     return 0
@@ -143,8 +178,9 @@ def cmd_down(args: argparse.Namespace) -> int:
         print(f"broker {b['id']}: {'stopped' if clean else 'killed after ' + str(args.timeout) + ' s'}"
               f" ({time.monotonic() - t0:.1f} s)")
     zk = state["zookeeper"]
-    _terminate(zk["pid"], "zookeeper", 10.0)
-    print("ZooKeeper: stopped")
+    if zk is not None:
+        _terminate(zk["pid"], "zookeeper", 10.0)
+        print("ZooKeeper: stopped")
     (d / STATE_FILE).unlink()
     return 0
 
@@ -156,8 +192,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"no cluster in {d}")
         return 1
     zk = state["zookeeper"]
-    print(f"ZooKeeper 127.0.0.1:{zk['port']} pid {zk['pid']}: "
-          f"{'running' if _alive(zk['pid'], 'zookeeper') else 'not running'}")
+    if zk is not None:
+        print(f"ZooKeeper 127.0.0.1:{zk['port']} pid {zk['pid']}: "
+              f"{'running' if _alive(zk['pid'], 'zookeeper') else 'not running'}")
+    else:
+        print("KRaft: combined broker and controller nodes, no ZooKeeper")
     md = None
     for b in state["brokers"]:
         up = _alive(b["pid"], "gregor")
@@ -177,12 +216,17 @@ def add_subcommands(sub: Any) -> None:
     c = sub.add_parser(
         "cluster", formatter_class=HelpFormatter, help="start, stop and show a local ZooKeeper + N broker cluster",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
-        epilog="examples:\n  gregor cluster up -n 3\n  gregor cluster status\n  gregor cluster down")
+        epilog="examples:\n  gregor cluster up -n 3\n  gregor cluster up -n 3 --kraft\n  gregor cluster status\n"
+               "  gregor cluster down")
     cs = c.add_subparsers(dest="cluster_command", required=True, metavar="{up,down,status}")
     up = cs.add_parser("up", formatter_class=HelpFormatter, help="start ZooKeeper and N brokers, detached")
     up.add_argument("-n", "--num-brokers", type=int, default=3, help="brokers to start (ids 0..n-1)")
     up.add_argument("--base-port", type=int, default=9092, help="broker i listens on base-port + i")
     up.add_argument("--zookeeper-port", type=int, default=2181, help="ZooKeeper's client port")
+    up.add_argument("--kraft", action="store_true",
+                    help="no ZooKeeper: every node a broker and a controller of a KRaft quorum (formatted on first up)")
+    up.add_argument("--controller-base-port", type=int, default=9192,
+                    help="with --kraft: node i's controller listener is on controller-base-port + i")
     up.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                     help="a broker property for every broker (repeatable)")
     up.set_defaults(func=cmd_up)

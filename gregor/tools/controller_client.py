@@ -87,6 +87,17 @@ class ClusterClient:
                 "allow_auto_topic_creation": False}
         return self._bootstrap.request(apis.BY_KEY[3], METADATA_VERSION, body)
 
+    def to_bootstrap(self, api: Api, body: dict[str, Any], max_version: int, unserved: str = "") -> Struct:
+        """Send to the bootstrap broker at the highest version both sides serve (ToolError if it serves none,
+        followed by `unserved`: what that means)."""
+        self.metadata([])  # connects
+        conn = self._bootstrap
+        assert conn is not None
+        served = next((k for k in conn.request(apis.BY_KEY[18], 0, {}).api_keys if k.api_key == api.key), None)
+        if served is None:
+            raise ToolError(f"the broker does not serve {api.name} (API key {api.key}){unserved}")
+        return conn.request(api, min(served.max_version, max_version), body)
+
     def to_controller(self, api_key: int, body: dict[str, Any], max_version: int) -> Struct:
         """Send to the controller at the highest version both sides serve (up to `max_version`)."""
         api = apis.BY_KEY[api_key]

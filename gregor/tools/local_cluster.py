@@ -26,12 +26,15 @@ import signal
 import socket
 import struct
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from gregor.metadata.meta_properties import format_directories, random_uuid
+from gregor.tools.kraft_nodes import free_ports
 from gregor.tools.local_broker import BrokerProcess
 from gregor.tools.local_zookeeper import ZooKeeperServer, free_port
 
@@ -131,11 +134,14 @@ class LocalCluster:
 
     `zk_connect` joins an existing ZooKeeper (for tests: the session's one with a per-test chroot)
     instead of starting one. `overrides` apply to every broker, `per_broker[i]` to broker i only,
-    on top of CLUSTER_DEFAULTS."""
+    on top of CLUSTER_DEFAULTS. With `kraft` there is no ZooKeeper: the brokers are combined KRaft
+    nodes (node ids 0..n-1, all voters), formatted for one cluster and started together (each waits
+    for the quorum, which needs a majority)."""
 
     def __init__(self, n: int = 3, base_dir: str | Path | None = None, overrides: dict[str, str] | None = None,
                  per_broker: dict[int, dict[str, str]] | None = None, zk_connect: str | None = None,
-                 base_port: int = 0) -> None:
+                 base_port: int = 0, kraft: bool = False) -> None:
+        self.kraft = kraft
         self._own_dir = base_dir is None
         self.base_dir = Path(base_dir) if base_dir is not None else Path(tempfile.mkdtemp(prefix="gregor-cluster-"))
         self.n = n
@@ -145,6 +151,8 @@ class LocalCluster:
         self._zk_connect = zk_connect
         self.brokers: list[BrokerProcess] = []
         self.frozen: set[int] = set()
+        self._controller_ports = free_ports(n) if kraft else []
+        self._cluster_id = random_uuid()
         for i in range(n):
             b = BrokerProcess(self.base_dir / f"broker-{i}", self.broker_props(i))
             b.port = base_port + i if base_port else free_port()
@@ -160,7 +168,18 @@ class LocalCluster:
 
     def broker_props(self, i: int) -> dict[str, str]:
         """Broker i's overrides except zookeeper.connect (known once ZooKeeper runs)."""
+        if self.kraft:
+            return {**self.overrides, **self._kraft_props(i), **self.per_broker.get(i, {})}
         return {**self.overrides, "broker.id": str(i), **self.per_broker.get(i, {})}
+
+    def _kraft_props(self, i: int) -> dict[str, str]:
+        voters = ",".join(f"{j}@127.0.0.1:{p}" for j, p in enumerate(self._controller_ports))
+        props = {"process.roles": "broker,controller", "node.id": str(i), "controller.quorum.voters": voters,
+                 "controller.listener.names": "CONTROLLER"}
+        if len(self.brokers) > i:  # its broker port is known: both listeners, pinned
+            props["listeners"] = (f"PLAINTEXT://127.0.0.1:{self.brokers[i].port},"
+                                  f"CONTROLLER://127.0.0.1:{self._controller_ports[i]}")
+        return props
 
     @property
     def bootstrap(self) -> str:
@@ -170,11 +189,14 @@ class LocalCluster:
     # -- lifecycle ---------------------------------------------------------------------------------
 
     def start(self, timeout_s: float = 60.0) -> LocalCluster:
-        if self._zk_connect is None:
+        if self._zk_connect is None and not self.kraft:
             self.zk = ZooKeeperServer(self.base_dir / "zookeeper").start()
         try:
-            for i in range(self.n):
-                self.start_broker(i)
+            if self.kraft:
+                self._start_together(timeout_s)
+            else:
+                for i in range(self.n):
+                    self.start_broker(i)
             self.wait_ready(timeout_s)
         except BaseException:
             self.close()
@@ -186,6 +208,11 @@ class LocalCluster:
         ZooKeeper until the dead session expires (zookeeper.session.timeout.ms) and refuses to start,
         as Kafka does ("already registered"); it is started again until that session has gone."""
         b = self.brokers[i]
+        if self.kraft:  # a restart after a kill registers once the old session ended: the node itself retries
+            b.overrides = self.broker_props(i)
+            b.start(timeout_s + int(b.overrides.get("broker.session.timeout.ms", "9000")) / 1000)
+            self.frozen.discard(i)
+            return
         b.overrides = {**self.broker_props(i), "zookeeper.connect": self.zk_connect}
         session_s = int(b.overrides.get("zookeeper.session.timeout.ms", "18000")) / 1000
         deadline = time.monotonic() + timeout_s + session_s
@@ -198,6 +225,26 @@ class LocalCluster:
                     raise
                 time.sleep(0.3)
         self.frozen.discard(i)
+
+    def _start_together(self, timeout_s: float) -> None:
+        """KRaft: every node at once (each waits for a quorum leader before its broker part starts)."""
+        for i, b in enumerate(self.brokers):
+            format_directories([str(b.data_dir)], self._cluster_id, i, ignore_formatted=True)
+        errors: list[BaseException] = []
+
+        def one(i: int) -> None:
+            try:
+                self.start_broker(i, timeout_s)
+            except BaseException as e:  # raised below, on the caller's thread
+                errors.append(e)
+
+        threads = [threading.Thread(target=one, args=(i,), name=f"start-node-{i}") for i in range(self.n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
 
     def is_running(self, i: int) -> bool:
         p = self.brokers[i].proc

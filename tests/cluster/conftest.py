@@ -20,6 +20,9 @@ CLUSTER_TEST_OVERRIDES = {
     "auto.create.topics.enable": "false",
 }
 
+# KRaft mode's counterpart of the 3 s ZooKeeper session: a broker without a heartbeat for 3 s is fenced.
+KRAFT_TEST_OVERRIDES = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"}
+
 
 @pytest.fixture
 def make_cluster(tmp_path: Path, zk_connect: str) -> Iterator[Callable[..., LocalCluster]]:
@@ -29,9 +32,10 @@ def make_cluster(tmp_path: Path, zk_connect: str) -> Iterator[Callable[..., Loca
     made: list[LocalCluster] = []
 
     def make(n: int = 3, overrides: dict[str, str] | None = None,
-             per_broker: dict[int, dict[str, str]] | None = None) -> LocalCluster:
-        c = LocalCluster(n, tmp_path / f"cluster-{len(made)}", {**CLUSTER_TEST_OVERRIDES, **(overrides or {})},
-                         per_broker, zk_connect=zk_connect)
+             per_broker: dict[int, dict[str, str]] | None = None, kraft: bool = False) -> LocalCluster:
+        base = {**CLUSTER_TEST_OVERRIDES, **(KRAFT_TEST_OVERRIDES if kraft else {})}
+        c = LocalCluster(n, tmp_path / f"cluster-{len(made)}", {**base, **(overrides or {})},
+                         per_broker, zk_connect=None if kraft else zk_connect, kraft=kraft)
         made.append(c)
         return c.start()
 
@@ -41,3 +45,16 @@ def make_cluster(tmp_path: Path, zk_connect: str) -> Iterator[Callable[..., Loca
             tail = "\n".join(c.log_text(i).splitlines()[-15:])
             print(f"--- broker {i} log tail ---\n{tail}")
         c.close()
+
+
+@pytest.fixture(params=["zookeeper", "kraft"])
+def make_any_cluster(request: pytest.FixtureRequest,
+                     make_cluster: Callable[..., LocalCluster]) -> Callable[..., LocalCluster]:
+    """make_cluster in both metadata modes: the test runs once on ZooKeeper, once on a KRaft quorum."""
+    kraft = request.param == "kraft"
+
+    def make(n: int = 3, overrides: dict[str, str] | None = None,
+             per_broker: dict[int, dict[str, str]] | None = None) -> LocalCluster:
+        return make_cluster(n, overrides, per_broker, kraft=kraft)
+
+    return make

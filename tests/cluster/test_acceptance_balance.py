@@ -31,8 +31,8 @@ def _kill_and_return(c: LocalCluster, victim: int) -> None:
                  "the victim back in every ISR")
 
 
-def test_auto_rebalance_restores_preferred_leaders(make_cluster: Callable[..., LocalCluster]) -> None:
-    c = make_cluster(3, overrides={"auto.leader.rebalance.enable": "true",
+def test_auto_rebalance_restores_preferred_leaders(make_any_cluster: Callable[..., LocalCluster]) -> None:
+    c = make_any_cluster(3, overrides={"auto.leader.rebalance.enable": "true",
                                    "leader.imbalance.check.interval.seconds": "2",
                                    "leader.imbalance.per.broker.percentage": "0"})
     create_topic(c.bootstrap, TOPIC, PARTS, 3)
@@ -44,8 +44,8 @@ def test_auto_rebalance_restores_preferred_leaders(make_cluster: Callable[..., L
     c.wait_until(lambda: _leaders(c) == preferred, 30, "preferred leaders restored by the rebalance")
 
 
-def test_elect_leaders_restores_preferred_leaders(make_cluster: Callable[..., LocalCluster]) -> None:
-    c = make_cluster(3)  # auto.leader.rebalance.enable=false (the fixture's)
+def test_elect_leaders_restores_preferred_leaders(make_any_cluster: Callable[..., LocalCluster]) -> None:
+    c = make_any_cluster(3)  # auto.leader.rebalance.enable=false (the fixture's)
     create_topic(c.bootstrap, TOPIC, PARTS, 3)
     c.wait_until(lambda: _leaders(c) == _preferred(c), 30, "preferred leaders at creation")
     preferred = _preferred(c)

@@ -23,8 +23,8 @@ def _wait_full_isr(c: LocalCluster, topic: str, partitions: int, timeout_s: floa
                  f"every live broker {live} in the ISR of every partition of {topic}")
 
 
-def test_acked_messages_survive_leader_kill_restart_and_second_kill(make_cluster: Callable[..., LocalCluster]) -> None:
-    c = make_cluster(3)
+def test_acked_messages_survive_leader_kill_restart_and_second_kill(make_any_cluster: Callable[..., LocalCluster]) -> None:
+    c = make_any_cluster(3)
     topic, parts = "durable", 6
     create_topic(c.bootstrap, topic, parts, 3, {"min.insync.replicas": "2"})
     _wait_full_isr(c, topic, parts)
@@ -70,6 +70,8 @@ def _produce_acked(bootstrap: str, topic: str, partition: int, n: int, timeout_s
 
 def test_controller_death_elects_a_new_one_that_still_fails_partitions_over(
         make_cluster: Callable[..., LocalCluster]) -> None:
+    # ZooKeeper mode only: after the controller, a second broker of three dies, which a quorum of three
+    # combined KRaft nodes does not survive (tests/kraft/test_quorum_cluster.py covers the loss of a majority).
     c = make_cluster(3)
     topic, parts = "after-controller", 6
     create_topic(c.bootstrap, topic, parts, 3)

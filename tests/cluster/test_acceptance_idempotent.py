@@ -19,8 +19,8 @@ def _setup(c: LocalCluster, topic: str) -> None:
     c.wait_until(lambda: all(c.isr_of(topic, p) == [0, 1, 2] for p in range(PARTS)), 30, "full ISRs")
 
 
-def test_confluent_idempotent_producer_through_failover(make_cluster: Callable[..., LocalCluster]) -> None:
-    c = make_cluster(3)
+def test_confluent_idempotent_producer_through_failover(make_any_cluster: Callable[..., LocalCluster]) -> None:
+    c = make_any_cluster(3)
     topic = "idem-confluent"
     _setup(c, topic)
     load = NumberedLoad(c.bootstrap, topic, PARTS, COUNT, {"enable.idempotence": True}, rate=COUNT / 12).start()
@@ -34,10 +34,10 @@ def test_confluent_idempotent_producer_through_failover(make_cluster: Callable[.
     assert res.ok and res.read == COUNT, res.summary()
 
 
-def test_kafka_python_default_producer_through_failover(make_cluster: Callable[..., LocalCluster]) -> None:
+def test_kafka_python_default_producer_through_failover(make_any_cluster: Callable[..., LocalCluster]) -> None:
     from kafka import KafkaProducer
 
-    c = make_cluster(3)
+    c = make_any_cluster(3)
     topic = "idem-kafka-python"
     _setup(c, topic)
     producer = KafkaProducer(bootstrap_servers=c.bootstrap)  # the stock defaults: idempotent, acks=all

@@ -42,8 +42,9 @@ def _produce(bootstrap: str, start: int, n: int, **config: Any) -> tuple[list[Ac
     return acked, errors
 
 
-def test_dead_follower_leaves_isr_acks_all_continues_and_it_rejoins(make_cluster: Callable[..., LocalCluster]) -> None:
-    c = make_cluster(3)
+def test_dead_follower_leaves_isr_acks_all_continues_and_it_rejoins(
+        make_any_cluster: Callable[..., LocalCluster]) -> None:
+    c = make_any_cluster(3)
     leader = _setup(c)
     acked, errors = _produce(c.bootstrap, 0, 200)
     assert len(acked) == 200 and not errors
@@ -92,8 +93,8 @@ def test_two_of_three_dead_refuses_acks_all_and_whole_isr_gone_is_offline(
 
 
 def test_frozen_leader_loses_leadership_and_acknowledges_nothing_after_thaw(
-        make_cluster: Callable[..., LocalCluster]) -> None:
-    c = make_cluster(3)
+        make_any_cluster: Callable[..., LocalCluster]) -> None:
+    c = make_any_cluster(3)
     leader = _setup(c)
     acked, errors = _produce(c.bootstrap, 0, 100)
     assert len(acked) == 100 and not errors

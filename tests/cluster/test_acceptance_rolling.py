@@ -12,8 +12,8 @@ TOPIC, PARTS, COUNT = "rolling", 6, 15000
 
 
 def test_rolling_restart_under_load_loses_nothing_and_surfaces_no_error(
-        make_cluster: Callable[..., LocalCluster]) -> None:
-    c = make_cluster(3)
+        make_any_cluster: Callable[..., LocalCluster]) -> None:
+    c = make_any_cluster(3)
     create_topic(c.bootstrap, TOPIC, PARTS, 3, {"min.insync.replicas": "2"})
 
     def full_isr() -> bool:

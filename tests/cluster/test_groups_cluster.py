@@ -34,8 +34,8 @@ def _consume(bootstrap: str, topic: str, n: int) -> list[tuple[int, int]]:
     return seen
 
 
-def test_coordinator_is_the_offsets_partition_leader_and_moves_with_it(make_cluster: Callable[..., LocalCluster]) -> None:
-    c = make_cluster(3)
+def test_coordinator_is_the_offsets_partition_leader_and_moves_with_it(make_any_cluster: Callable[..., LocalCluster]) -> None:
+    c = make_any_cluster(3)
     topic = "grouped"
     create_topic(c.bootstrap, topic, 2, 3, {"min.insync.replicas": "2"})
     load = NumberedLoad(c.bootstrap, topic, 2, COUNT).start()

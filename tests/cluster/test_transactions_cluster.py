@@ -40,8 +40,8 @@ def _read(bootstrap: str, topic: str, partitions: int, isolation: str) -> list[b
 
 
 def test_exactly_once_survives_killing_the_coordinator_and_output_leader(
-        make_cluster: Callable[..., LocalCluster], tmp_path: Path) -> None:
-    c = make_cluster(3, overrides={"transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"})
+        make_any_cluster: Callable[..., LocalCluster], tmp_path: Path) -> None:
+    c = make_any_cluster(3, overrides={"transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"})
     n, parts = 4000, 3
     create_topic(c.bootstrap, "eos-in", parts, 3, {"min.insync.replicas": "2"})
     create_topic(c.bootstrap, "eos-out", 2, 3, {"min.insync.replicas": "2"})

@@ -15,7 +15,7 @@ from gregor.api.handlers.acls import (
 )
 from gregor.api.handlers.api_versions import handle_api_versions
 from gregor.api.handlers.client_quotas import handle_alter_client_quotas, handle_describe_client_quotas
-from gregor.api.handlers.cluster import handle_describe_cluster
+from gregor.api.handlers.cluster import handle_describe_cluster, handle_describe_quorum
 from gregor.api.handlers.cluster_admin import (
     handle_alter_partition_reassignments,
     handle_controlled_shutdown,
@@ -124,6 +124,7 @@ HANDLERS: dict[int, Handler] = {
     50: requires_cluster(AclOperation.DESCRIBE, handle_describe_user_scram_credentials,
                          refuse_describe_user_scram_credentials),
     51: requires_cluster(AclOperation.ALTER, handle_alter_user_scram_credentials, refuse_alter_user_scram_credentials),
+    55: handle_describe_quorum,
     60: handle_describe_cluster,
     61: handle_describe_producers,
     65: handle_describe_transactions,

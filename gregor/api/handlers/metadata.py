@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 from gregor.api.context import BrokerServices, RequestContext
+from gregor.api.handlers.cluster import client_controller_id
 from gregor.metadata.store import TopicMetadata
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.schema import Struct
@@ -153,7 +154,7 @@ def _answer(ctx: RequestContext, req: Struct, created: dict[str, TopicMetadata |
         "brokers": [{"node_id": b.broker_id, "host": ep[0], "port": ep[1], "rack": b.rack} for b in brokers
                     if (ep := b.endpoint(ctx.listener.name)) is not None],
         "cluster_id": cache.cluster_id,
-        "controller_id": cache.controller_id,
+        "controller_id": client_controller_id(ctx),
         "topics": out,
     }
     if 8 <= ctx.version <= 10 and req.include_cluster_authorized_operations:

@@ -1,0 +1,49 @@
+"""Real KRaft nodes as child processes (tests, benchmarks, `gregor cluster up --kraft`): each a `gregor serve`
+with `process.roles`, its directories formatted for one cluster as `gregor storage format` does.
+
+A voter's controller listener must be on the port `controller.quorum.voters` names, so those ports are
+picked free up front; the broker listener takes any free port (kept across restarts by BrokerProcess).
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+from gregor.metadata.meta_properties import format_directories, random_uuid
+from gregor.tools.local_broker import BrokerProcess
+
+
+def free_ports(n: int) -> list[int]:
+    """`n` distinct ports free on loopback now (bound then released together, so they differ)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def kraft_quorum(base: Path, n: int, overrides: dict[str, str] | None = None,
+                 cluster_id: str | None = None) -> list[BrokerProcess]:
+    """`n` combined (broker,controller) nodes 1..n, formatted, not started: node i keeps its data in
+    `base/node-i`. `overrides` go to every node."""
+    cluster_id = cluster_id or random_uuid()
+    ports = free_ports(n)
+    voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(ports))
+    nodes = []
+    for i, port in enumerate(ports):
+        node_id = i + 1
+        data = base / f"node-{node_id}"
+        format_directories([str(data)], cluster_id, node_id, ignore_formatted=True)
+        props = {"process.roles": "broker,controller", "node.id": str(node_id), "controller.quorum.voters": voters,
+                 "controller.listener.names": "CONTROLLER",
+                 "listeners": f"PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:{port}",
+                 "log.dirs": str(data)}
+        props.update(overrides or {})
+        nodes.append(BrokerProcess(data, props))
+    return nodes
