@@ -51,6 +51,8 @@ def _kind(s: Any) -> str:
     """Kinds whose values fastavro's writer (or the per-record path's branch guess) cannot tell apart in a union."""
     if isinstance(s, list):
         return "union"
+    if isinstance(s, dict) and s.get("logicalType") in ("date", "timestamp-millis", "timestamp-micros"):
+        return "string"  # fastavro's writer parses a string as an ISO date/time and raises, not tries the next branch
     t = s if isinstance(s, str) else s["type"]
     return {"int": "num", "long": "num", "enum": "string", "fixed": "bytes", "record": "map"}.get(t, t)
 
