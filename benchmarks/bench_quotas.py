@@ -125,7 +125,8 @@ def main() -> None:
     none, conf = statistics.median(results["none"]), statistics.median(results["configured"])
     print(f"median: none {none:.0f} records/s, configured {conf:.0f} records/s: {conf / none:.3f} of none")
     cn, cc = statistics.median(cpu["none"]), statistics.median(cpu["configured"])
-    print(f"median broker CPU per record: none {cn:.2f} us, configured {cc:.2f} us: {cc / cn:.3f} of none")
+    ratio = f"{cc / cn:.3f} of none" if cn > 0 else "no ratio (no broker CPU measured at this size)"
+    print(f"median broker CPU per record: none {cn:.2f} us, configured {cc:.2f} us: {ratio}")
     print(f"quota work per Produce request (in-process): {per_request_cost_us():.2f} us")
 
 

@@ -37,12 +37,14 @@ class Collect:
         self.leaders.append(leader)
 
 
-async def quorum(tmp_path: Path, n: int = 3) -> tuple[dict[int, RaftManager], dict[int, Collect]]:
+async def quorum(tmp_path: Path, n: int = 3, fetch_timeout_ms: int = 2000
+                 ) -> tuple[dict[int, RaftManager], dict[int, Collect]]:
     ports = pick_ports(n)
     voters = {i + 1: Endpoint("127.0.0.1", ports[i]) for i in range(n)}
     managers, listeners = {}, {}
     for nid in voters:
-        config = QuorumConfig(node_id=nid, voters=voters, cluster_id="test-cluster", append_linger_ms=5)
+        config = QuorumConfig(node_id=nid, voters=voters, cluster_id="test-cluster", append_linger_ms=5,
+                              fetch_timeout_ms=fetch_timeout_ms)
         log = MetadataLog.open(str(tmp_path / f"n{nid}"))
         m = RaftManager(config, log, log.directory)
         listeners[nid] = Collect()
@@ -140,7 +142,9 @@ def test_three_managers_elect_replicate_and_answer_kafka_clients(tmp_path: Path)
 
 def test_a_graceful_shutdown_hands_leadership_over_at_once(tmp_path: Path) -> None:
     async def main() -> None:
-        managers, _ = await quorum(tmp_path)
+        # The followers would notice a silent leader only after a 20 s fetch timeout: a new leader well before
+        # it (even on a loaded machine) is EndQuorumEpoch's doing.
+        managers, _ = await quorum(tmp_path, fetch_timeout_ms=20_000)
         try:
             leader = await leader_of(managers)
             t0 = asyncio.get_running_loop().time()
@@ -148,7 +152,7 @@ def test_a_graceful_shutdown_hands_leadership_over_at_once(tmp_path: Path) -> No
             rest = {n: m for n, m in managers.items() if m is not leader}
             new = await leader_of(rest)
             took = asyncio.get_running_loop().time() - t0
-            assert new is not leader and took < 1.5  # below the 2 s fetch timeout: EndQuorumEpoch worked
+            assert new is not leader and took < 10
             epoch = new.leader_and_epoch().epoch
             off = new.schedule_append(epoch, [b"after"])
             await asyncio.wait_for(new.wait_for_commit(off, epoch), 10)

@@ -53,7 +53,8 @@ def test_freeze_loaded_freezes_what_survives_a_full_collection() -> None:
     s = CollectorSchedule()
     s.freeze_loaded("a test")
     assert dead() is None  # collected first, not frozen
-    assert gc.get_freeze_count() >= 2000 and s.frozen_after_full == gc.get_freeze_count()
+    # Frozen objects can still be freed (by refcount, from any thread), so the count only shrinks after.
+    assert 2000 <= gc.get_freeze_count() <= s.frozen_after_full
     assert len(gc.get_objects(generation=2)) < 1000  # the old generation is empty but for what came since
     assert live[0].other.other is live[0]
 
