@@ -269,8 +269,10 @@ def test_frozen_active_controller_is_deposed_and_rejoins(nodes: list[BrokerProce
     start_all(nodes)
     bs = ",".join(n.bootstrap for n in nodes)
     admin = AdminClient({"bootstrap.servers": bs})
+    # Every broker registered and unfenced before an RF=3 topic (a loaded machine starts them unevenly).
+    wait_for("three live brokers", lambda: len(admin.list_topics(timeout=5).brokers) == 3, 60)
     for f in admin.create_topics([NewTopic("r3", 3, 3)]).values():
-        f.result(30)
+        f.result(60)
     old = quorum(bs)
     frozen = nodes[old["leader_id"] - 1]
     others = [n for n in nodes if n is not frozen]
