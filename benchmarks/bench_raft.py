@@ -34,7 +34,8 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: keep PYTHONPATH's gregor first, then this checkout's
     sys.path.append(str(Path(__file__).resolve().parent.parent))
 
-from gregor.raft.runner import QuorumProcess, pick_ports  # noqa: E402
+from gregor.raft.runner import QuorumProcess
+from gregor.tools.ports import pick_ports  # noqa: E402
 
 
 class Quorum:

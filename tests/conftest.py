@@ -4,6 +4,7 @@ the suite is spread over pytest-xdist workers."""
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +19,12 @@ from tests import unit_guard
 from tests.broker_process import BrokerProcess
 
 UNIT_DIR = Path(__file__).resolve().parent / "unit"
+
+# Each xdist worker picks the ports of the nodes it starts from its own slice (gregor/tools/ports.py),
+# so two workers never hand out the same port; the brokers and tools it starts inherit the slice.
+if "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ["GREGOR_PORT_SLICE"] = (f"{int(os.environ['PYTEST_XDIST_WORKER'].removeprefix('gw'))}"
+                                       f"/{os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1')}")
 
 
 @pytest.fixture

@@ -65,8 +65,8 @@ def run_demo(output_dir: Path, *, bootstrap: str | None = None, events: int = 20
     if bootstrap is None:
         overrides: dict[str, str] = {}
         if typed:
-            from gregor.tools.local_zookeeper import free_port
-            schema_registry_url = f"http://127.0.0.1:{free_port()}"
+            from gregor.tools.ports import pick_port
+            schema_registry_url = f"http://127.0.0.1:{pick_port()}"
             overrides["schema.registry.listeners"] = schema_registry_url
         broker = BrokerProcess(output_dir / "broker-data", overrides).start()
         bootstrap = broker.bootstrap

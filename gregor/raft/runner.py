@@ -253,29 +253,6 @@ def main(argv: list[str] | None = None) -> None:
 
 # --- driving runner processes (tests, benchmarks) ------------------------------------------------
 
-def pick_ports(n: int) -> list[int]:
-    """Free ports below the ephemeral range, so a restarted node gets its port back (a client's outgoing
-    connection can take an ephemeral one meanwhile)."""
-    try:
-        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768
-    import random
-    rng = random.Random(os.getpid() ^ time.time_ns())
-    ports: list[int] = []
-    while len(ports) < n:
-        port = rng.randrange(max(1024, low - 12000), low)
-        if port in ports:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        ports.append(port)
-    return ports
-
-
 class QuorumProcess:
     """One runner process: start, kill -9, SIGTERM, SIGSTOP/SIGCONT, and control requests."""
 

@@ -7,25 +7,11 @@ picked free up front; the broker listener takes any free port (kept across resta
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 from gregor.metadata.meta_properties import format_directories, random_uuid
 from gregor.tools.local_broker import BrokerProcess
-
-
-def free_ports(n: int) -> list[int]:
-    """`n` distinct ports free on loopback now (bound then released together, so they differ)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+from gregor.tools.ports import pick_ports
 
 
 def kraft_quorum(base: Path, n: int, overrides: dict[str, str] | None = None,
@@ -33,7 +19,7 @@ def kraft_quorum(base: Path, n: int, overrides: dict[str, str] | None = None,
     """`n` combined (broker,controller) nodes 1..n, formatted, not started: node i keeps its data in
     `base/node-i`. `overrides` go to every node."""
     cluster_id = cluster_id or random_uuid()
-    ports = free_ports(n)
+    ports = pick_ports(n)
     voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(ports))
     nodes = []
     for i, port in enumerate(ports):

@@ -14,15 +14,19 @@ import threading
 import time
 from pathlib import Path
 
+from gregor.tools.ports import pick_port
+
 _LISTENING = re.compile(r"listening on (.*) \(cluster id")
 _ENDPOINT = re.compile(r"([A-Za-z0-9_-]+)://[^,]*:(\d+)")
 
 
 def _pin_port(spec: str, ports: dict[str, int]) -> str:
+    """A listener asked for on port 0 gets a port picked for it (gregor/tools/ports.py: one a restart
+    finds free again, unlike a kernel-chosen ephemeral one), the same one on every restart."""
     name, _, addr = spec.strip().partition("://")
     host, _, port = addr.rpartition(":")
-    if port == "0" and name.upper() in ports:
-        return f"{name}://{host}:{ports[name.upper()]}"
+    if port == "0":
+        return f"{name}://{host}:{ports.get(name.upper()) or pick_port()}"
     return spec.strip()
 
 
@@ -47,9 +51,11 @@ class BrokerProcess:
     def start(self, timeout_s: float = 15.0, wait_loaded: bool = True) -> BrokerProcess:
         """Start and wait until it listens and, with `wait_loaded`, has loaded its logs (the broker
         answers before that, reporting partitions still loading as such)."""
+        if not self.port and "listeners" not in self.overrides:
+            self.port = pick_port()
         props = {"log.dirs": str(self.data_dir), "listeners": f"PLAINTEXT://127.0.0.1:{self.port}"}
         props.update(self.overrides)
-        if "listeners" in self.overrides and self.ports:  # a restart keeps every listener's port
+        if "listeners" in self.overrides:  # ports picked once, kept by every restart
             props["listeners"] = ",".join(_pin_port(spec, self.ports) for spec in self.overrides["listeners"].split(","))
         cmd = [sys.executable, "-m", "gregor", "serve"]
         for k, v in props.items():

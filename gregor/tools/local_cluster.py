@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gregor.metadata.meta_properties import format_directories, random_uuid
-from gregor.tools.kraft_nodes import free_ports
 from gregor.tools.local_broker import BrokerProcess
-from gregor.tools.local_zookeeper import ZooKeeperServer, free_port
+from gregor.tools.local_zookeeper import ZooKeeperServer
+from gregor.tools.ports import pick_ports
 
 T = TypeVar("T")
 
@@ -151,11 +151,12 @@ class LocalCluster:
         self._zk_connect = zk_connect
         self.brokers: list[BrokerProcess] = []
         self.frozen: set[int] = set()
-        self._controller_ports = free_ports(n) if kraft else []
+        ports = [base_port + i for i in range(n)] if base_port else pick_ports(n)
+        self._controller_ports = pick_ports(n) if kraft else []
         self._cluster_id = random_uuid()
         for i in range(n):
             b = BrokerProcess(self.base_dir / f"broker-{i}", self.broker_props(i))
-            b.port = base_port + i if base_port else free_port()
+            b.port = ports[i]
             self.brokers.append(b)
 
     @property

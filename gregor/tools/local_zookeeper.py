@@ -15,6 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from gregor.tools.ports import pick_port
+
 ZOOKEEPER_JARS = ("/usr/share/java/zookeeper.jar",)
 ZOOKEEPER_CONF_DIR = "/etc/zookeeper/conf"
 
@@ -26,12 +28,6 @@ def zookeeper_available() -> str | None:
     if not os.path.exists(ZOOKEEPER_JARS[0]):
         return "ZooKeeper is not installed (apt-get install -y zookeeper)"
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _classpath() -> str:
@@ -47,7 +43,7 @@ class ZooKeeperServer:
     def __init__(self, data_dir: str | Path | None = None, port: int = 0) -> None:
         self._own_dir = data_dir is None
         self.data_dir = Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp(prefix="gregor-zk-"))
-        self.port = port or free_port()
+        self.port = port or pick_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = self.data_dir / "zookeeper.log"
 

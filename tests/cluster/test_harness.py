@@ -18,7 +18,7 @@ from gregor.tools.local_cluster import (
     create_topic,
     read_back,
 )
-from gregor.tools.local_zookeeper import free_port
+from gregor.tools.ports import pick_port, pick_port_block
 
 
 def test_one_broker_cluster_faults_and_read_back(make_cluster: Callable[..., LocalCluster]) -> None:
@@ -59,7 +59,7 @@ def test_check_acked_finds_loss_duplicates_reordering_and_gaps() -> None:
 def test_cluster_cli_up_status_down(tmp_path: Path) -> None:
     d = tmp_path / "c"
     env = {**os.environ}
-    base, zk_port = free_port(), free_port()
+    base, zk_port = pick_port_block(1), pick_port()
 
     def gregor(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "gregor", "cluster", *args, "--dir", str(d)],

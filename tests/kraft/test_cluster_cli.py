@@ -3,35 +3,18 @@ described by `gregor metadata-quorum`, a replicated topic used, `down` and `up` 
 
 from __future__ import annotations
 
-import random
-import socket
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from gregor.tools.ports import pick_port_block
 from tests.tools.cli import gregor
-
-
-def _free_block(n: int) -> int:
-    """The first of `n` consecutive loopback ports free now, below the kernel's ephemeral range (32768 up
-    here): a port picked there can be taken by any client's outgoing connection before the node binds it,
-    and the test binds its ports twice (up, down, up)."""
-    for _ in range(200):
-        base = random.randrange(20_000, 32_768 - n)
-        try:
-            for port in range(base, base + n):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
-    raise AssertionError(f"no {n} consecutive free ports between 20000 and 32767")
 
 
 def test_cluster_up_kraft(tmp_path: Path) -> None:
     d = tmp_path / "c"
-    base = _free_block(6)  # brokers on base..base+2, controllers on base+3..base+5
+    base = pick_port_block(6)  # brokers on base..base+2, controllers on base+3..base+5
     up = ["cluster", "up", "-n", "3", "--kraft", "--dir", str(d), "--base-port", str(base),
           "--controller-base-port", str(base + 3)]
     r = gregor(*up, timeout_s=180)

@@ -40,7 +40,8 @@ from gregor.metadata.store import (
     TopicMetadata,
 )
 from gregor.metadata.zookeeper import ZooKeeperMetadataStore, ZooKeeperSettings, parse_connect
-from gregor.tools.local_zookeeper import ZooKeeperServer, free_port
+from gregor.tools.local_zookeeper import ZooKeeperServer
+from gregor.tools.ports import pick_port
 from tests.conftest import StoreFactory
 from tests.waiting import wait_for
 
@@ -280,7 +281,7 @@ def test_session_expiry_publishes_lost_then_restores_registration_and_picture(
 
 
 def test_unreachable_zookeeper_fails_with_the_address() -> None:
-    port = free_port()
+    port = pick_port()
     with pytest.raises(MetadataError, match=f"127.0.0.1:{port}"):
         ZooKeeperMetadataStore(ZooKeeperSettings.from_config(BrokerConfig(
             {"zookeeper.connect": f"127.0.0.1:{port}/x", "zookeeper.connection.timeout.ms": "500"})))

@@ -18,7 +18,7 @@ from gregor.raft.config import Endpoint, QuorumConfig
 from gregor.raft.errors import NotLeaderError
 from gregor.raft.manager import RaftManager
 from gregor.raft.metadata_log import MetadataLog
-from gregor.raft.runner import pick_ports
+from gregor.tools.ports import pick_ports
 
 
 class Collect:

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from gregor.raft.runner import QuorumProcess, pick_ports
+from gregor.raft.runner import QuorumProcess
+from gregor.tools.ports import pick_ports
 
 SNAPSHOT_BYTES = 16 * 1024  # small, so a node that is down long enough comes back behind a snapshot
 

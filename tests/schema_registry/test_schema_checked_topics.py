@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import json
 import re
-import socket
 import struct
 import time
 from collections.abc import Iterator
@@ -31,6 +30,7 @@ from kafka import KafkaProducer
 from kafka.errors import InvalidRecordError, RequestTimedOutError
 from kafka.errors import KafkaError as KafkaPythonError
 
+from gregor.tools.ports import pick_port
 from tests.broker_process import BrokerProcess
 from tests.schema_registry.conftest import RegistryProcess, unique, wait_writable
 from tests.schema_registry.test_clients import _proto_classes
@@ -365,16 +365,12 @@ def test_the_registry_inside_the_broker_survives_a_restart(tmp_path_factory: pyt
 # --- an external registry -----------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_an_external_registry_and_one_that_does_not_answer(tmp_path_factory: pytest.TempPathFactory) -> None:
     """confluent.schema.registry.url: ids looked up over HTTP; a registry that does not answer gives the producer
     a retriable error naming it, and no record is refused for it."""
-    port = _free_port()
+    port = pick_port()
     b = BrokerProcess(tmp_path_factory.mktemp("sc-external"), {
         "group.initial.rebalance.delay.ms": "0",
         "confluent.schema.registry.url": f"http://127.0.0.1:{port}",

@@ -67,7 +67,7 @@ def test_check_freezes_the_old_generation_once_it_passes_the_threshold(monkeypat
     small = cycles(100)
     gc.collect()  # into the old generation
     s.check()
-    assert gc.get_freeze_count() == frozen  # under the threshold: left to the collector
+    assert gc.get_freeze_count() <= frozen  # under the threshold: left to the collector (frozen ones may die)
     big = cycles(5_000)
     garbage = cycles(10)
     dead = weakref.ref(garbage[0])

@@ -88,12 +88,22 @@ class StallLog(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         self.messages.append(record.getMessage())
 
-    def wait_for(self, n: int, timeout_s: float = 10.0) -> list[str]:
+    def wait_for_any(self, *needles: str, timeout_s: float = 10.0) -> list[str]:
+        """The warnings naming all of `needles`, once there is one. A loaded machine can starve the loop
+        thread of a CPU at any moment, and the detector rightly warns of that too: the tests look for
+        their own stall's warnings among those."""
         deadline = time.monotonic() + timeout_s
-        while len(self.messages) < n and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            if any(all(n in m for n in needles) for m in self.messages):
+                break
             time.sleep(0.02)
-        assert len(self.messages) >= n, f"{len(self.messages)} stall warnings, expected {n}: {self.messages}"
-        return self.messages
+        mine = [m for m in self.messages if all(n in m for n in needles)]
+        assert mine, f"no warning naming {needles}: {self.messages}"
+        return mine
+
+    def wait_for_one(self, *needles: str, timeout_s: float = 10.0) -> str:
+        (msg,) = self.wait_for_any(*needles, timeout_s=timeout_s)
+        return msg
 
 
 @pytest.fixture
@@ -143,7 +153,7 @@ def test_a_blocking_call_is_named_once_with_its_length_and_counted(loop_broker: 
     assert p.flush(30) == 0
     assert acked and acked[0] - sent >= 0.25  # the client waited for the loop
 
-    (msg,) = stall_log.wait_for(1)
+    msg = stall_log.wait_for_one("hold_the_loop_in_a_blocking_call")
     blocked_ms = int(_BLOCKED.search(msg).group(1))  # type: ignore[union-attr]
     assert 350 <= blocked_ms < 5000, msg
     assert "hold_the_loop_in_a_blocking_call" in msg and "time.sleep(seconds)" in msg, msg
@@ -152,13 +162,13 @@ def test_a_blocking_call_is_named_once_with_its_length_and_counted(loop_broker: 
     after = loop_broker.lag_buckets()
     assert _over(after, "200") - _over(before, "200") >= 1
     time.sleep(0.5)
-    assert len(stall_log.messages) == 1, stall_log.messages  # one warning a stall
+    assert len([m for m in stall_log.messages if "hold_the_loop" in m]) == 1, stall_log.messages  # one a stall
 
 
 def test_python_code_holding_the_loop_is_named(loop_broker: LoopBroker, stall_log: StallLog) -> None:
     loop_broker.run_on_loop(hold_the_loop_computing, 0.3)
-    (msg,) = stall_log.wait_for(1)
-    assert "hold_the_loop_computing" in msg and "while time.monotonic() < end" in msg, msg
+    msg = stall_log.wait_for_one("hold_the_loop_computing")
+    assert "while time.monotonic() < end" in msg, msg
     assert int(_BLOCKED.search(msg).group(1)) >= 250, msg  # type: ignore[union-attr]
 
 
@@ -171,9 +181,9 @@ def test_a_garbage_collection_is_named(loop_broker: LoopBroker, stall_log: Stall
         gc.collect()
 
     loop_broker.run_on_loop(collect_on_the_loop)
-    msgs = stall_log.wait_for(1, timeout_s=20)
+    # building the heap runs collections of its own (each rightly warned of): at least one is named
+    stall_log.wait_for_any("garbage collection during it", "generation 2", timeout_s=20)
     del garbage
-    assert any("garbage collection during it" in m and "generation 2" in m for m in msgs), msgs
 
 
 def test_a_delay_under_the_threshold_is_counted_not_logged(tmp_path: Path, stall_log: StallLog) -> None:

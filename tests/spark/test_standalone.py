@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,16 +19,13 @@ import pytest
 from gregor.pipeline import reference
 from gregor.pipeline.demo import create_topics
 from gregor.pipeline.generator import generate_page_views
+from gregor.tools.ports import pick_port
 from tests.broker_process import BrokerProcess
 from tests.spark.util import recent_minute_ms
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class SparkDaemon:
@@ -70,16 +66,16 @@ def standalone_cluster(tmp_path: Path) -> Iterator[str]:
     spark_home = Path(pyspark.__file__).parent
     env = {**os.environ, "SPARK_HOME": str(spark_home), "SPARK_LOCAL_IP": "127.0.0.1",
            "PYSPARK_PYTHON": sys.executable, "SPARK_LOG_DIR": str(tmp_path / "logs")}
-    port = free_port()
+    port = pick_port()
     url = f"spark://127.0.0.1:{port}"
     spark_class = str(spark_home / "bin" / "spark-class")
     master = SparkDaemon([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
-                          str(port), "--webui-port", str(free_port())], env)
+                          str(port), "--webui-port", str(pick_port())], env)
     worker = None
     try:
         master.wait_for(r"I have been elected leader|Starting Spark master")
         worker = SparkDaemon([spark_class, "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1",
-                              "--cores", "2", "--memory", "1g", "--webui-port", str(free_port()),
+                              "--cores", "2", "--memory", "1g", "--webui-port", str(pick_port()),
                               "--work-dir", str(tmp_path / "work")], env)
         worker.wait_for(r"Successfully registered with master")
         yield url
