@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         groups,
         log_dirs,
         metadata_quorum,
+        migrate,
         produce,
         quotas,
         reassign,
@@ -126,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     log_dirs.add_subcommands(sub)
     dump_log.add_subcommands(sub)
     storage.add_subcommands(sub)
+    migrate.add_subcommands(sub)
     metadata_quorum.add_subcommands(sub)
 
     from gregor.console import server as console_server

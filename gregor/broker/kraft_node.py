@@ -24,6 +24,7 @@ from typing import Any
 from gregor.config import BrokerConfig, ConfigError
 from gregor.config.kraft import CONTROLLER_ROLE
 from gregor.controller.quorum_controller import QuorumController, QuorumControllerSettings
+from gregor.metadata import bootstrap
 from gregor.metadata.kraft import KRaftMetadataStore, KRaftSettings
 from gregor.metadata.kraft_channel import ControllerChannel
 from gregor.metadata.meta_properties import check_formatted, node_directories
@@ -61,7 +62,9 @@ class KRaftNode:
         self.server: QuorumServer | None = None
         self.listen: tuple[str, int] | None = None
         if CONTROLLER_ROLE in self.roles:
-            self.controller = QuorumController(QuorumControllerSettings.from_config(config), self.store)
+            # the records a migration left for the first active controller (default: the feature levels)
+            seed = bootstrap.read(qs.log_directory())
+            self.controller = QuorumController(QuorumControllerSettings.from_config(config), self.store, seed)
             name = config.controller_listener_names[0]
             spec = next((s for s in config.listener_specs if s.name == name), None)
             if spec is None:

@@ -140,7 +140,9 @@ class LocalCluster:
 
     def __init__(self, n: int = 3, base_dir: str | Path | None = None, overrides: dict[str, str] | None = None,
                  per_broker: dict[int, dict[str, str]] | None = None, zk_connect: str | None = None,
-                 base_port: int = 0, kraft: bool = False) -> None:
+                 base_port: int = 0, kraft: bool = False, cluster_id: str | None = None) -> None:
+        """`cluster_id`: a KRaft cluster's id (default: a new one), e.g. the one a migration from ZooKeeper
+        formatted its directories with."""
         self.kraft = kraft
         self._own_dir = base_dir is None
         self.base_dir = Path(base_dir) if base_dir is not None else Path(tempfile.mkdtemp(prefix="gregor-cluster-"))
@@ -153,7 +155,7 @@ class LocalCluster:
         self.frozen: set[int] = set()
         ports = [base_port + i for i in range(n)] if base_port else pick_ports(n)
         self._controller_ports = pick_ports(n) if kraft else []
-        self._cluster_id = random_uuid()
+        self._cluster_id = cluster_id or random_uuid()
         for i in range(n):
             b = BrokerProcess(self.base_dir / f"broker-{i}", self.broker_props(i))
             b.port = ports[i]
