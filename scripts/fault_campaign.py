@@ -1,20 +1,39 @@
 """Fault campaign: SIGKILL, SIGSTOP and restart leaders, followers and the controller of a local
-cluster (gregor.tools.local_cluster) under acks=all load from an idempotent producer, then check that
-every acknowledged record is read back exactly once, in order, with no gap.
+cluster (gregor.tools.local_cluster), ZooKeeper or KRaft (`--kraft`: three combined broker,controller
+nodes), under acks=all load from an idempotent producer, then check that every acknowledged record is
+read back exactly once, in order, with no gap.
 
     PYTHONPATH=. python scripts/fault_campaign.py --leader-kills 100 --seed 7
+    PYTHONPATH=. python scripts/fault_campaign.py --kraft --rounds 30 --seed 7
 
-Each round picks one fault at random (seeded): kill the leader of a random partition, kill a
-follower, kill the controller, or freeze a leader past its ZooKeeper session; it measures the
-failover time (from the signal until every running broker names a new leader), brings the broker
-back (restart or SIGCONT) and waits until it is in every ISR again, so that min.insync.replicas=2
-holds for the next round. Exits 1 on any loss, duplicate, reordering or produce error.
+Each round picks one fault at random (seeded) and undoes it (restart or SIGCONT):
+
+- kill-leader, kill-follower: SIGKILL of the leader of a random partition, or of one of its followers;
+- kill-controller: SIGKILL of the controller (KRaft: the active controller, the quorum's leader);
+- freeze-leader: SIGSTOP of a partition's leader until another leads it (its ZooKeeper session or
+  its KRaft broker session ended), then SIGCONT;
+- KRaft only: freeze-controller, freeze-follower: SIGSTOP of the active controller, or of a voter
+  following it, for 6 s (past the quorum's fetch timeout and the broker session), then SIGCONT;
+  lose-majority: SIGKILL of both voters that are not the active controller: a CreateTopics to the
+  survivor must be refused with an error (printed, with the time to the answer) until they return.
+
+A round ends when the cluster converged: every broker back in every ISR (min.insync.replicas=2 then
+holds for the next round) and the producer acknowledging records again; "converged" per fault is the
+time from the signal to that point, restarts included, and "failover" the time until every broker
+names a new leader for the partition a killed or frozen leader led. At the end, in KRaft mode, every
+node's log says in which epochs it was the active controller: an epoch with two is a failure, as is
+any loss, duplicate, reordering, gap or produce error.
+
+Not injected: a network partition that cuts the active controller off from the quorum while it keeps
+serving clients (it needs network namespaces or a proxy between the nodes); the freezes stand for a
+controller that stops answering everyone.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import re
 import statistics
 import sys
 import tempfile
@@ -24,6 +43,43 @@ from pathlib import Path
 from gregor.tools.local_cluster import LocalCluster, NumberedLoad, check_acked, create_topic, read_back
 
 FAULTS = ("kill-leader", "kill-follower", "kill-controller", "freeze-leader")
+KRAFT_FAULTS = (*FAULTS, "freeze-controller", "freeze-follower", "lose-majority")
+FREEZE_S = 6.0
+_ACTIVE = re.compile(r"node (\d+): active controller of epoch (\d+)")
+
+
+def active_controllers(c: LocalCluster) -> dict[int, set[int]]:
+    """Epoch -> the nodes whose log says they were its active controller."""
+    out: dict[int, set[int]] = {}
+    for i in range(c.n):
+        for m in _ACTIVE.finditer(c.log_text(i)):
+            out.setdefault(int(m.group(2)), set()).add(int(m.group(1)))
+    return out
+
+
+def lose_majority(c: LocalCluster, notes: list[str]) -> None:
+    """Kill every voter but the active controller, ask the survivor for a metadata change (which must be
+    refused), then restart them."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    survivor = c.wait_until(lambda: (lambda cid: (cid,) if cid >= 0 else None)(c.controller_id()), 30,
+                            "a controller")[0]
+    lost = [i for i in c.running() if i != survivor]
+    for i in lost:
+        c.kill(i)
+    admin = AdminClient({"bootstrap.servers": c.brokers[survivor].bootstrap, "log_level": 0})
+    asked = time.monotonic()
+    try:
+        for f in admin.create_topics([NewTopic(f"refused-{len(notes)}", 1, 1)], request_timeout=30).values():
+            f.result(40)
+        notes.append("lose-majority: a CreateTopics was ACCEPTED without a quorum")
+    except KafkaException as e:
+        err = e.args[0]
+        notes.append(f"lose-majority: CreateTopics refused after {time.monotonic() - asked:.1f} s: "
+                     f"{err.str() if hasattr(err, 'str') else err}")
+    for i in lost:
+        c.restart(i, 60)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,23 +91,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--brokers", type=int, default=3)
     ap.add_argument("--partitions", type=int, default=6)
     ap.add_argument("--rate", type=float, default=2000.0, help="records/s offered by the producer")
-    ap.add_argument("--faults", default=",".join(FAULTS), help="comma-separated subset of " + ",".join(FAULTS))
+    ap.add_argument("--kraft", action="store_true", help="a KRaft quorum of combined nodes instead of ZooKeeper")
+    ap.add_argument("--faults", help="comma-separated subset of " + ",".join(KRAFT_FAULTS) + " (default: all of the mode's)")
     ap.add_argument("--zk-connect", help="use this ZooKeeper (with a chroot) instead of starting one")
     ap.add_argument("--dir", help="cluster dir (default: a temporary one, removed)")
-    ap.add_argument("--session-timeout-ms", type=int, default=3000, help="zookeeper.session.timeout.ms")
+    ap.add_argument("--session-timeout-ms", type=int, default=3000,
+                    help="zookeeper.session.timeout.ms, or KRaft's broker.session.timeout.ms")
     args = ap.parse_args(argv)
     rng = random.Random(args.seed)
-    faults = [f for f in args.faults.split(",") if f]
-    unknown = set(faults) - set(FAULTS)
+    known = KRAFT_FAULTS if args.kraft else FAULTS
+    faults = [f for f in (args.faults or ",".join(known)).split(",") if f]
+    unknown = set(faults) - set(known)
     if unknown:
-        ap.error(f"unknown faults {sorted(unknown)}")
+        ap.error(f"unknown faults {sorted(unknown)} (in {'KRaft' if args.kraft else 'ZooKeeper'} mode: {', '.join(known)})")
     base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="gregor-campaign-"))
-    overrides = {"zookeeper.session.timeout.ms": str(args.session_timeout_ms), "replica.lag.time.max.ms": "5000",
-                 "auto.leader.rebalance.enable": "false", "auto.create.topics.enable": "false"}
-    c = LocalCluster(args.brokers, base, overrides, zk_connect=args.zk_connect)
+    overrides = {"replica.lag.time.max.ms": "5000", "auto.leader.rebalance.enable": "false",
+                 "auto.create.topics.enable": "false"}
+    if args.kraft:
+        overrides.update({"broker.session.timeout.ms": str(args.session_timeout_ms),
+                          "broker.heartbeat.interval.ms": "500", "request.timeout.ms": "8000"})
+    else:
+        overrides["zookeeper.session.timeout.ms"] = str(args.session_timeout_ms)
+    c = LocalCluster(args.brokers, base, overrides, zk_connect=None if args.kraft else args.zk_connect,
+                     kraft=args.kraft)
     topic, parts = "campaign", args.partitions
     failovers: list[float] = []
-    done: dict[str, int] = {f: 0 for f in faults}
+    converged: dict[str, list[float]] = {f: [] for f in faults}
+    notes: list[str] = []
     started = time.monotonic()
     try:
         c.start()
@@ -70,48 +136,72 @@ def main(argv: list[str] | None = None) -> int:
             fault = rng.choice(faults)
             p = rng.randrange(parts)
             leader = c.leader_of(topic, p)
-            if fault == "kill-controller":
-                target = c.wait_until(lambda: (lambda cid: (cid,) if cid >= 0 else None)(c.controller_id()),
+            controller = c.wait_until(lambda: (lambda cid: (cid,) if cid >= 0 else None)(c.controller_id()),
                                       30, "a controller")[0]
+            if fault in ("kill-controller", "freeze-controller", "lose-majority"):
+                target = controller
             elif fault == "kill-follower":
                 target = rng.choice([i for i in c.running() if i != leader])
+            elif fault == "freeze-follower":
+                target = rng.choice([i for i in c.running() if i != controller])
             else:
                 target = leader
             t0 = time.monotonic()
-            if fault == "freeze-leader":
-                c.freeze(target)
-            else:
-                c.kill(target)
-            if target == leader:
-                c.wait_leader(topic, p, not_in=(target,), timeout_s=60)
-                failovers.append(time.monotonic() - t0)
             mark = load.acked_count()
-            c.wait_until(lambda m=mark: load.acked_count() > m, 60, "produce progress after the fault")
-            if fault == "freeze-leader":
+            if fault == "lose-majority":
+                lose_majority(c, notes)
+            elif fault in ("freeze-controller", "freeze-follower"):
+                c.freeze(target)
+                time.sleep(FREEZE_S)
                 c.thaw(target)
             else:
-                c.restart(target)
-            c.wait_until(full_isr, 60, f"broker {target} back in every ISR")
-            done[fault] += 1
-            print(f"round {r + 1}: {fault} broker {target} (partition {p}); acked {load.acked_count()}", flush=True)
+                if fault == "freeze-leader":
+                    c.freeze(target)
+                else:
+                    c.kill(target)
+                if target == leader:
+                    c.wait_leader(topic, p, not_in=(target,), timeout_s=60)
+                    failovers.append(time.monotonic() - t0)
+                c.wait_until(lambda m=mark: load.acked_count() > m, 60, "produce progress after the fault")
+                if fault == "freeze-leader":
+                    c.thaw(target)
+                else:
+                    c.restart(target)
+            c.wait_until(full_isr, 90, f"every broker back in every ISR after {fault}")
+            c.wait_until(lambda m=mark: load.acked_count() > m, 60, "produce progress after the fault")
+            converged[fault].append(time.monotonic() - t0)
+            print(f"round {r + 1}: {fault} broker {target} (partition {p}); converged in {converged[fault][-1]:.1f} s; "
+                  f"acked {load.acked_count()}", flush=True)
         load.stopping.set()
         load.join(180)
         res = check_acked(load.acked, read_back(c.bootstrap, topic, parts, 180))
+        controllers = active_controllers(c) if args.kraft else {}
     finally:
         c.close()
         if not args.dir:
             import shutil
 
             shutil.rmtree(base, ignore_errors=True)
-    rounds = sum(done.values())
-    print(f"rounds: {rounds} ({', '.join(f'{k} {v}' for k, v in done.items())}) in {time.monotonic() - started:.0f} s")
+    rounds = sum(map(len, converged.values()))
+    print(f"rounds: {rounds} ({', '.join(f'{k} {len(v)}' for k, v in converged.items())}) in "
+          f"{time.monotonic() - started:.0f} s")
+    for fault, ts in converged.items():
+        if ts:
+            print(f"converged after {fault}: median {statistics.median(ts):.2f} s, max {max(ts):.2f} s, n {len(ts)}")
+    for note in notes:
+        print(note)
     print(f"records acknowledged: {res.acked}, read back: {res.read}, produce errors: {len(load.errors)}")
     print(f"lost: {len(res.lost)}, duplicated: {len(res.duplicated)}, out of order: {len(res.out_of_order)}, "
           f"offset gaps: {len(res.offset_gaps)}")
     if failovers:
         print(f"failover s: median {statistics.median(failovers):.2f}, max {max(failovers):.2f}, n {len(failovers)}")
-    ok = res.ok and not load.errors
-    print("RESULT: " + ("OK" if ok else "FAILED " + res.summary() + f" errors {load.errors[:5]}"))
+    double = {e: sorted(n) for e, n in controllers.items() if len(n) > 1}
+    if args.kraft:
+        print(f"active controllers: {len(controllers)} epochs, "
+              + (f"TWO IN ONE EPOCH: {double}" if double else "one each"))
+    accepted = [n for n in notes if "ACCEPTED" in n]
+    ok = res.ok and not load.errors and not double and not accepted
+    print("RESULT: " + ("OK" if ok else "FAILED " + res.summary() + f" errors {load.errors[:5]} {double} {accepted}"))
     return 0 if ok else 1
 
 

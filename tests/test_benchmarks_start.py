@@ -3,7 +3,7 @@
 Benchmarks run on demand, so nothing else notices when one stops starting (bench_spark.py imported a
 class that had moved). Each smoke run must exit 0 and print its figures (what the patterns below
 match); the figures themselves measure nothing at this size. The benchmarks of the storage layer
-take their sizes as arguments instead of a --smoke flag. scripts/fault_campaign.py has its own short
+take their sizes as arguments instead of a --smoke flag. scripts/fault_campaign.py (ZooKeeper and KRaft) has its own short
 run (tests/cluster/test_fault_campaign.py); benchmarks/fuzzlib.py is the fuzzer's library.
 """
 
