@@ -11,7 +11,9 @@ once).
 
 The controller listener answers the quorum's APIs (Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch on
 `__cluster_metadata`, FetchSnapshot, DescribeQuorum) and the brokers' (registration, heartbeats,
-AlterPartition, AllocateProducerIds, metadata writes). Plaintext only.
+AlterPartition, AllocateProducerIds, metadata writes), in plaintext or TLS as the listener is mapped
+(`listener.security.protocol.map`, CONTROLLER:SSL), the node connecting to the other voters with its
+own key store for that listener; not SASL yet.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ from gregor.raft.config import QuorumSettings, parse_voters
 from gregor.raft.manager import RaftManager
 from gregor.raft.metadata_log import MetadataLog
 from gregor.raft.server import QuorumServer
+from gregor.security.inter_broker import ClientSecurity
+from gregor.security.tls import TlsSettings, build_server_context
 
 log = logging.getLogger("gregor.broker.kraft")
 
@@ -51,24 +55,32 @@ class KRaftNode:
                                           self.node_id)
         self.quorum = qs = QuorumSettings.from_config(config)
         quorum_config = qs.quorum_config()
+        name = config.controller_listener_names[0]
+        spec = next((s for s in config.listener_specs if s.name == name), None)
+        if spec is None:
+            raise ConfigError(f"controller.listener.names: no listener {name}")
+        if spec.uses_sasl:
+            raise ConfigError(f"listener {name}: SASL on the controller listener is not supported yet; map it to SSL "
+                              "(with ssl.client.auth=required, peers prove who they are by certificate) or PLAINTEXT")
+        # the other voters are reached on their controller listeners, with this node's own credentials for it
+        security = ClientSecurity.for_listener(config, name, "controller listener") if spec.uses_tls else None
         self.metadata_log = MetadataLog.open(qs.log_directory(), qs.segment_bytes, qs.segment_ms)
         self.raft = RaftManager(quorum_config, self.metadata_log, self.metadata_log.directory, serve=False,
                                 max_request_bytes=qs.max_request_bytes, max_connections=qs.max_connections,
-                                client_id=f"raft-{self.node_id}")
+                                client_id=f"raft-{self.node_id}", security=security)
         voters = {v: (e.host, e.port) for v, e in parse_voters(qs.voters).items()}
-        self.channel = ControllerChannel(self.node_id, voters, self.leader_id, qs.retry_backoff_ms / 1000)
+        self.channel = ControllerChannel(self.node_id, voters, self.leader_id, qs.retry_backoff_ms / 1000,
+                                         security)
         self.store = KRaftMetadataStore(KRaftSettings.from_config(config), self.cluster_id, self.raft, self.channel)
         self.controller: QuorumController | None = None
         self.server: QuorumServer | None = None
         self.listen: tuple[str, int] | None = None
+        self.server_tls = (build_server_context(TlsSettings.from_config(config, name), f"listener {name}")
+                           if spec.uses_tls else None)
         if CONTROLLER_ROLE in self.roles:
             # the records a migration left for the first active controller (default: the feature levels)
             seed = bootstrap.read(qs.log_directory())
             self.controller = QuorumController(QuorumControllerSettings.from_config(config), self.store, seed)
-            name = config.controller_listener_names[0]
-            spec = next((s for s in config.listener_specs if s.name == name), None)
-            if spec is None:
-                raise ConfigError(f"controller.listener.names: no listener {name}")
             self.listen = (spec.host or "0.0.0.0", spec.port)
             self.server = QuorumServer(self._dispatch, qs.max_request_bytes, qs.max_connections,
                                        extra_apis=CONTROLLER_APIS)
@@ -91,7 +103,7 @@ class KRaftNode:
         if self.controller is not None:
             self.controller.start()
         if self.server is not None and self.listen is not None:
-            await self.server.start(*self.listen)
+            await self.server.start(*self.listen, ssl_context=self.server_tls)
         await self.raft.start()
         timeout_s = (catch_up_timeout_s if catch_up_timeout_s is not None
                      else self.store.settings.registration_timeout_ms / 1000)

@@ -32,6 +32,7 @@ from gregor.raft.node_base import Reply, Send
 from gregor.raft.quorum_state import FileQuorumStateStore
 from gregor.raft.server import QuorumServer
 from gregor.raft.snapshots import SnapshotWriter
+from gregor.security.inter_broker import ClientSecurity
 
 log = logging.getLogger("gregor.raft")
 
@@ -93,7 +94,8 @@ class RaftManager:
 
     def __init__(self, config: QuorumConfig, raft_log: RaftLog, state_dir: str, *,
                  listen: Endpoint | None = None, serve: bool = True, max_request_bytes: int = 100 << 20,
-                 max_connections: int = 500, client_id: str | None = None) -> None:
+                 max_connections: int = 500, client_id: str | None = None,
+                 security: ClientSecurity | None = None) -> None:
         """`listen`: where the quorum listener binds (default: this voter's endpoint); `serve=False` when
         the owner hands the quorum's requests in itself (`handle_request`, e.g. from a broker listener)."""
         self.config = config
@@ -104,6 +106,7 @@ class RaftManager:
         self.server = (QuorumServer(self.handle_request, max_request_bytes, max_connections)
                        if self.listen and serve else None)
         self.client_id = client_id or f"raft-{config.node_id}"
+        self.security = security  # how to reach the other voters' listeners (TLS on a controller listener)
         self.failure: BaseException | None = None
         self._clients: dict[tuple[int, bool], BrokerClient] = {}
         self._wake = asyncio.Event()
@@ -205,7 +208,7 @@ class RaftManager:
                   else self.config.bootstrap_servers[-destination - 2])
             assert ep is not None, f"no endpoint for node {destination}"
             c = BrokerClient(ep.host, ep.port, self.client_id, max_in_flight=2,
-                             connect_timeout_s=self.config.request_timeout_ms / 1000)
+                             connect_timeout_s=self.config.request_timeout_ms / 1000, security=self.security)
             self._clients[(destination, fetches)] = c
         return c
 

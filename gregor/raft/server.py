@@ -10,13 +10,15 @@ connection, as a Kafka broker does; a frame over `max_request_bytes` too. Bounde
 It is apart from the broker's listener (gregor.network): a KRaft controller serves it on its controller
 listener (`controller.listener.names`) from before its broker part exists, as the quorum must elect a leader
 before any broker can register; the controller's own APIs (the brokers' registrations, heartbeats and
-writes) come in as `extra_apis`. Plaintext only (see docs/kraft.md).
+writes) come in as `extra_apis`. Plaintext, or TLS with the controller listener's key and trust stores
+(client certificates required or not by its `ssl.client.auth`); not SASL (see docs/kraft.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -54,8 +56,8 @@ class QuorumServer:
         self._conns: set[asyncio.Task[None]] = set()
         self.port = 0
 
-    async def start(self, host: str, port: int) -> None:
-        self._server = await asyncio.start_server(self._serve, host, port, reuse_address=True)
+    async def start(self, host: str, port: int, ssl_context: ssl.SSLContext | None = None) -> None:
+        self._server = await asyncio.start_server(self._serve, host, port, reuse_address=True, ssl=ssl_context)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def close(self) -> None:

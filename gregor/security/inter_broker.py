@@ -34,11 +34,16 @@ class ClientSecurity:
 
     @classmethod
     def from_config(cls, config: BrokerListeners) -> ClientSecurity:
-        name = config.inter_broker_listener
+        return cls.for_listener(config, config.inter_broker_listener, "inter-broker listener")
+
+    @classmethod
+    def for_listener(cls, config: BrokerListeners, name: str, what: str) -> ClientSecurity:
+        """How to connect to peers on listener `name` with this node's own credentials for it (the
+        inter-broker listener's, or a KRaft node's controller listener's)."""
         spec = config.listener(name)
         ctx = None
         if spec.uses_tls:
-            ctx = build_client_context(TlsSettings.from_config(config, name), f"inter-broker listener {name}")
+            ctx = build_client_context(TlsSettings.from_config(config, name), f"{what} {name}")
         auth = None
         if spec.uses_sasl:
             from gregor.security.sasl.inter_broker import inter_broker_authenticator

@@ -1,0 +1,115 @@
+"""TLS on the controller listener: three KRaft nodes whose quorum and controller traffic (votes, metadata
+fetches, registrations, heartbeats, writes) runs over TLS with client certificates required; a plaintext
+peer, a certificate-less peer and one with another CA's certificate get nothing from it."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import struct
+import threading
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from gregor.protocol import apis
+from gregor.protocol.frames import decode_response, encode_request
+from gregor.tools.kraft_nodes import kraft_quorum
+from gregor.tools.local_broker import BrokerProcess
+from tests.security.certs import Pki, make_pki
+from tests.waiting import wait_for
+
+
+def _tls_props(pki: Pki) -> dict[str, str]:
+    return {"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:SSL",
+            "listener.name.controller.ssl.keystore.location": pki.keystore("broker"),
+            "listener.name.controller.ssl.truststore.location": pki.ca,
+            "listener.name.controller.ssl.client.auth": "required",
+            "broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"}
+
+
+def _controller_port(node: BrokerProcess) -> int:
+    return int(node.overrides["listeners"].rsplit(":", 1)[1])
+
+
+def _api_versions(sock: socket.socket) -> list[int]:
+    """The API keys a listener answers ApiVersions with, on a connected (maybe TLS) socket."""
+    api = apis.BY_KEY[18]
+    sock.sendall(encode_request(api, 0, 7, "probe", {}))
+    head = b""
+    while len(head) < 4:
+        chunk = sock.recv(4 - len(head))
+        if not chunk:
+            raise ConnectionError("closed")
+        head += chunk
+    (size,) = struct.unpack(">i", head)
+    body = b""
+    while len(body) < size:
+        chunk = sock.recv(size - len(body))
+        if not chunk:
+            raise ConnectionError("closed")
+        body += chunk
+    _, r = decode_response(body, api, 0)
+    return [k.api_key for k in r.api_keys]
+
+
+def _tls_probe(port: int, ca: str, cert: str | None) -> list[int]:
+    ctx = ssl.create_default_context(cafile=ca)
+    if cert is not None:
+        ctx.load_cert_chain(cert)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, \
+            ctx.wrap_socket(raw, server_hostname="127.0.0.1") as s:
+        return _api_versions(s)
+
+
+def test_a_quorum_over_tls_with_client_certificates(tmp_path: Path) -> None:
+    pki = make_pki(tmp_path / "pki")
+    nodes = kraft_quorum(tmp_path, 3, _tls_props(pki))
+    try:
+        threads = [threading.Thread(target=n.start, kwargs={"timeout_s": 90}) for n in nodes]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        bs = ",".join(n.bootstrap for n in nodes)
+        admin = AdminClient({"bootstrap.servers": bs})
+        wait_for(lambda: len(admin.list_topics(timeout=5).brokers) == 3, 60, "three live brokers")
+        for f in admin.create_topics([NewTopic("secure", 3, 3)]).values():
+            f.result(60)
+        p = Producer({"bootstrap.servers": bs, "acks": "all", "enable.idempotence": True})
+        for i in range(30):
+            p.produce("secure", value=str(i).encode(), partition=i % 3)
+        assert p.flush(30) == 0
+        c = Consumer({"bootstrap.servers": bs, "group.id": "g", "enable.auto.commit": False})
+        c.assign([TopicPartition("secure", part, 0) for part in range(3)])
+        got = []
+        while len(got) < 30:
+            m = c.poll(10)
+            assert m is not None, f"read {len(got)} of 30"
+            if m.error() is None:
+                got.append(int(m.value()))
+        c.close()
+        assert sorted(got) == list(range(30))
+
+        port = _controller_port(nodes[0])
+        assert 52 in _tls_probe(port, pki.ca, pki.keystore("broker"))  # Vote: a peer with the cluster's certificate
+        for who in (None, pki.keystore("mallory")):  # no certificate; one of another CA
+            with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
+                _tls_probe(port, pki.ca, who)
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as plain:
+            with pytest.raises((ConnectionError, OSError, ValueError)):
+                _api_versions(plain)  # a plaintext request is not TLS: no answer, the connection ends
+        for n in nodes:
+            assert "Traceback" not in n.log_text()
+    finally:
+        for n in nodes:
+            n.kill()
+
+
+def test_sasl_on_the_controller_listener_is_refused_at_start(tmp_path: Path) -> None:
+    (node,) = kraft_quorum(tmp_path, 1, {"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+                                         "sasl.enabled.mechanisms": "PLAIN"})
+    with pytest.raises(RuntimeError, match="SASL on the controller listener is not supported yet"):
+        node.start(timeout_s=30)
