@@ -7,6 +7,8 @@ request goes to the controller the cache names (ControlledShutdown v3 over a Bro
 controller; up to `controlled.shutdown.max.retries` attempts `controlled.shutdown.retry.backoff.ms`
 apart while partitions remain; then a bounded wait until this broker's own cache shows the
 leaderships gone (the controller answers once its cache holds the writes, this cache may lag).
+In KRaft mode the metadata store carries it instead: the broker heartbeats with want_shut_down until
+the active controller moved its leaderships and fenced it (should_shut_down), with the same retries.
 
 A stopping controller keeps its controllership until its registration ends (see Controller.stop):
 its successor then never sees the stopping broker as a live broker it could elect.
@@ -93,9 +95,14 @@ class ControlledShutdown:
         return True
 
     async def _attempt(self, timeout_s: float) -> tuple[int, list[TopicPartition]]:
-        """One ControlledShutdown to the current controller: (error code, partitions still led here)."""
+        """One ControlledShutdown to the current controller: (error code, partitions still led here). A store
+        that carries the shutdown itself (KRaft: heartbeats with want_shut_down to the active controller,
+        as Kafka's KRaft brokers do) answers instead of the request."""
         me = self.cache.broker(self.broker_id)
         epoch = me.epoch if me is not None else -1
+        carried = await self.local.store.controlled_shutdown(self.broker_id, epoch, timeout_s)
+        if carried is not None:
+            return carried
         cid = self.cache.controller_id
         if cid == self.broker_id and self.local.active:
             return await self._handle_locally(self.broker_id, epoch)

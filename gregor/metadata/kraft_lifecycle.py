@@ -187,7 +187,10 @@ class BrokerLifecycle:
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
         self._task = None
-        if self.broker_epoch < 0 or self.should_shut_down:
+        if self.should_shut_down:
+            log.info("broker %d: fenced by the controller at its stop (its controlled shutdown)", self.node_id)
+            return
+        if self.broker_epoch < 0:
             return
         body = {"broker_id": self.node_id, "broker_epoch": self.broker_epoch,
                 "current_metadata_offset": self._offset(), "want_fence": True, "want_shut_down": False}
