@@ -179,9 +179,11 @@ class LocalCluster:
         voters = ",".join(f"{j}@127.0.0.1:{p}" for j, p in enumerate(self._controller_ports))
         props = {"process.roles": "broker,controller", "node.id": str(i), "controller.quorum.voters": voters,
                  "controller.listener.names": "CONTROLLER"}
-        if len(self.brokers) > i:  # its broker port is known: both listeners, pinned
-            props["listeners"] = (f"PLAINTEXT://127.0.0.1:{self.brokers[i].port},"
-                                  f"CONTROLLER://127.0.0.1:{self._controller_ports[i]}")
+        controller = f"CONTROLLER://127.0.0.1:{self._controller_ports[i]}"
+        if "listeners" in self.overrides:  # the caller's listeners (their ports kept by restarts), and this one
+            props["listeners"] = f"{self.overrides['listeners']},{controller}"
+        elif len(self.brokers) > i:  # its broker port is known: both listeners, pinned
+            props["listeners"] = f"PLAINTEXT://127.0.0.1:{self.brokers[i].port},{controller}"
         return props
 
     @property

@@ -1,5 +1,6 @@
-"""A 3-broker ZooKeeper cluster secured end to end: clients and brokers over SASL_SSL (clients with SCRAM,
-brokers with PLAIN on their own listener), Kafka's ACL authorizer on. It replicates and fails over like the
+"""A 3-broker cluster secured end to end: clients and brokers over SASL_SSL (clients with SCRAM, brokers
+with PLAIN on their own listener), Kafka's ACL authorizer on; in both metadata modes, the KRaft one with its
+controller listener over TLS with client certificates required. It replicates and fails over like the
 plaintext one: an idempotent acks=all producer keeps every acknowledged record while a partition leader is
 SIGKILLed and restarted, and the restarted broker rejoins every ISR over the secured inter-broker listener."""
 
@@ -33,8 +34,9 @@ TOPIC = "secure-orders"
 JAAS = "org.apache.kafka.common.security.plain.PlainLoginModule required"
 
 
-@pytest.fixture
-def secure_cluster(tmp_path: Path, zk_connect: str) -> Iterator[tuple[LocalCluster, Pki]]:
+@pytest.fixture(params=["zookeeper", "kraft"])
+def secure_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[LocalCluster, Pki]]:
+    kraft = request.param == "kraft"
     pki = make_pki(tmp_path / "pki")
     overrides = {
         # PLAINTEXT only for the harness's readiness checks: ANONYMOUS has no ACL, so it sees no topic.
@@ -51,13 +53,20 @@ def secure_cluster(tmp_path: Path, zk_connect: str) -> Iterator[tuple[LocalClust
         "ssl.truststore.location": pki.ca,
         "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
         "super.users": "User:broker;User:admin",
-        "zookeeper.session.timeout.ms": "3000",
         "replica.lag.time.max.ms": "4000",
         "auto.leader.rebalance.enable": "false",
         "auto.create.topics.enable": "false",
         "group.initial.rebalance.delay.ms": "0",
     }
-    c = LocalCluster(3, tmp_path / "cluster", overrides, zk_connect=zk_connect)
+    if kraft:
+        overrides.update({"listener.security.protocol.map": overrides["listener.security.protocol.map"] + ",CONTROLLER:SSL",
+                          "listener.name.controller.ssl.client.auth": "required",
+                          "broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"})
+        c = LocalCluster(3, tmp_path / "cluster", overrides, kraft=True)
+    else:
+        overrides["zookeeper.session.timeout.ms"] = "3000"
+        c = LocalCluster(3, tmp_path / "cluster", overrides,
+                         zk_connect=request.getfixturevalue("zk_connect"))
     c.start()
     try:
         yield c, pki
