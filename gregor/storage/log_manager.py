@@ -207,7 +207,8 @@ class LogManager:
         return self.dirs.online_dirs()
 
     def knows(self, topic: str, partition: int) -> bool:
-        """Whether the partition's log is in an online dir: open, loading, or waiting to be opened."""
+        """Whether the partition's log is in an online dir: open, loading, being created, or waiting to be
+        opened."""
         return self._table.knows((topic, partition))
 
     def dir_of(self, topic: str, partition: int) -> str | None:
@@ -327,21 +328,25 @@ class LogManager:
         StorageError once shut down; a partition that fails alone (offline, illegal, a disk error) gets
         its exception in the result, so one bad log never stops the others."""
         table = self._table
-        with table.lock:
-            self._check_open()
-            if config is not None:
-                self._topic_configs[topic] = config
-            out: dict[int, Log | Exception] = {}
-            missing: dict[TopicPartition, None] = {}
-            now = self._now() if now_ms is None else now_ms
-            try:
+        while True:
+            busy: list[threading.Event] = []  # partitions another thread is creating: waited for, then seen again
+            with table.lock:
+                self._check_open()
+                if config is not None:
+                    self._topic_configs[topic] = config
+                out: dict[int, Log | Exception] = {}
+                missing: dict[TopicPartition, None] = {}
+                loading: LogNotLoadedError | None = None
+                now = self._now() if now_ms is None else now_ms
                 for p in partitions:
                     tp = (topic, p)
                     log = table.logs.get(tp)
                     if log is not None:
                         out[p] = log
                     elif tp in table.pending:
-                        raise LogNotLoadedError(f"the log of {topic}-{p} is still loading")
+                        loading = loading or LogNotLoadedError(f"the log of {topic}-{p} is still loading")
+                    elif tp in table.creating:
+                        busy.append(table.creating[tp][0])
                     elif tp in self.offline:
                         out[p] = LogOfflineError(f"the log of {topic}-{p} is offline: {self.offline[tp]}")
                     elif (lazy := table.lazy.pop(tp, None)) is not None:
@@ -351,11 +356,19 @@ class LogManager:
                         out[p] = ValueError(f"illegal topic partition {topic!r} {p}")
                     elif tp not in missing:  # a partition named twice is created once
                         missing[tp] = None
-            finally:  # the ones before a partition that raised are created all the same
-                created, failed_dirs = self._creation.create(list(missing), self.topic_config(topic), now)
-                out.update((tp[1], r) for tp, r in created.items())
+                if not busy or loading is not None:
+                    topic_config = self.topic_config(topic)
+                    placed = self._creation.reserve(list(missing))  # ended by create(), whatever happens
+                    break
+            for ev in busy:
+                ev.wait()
+        # the files and the fsync without the table's lock (the reservations keep the names)
+        created, failed_dirs = self._creation.create(placed, topic_config, now)
+        out.update((tp[1], r) for tp, r in created.items())
         for d, e in failed_dirs:
             self.maybe_fail_dir(d, e)
+        if loading is not None:  # the others were created all the same
+            raise loading
         return [(p, out[p]) for p in partitions]
 
     def delete_log(self, topic: str, partition: int) -> bool:
@@ -366,6 +379,10 @@ class LogManager:
         with table.lock:
             if tp in table.pending:
                 raise LogNotLoadedError(f"the log of {topic}-{partition} is still loading")
+            creating = table.creating.get(tp)
+        if creating is not None:  # let its creation finish, then delete what it made
+            creating[0].wait()
+        with table.lock:
             self.mover.abort(tp, "the log is deleted")
             log = table.logs.pop(tp, None)
             lazy = table.lazy.pop(tp, None) if log is None else None
@@ -429,6 +446,9 @@ class LogManager:
             if table.closed:
                 return
             table.closed = True
+            creations = table.creations()
+        for ev in creations:  # a batch being created ends now: its logs are closed, not joined
+            ev.wait(60)
         if self._loading.started:
             self._loading.done.wait()  # the loader stops after the log it is opening
         with table.lock:

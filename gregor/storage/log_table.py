@@ -6,10 +6,14 @@
     lazy     found on disk after a clean shutdown: opened on first use or in the background (its
              scan plan, log_dirs.Plan)
     offline  cannot be served (it could not be loaded, or its log dir failed), with why
+    creating being created by a thread, outside the lock (directories, files, the parent dir's
+             fsync): the dir it goes to, and an event set once it joined `logs` (or failed)
 
 A partition is in at most one of them. `lock` (reentrant) guards them all and `closed` (set at
 shutdown, after which no log joins): the LogManager, its loading and its log mover hold it across a
-check and the change it leads to.
+check and the change it leads to, never across file system work that grows with a batch: a topic's
+logs are created outside it, so the event loop asking for another partition's log meanwhile does not
+wait for them.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ class LogTable:
         self.pending: dict[TopicPartition, str] = {}
         self.lazy: dict[TopicPartition, Plan] = {}
         self.offline: dict[TopicPartition, str] = {}
+        self.creating: dict[TopicPartition, tuple[threading.Event, str]] = {}
         self.closed = False  # the manager is shut down: nothing joins any more
 
     def get(self, tp: TopicPartition) -> Log | None:
@@ -42,8 +47,13 @@ class LogTable:
             return dict(self.logs)
 
     def knows(self, tp: TopicPartition) -> bool:
-        """Whether the partition's log is in an online dir: open, loading, or waiting to be opened."""
-        return tp in self.logs or tp in self.pending or tp in self.lazy
+        """Whether the partition's log is in an online dir: open, loading, being created, or waiting to be
+        opened."""
+        return tp in self.logs or tp in self.pending or tp in self.lazy or tp in self.creating
+
+    def creations(self) -> list[threading.Event]:
+        """The events of the creations under way (call with the lock held; wait on them without it)."""
+        return [ev for ev, _ in self.creating.values()]
 
     def dir_of(self, tp: TopicPartition) -> str | None:
         """The log dir holding the partition's log, if it is known (open, loading or unopened)."""
