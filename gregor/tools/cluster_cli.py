@@ -59,19 +59,23 @@ def _read_state(d: Path) -> dict[str, Any] | None:
         raise ToolError(f"cannot read {d / STATE_FILE}: {e}") from e
 
 
-def _wait_log(path: Path, pid: int, text: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+def _wait_log(path: Path, proc: subprocess.Popen[bytes], text: str, timeout_s: float) -> None:
+    t0 = time.monotonic()
+    why = f"did not report {text!r} within {timeout_s:g} s"
+    while time.monotonic() < t0 + timeout_s:
         try:
             if text in path.read_text(errors="replace"):
                 return
         except FileNotFoundError:
             pass
-        if not _alive(pid, "gregor"):
+        code = proc.poll()
+        if code is not None:
+            how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+            why = f"{how} {time.monotonic() - t0:.1f} s after its start, before it reported {text!r}"
             break
         time.sleep(0.1)
     tail = "\n".join(path.read_text(errors="replace").splitlines()[-20:]) if path.exists() else ""
-    raise ToolError(f"broker (pid {pid}) did not report {text!r} within {timeout_s:g} s; {path}:\n{tail}")
+    raise ToolError(f"broker (pid {proc.pid}) {why}; {path}:\n{tail}")
 
 
 def kraft_nodes(d: Path, n: int, base_port: int, controller_base_port: int) -> list[dict[str, str]]:
@@ -134,8 +138,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         procs.append(p)
         new_state["brokers"].append({"id": i, "pid": p.pid, "port": port, "log": str(log_path)})
     (d / STATE_FILE).write_text(json.dumps(new_state, indent=2) + "\n")
-    for b in new_state["brokers"]:
-        _wait_log(Path(b["log"]), b["pid"], "all logs loaded", args.timeout)
+    for b, p in zip(new_state["brokers"], procs, strict=True):
+        _wait_log(Path(b["log"]), p, "all logs loaded", args.timeout)
     addrs = [f"127.0.0.1:{b['port']}" for b in new_state["brokers"]]
     ids = set(range(args.num_brokers))
 

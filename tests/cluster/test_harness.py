@@ -63,13 +63,14 @@ def test_cluster_cli_up_status_down(tmp_path: Path) -> None:
 
     def gregor(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "gregor", "cluster", *args, "--dir", str(d)],
-                              capture_output=True, text=True, env=env, timeout=120)
+                              capture_output=True, text=True, env=env, timeout=200)
 
-    up = gregor("up", "-n", "1", "--base-port", str(base), "--zookeeper-port", str(zk_port))
+    # a broker's start on a machine the whole suite loads once took over the default 60 s
+    up = gregor("up", "-n", "1", "--base-port", str(base), "--zookeeper-port", str(zk_port), "--timeout", "150")
     try:
         assert up.returncode == 0, up.stderr
         assert f"127.0.0.1:{base}" in up.stdout and "gregor cluster down" in up.stdout
-        again = gregor("up", "-n", "1", "--base-port", str(base), "--zookeeper-port", str(zk_port))
+        again = gregor("up", "-n", "1", "--base-port", str(base), "--zookeeper-port", str(zk_port), "--timeout", "150")
         assert again.returncode == 1 and "already runs" in again.stderr
         st = gregor("status")
         assert st.returncode == 0 and "broker 0" in st.stdout and "running" in st.stdout, st.stdout
