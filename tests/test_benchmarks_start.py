@@ -64,7 +64,8 @@ SMOKES = [
                                           r"^read_arrow_batches \+ decode_column \(C\) +[\d,]+ rows/s")),
     Smoke("bench_kraft.py", ("--smoke",), (r"^kraft: start of 3 brokers [\d.]+ s",
                                            r"^kraft: CreateTopics of 10 partitions acknowledged in [\d.]+ s",
-                                           r"^kraft: controller failover \(SIGKILL, 1x\): new controller median"),
+                                           r"^kraft: controller failover \(SIGKILL, 1x\): new controller median",
+                                           r"^kraft: partition leader failover \(SIGKILL, short sessions.*median [\d.]+ s"),
           180.0),
     # Spark: a JVM and Python workers start, ~20 s on an idle machine.
     Smoke("bench_transactions.py", ("--smoke",), (r"^  idempotent \(no transactions\): +[\d,]+ rec/s",
