@@ -17,6 +17,13 @@ class WireClient:
         self.sock = socket.create_connection((host, int(port)), timeout=timeout_s)
         self.correlation_id = 0
 
+    @classmethod
+    def over(cls, sock: socket.socket) -> WireClient:
+        """A client on a socket the caller connected (e.g. wrapped in TLS)."""
+        c = cls.__new__(cls)
+        c.sock, c.correlation_id = sock, 0
+        return c
+
     def send_raw(self, data: bytes) -> None:
         self.sock.sendall(data)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import socket
 import ssl
-import struct
 import threading
 from pathlib import Path
 
@@ -14,12 +13,11 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from gregor.protocol import apis
-from gregor.protocol.frames import decode_response, encode_request
 from gregor.tools.kraft_nodes import kraft_quorum
 from gregor.tools.local_broker import BrokerProcess
 from tests.security.certs import Pki, make_pki
 from tests.waiting import wait_for
+from tests.wire import WireClient
 
 
 def _tls_props(pki: Pki) -> dict[str, str]:
@@ -36,23 +34,7 @@ def _controller_port(node: BrokerProcess) -> int:
 
 def _api_versions(sock: socket.socket) -> list[int]:
     """The API keys a listener answers ApiVersions with, on a connected (maybe TLS) socket."""
-    api = apis.BY_KEY[18]
-    sock.sendall(encode_request(api, 0, 7, "probe", {}))
-    head = b""
-    while len(head) < 4:
-        chunk = sock.recv(4 - len(head))
-        if not chunk:
-            raise ConnectionError("closed")
-        head += chunk
-    (size,) = struct.unpack(">i", head)
-    body = b""
-    while len(body) < size:
-        chunk = sock.recv(size - len(body))
-        if not chunk:
-            raise ConnectionError("closed")
-        body += chunk
-    _, r = decode_response(body, api, 0)
-    return [k.api_key for k in r.api_keys]
+    return [k.api_key for k in WireClient.over(sock).request(18, 0, {}).api_keys]
 
 
 def _tls_probe(port: int, ca: str, cert: str | None) -> list[int]:
