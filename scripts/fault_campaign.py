@@ -12,10 +12,15 @@ Each round picks one fault at random (seeded) and undoes it (restart or SIGCONT)
 - kill-controller: SIGKILL of the controller (KRaft: the active controller, the quorum's leader);
 - freeze-leader: SIGSTOP of a partition's leader until another leads it (its ZooKeeper session or
   its KRaft broker session ended), then SIGCONT;
-- KRaft only: freeze-controller, freeze-follower: SIGSTOP of the active controller, or of a voter
+- KRaft only (a round there also waits until every node names the same controller):
+  freeze-controller, freeze-follower: SIGSTOP of the active controller, or of a voter
   following it, for 6 s (past the quorum's fetch timeout and the broker session), then SIGCONT;
   lose-majority: SIGKILL of both voters that are not the active controller: a CreateTopics to the
-  survivor must be refused with an error (printed, with the time to the answer) until they return.
+  survivor must be refused with an error (printed, with the time to the answer) until they return;
+  isolate-controller: a network partition of the active controller's controller traffic for 8 s
+  (every node reaches the others' controller listeners through a cuttable link,
+  gregor/tools/link.py): the others elect a new one and fence its broker while it keeps serving
+  clients and its broker listener stays reachable; then the link heals.
 
 A round ends when the cluster converged: every broker back in every ISR (min.insync.replicas=2 then
 holds for the next round) and the producer acknowledging records again; "converged" per fault is the
@@ -24,9 +29,8 @@ names a new leader for the partition a killed or frozen leader led. At the end, 
 node's log says in which epochs it was the active controller: an epoch with two is a failure, as is
 any loss, duplicate, reordering, gap or produce error.
 
-Not injected: a network partition that cuts the active controller off from the quorum while it keeps
-serving clients (it needs network namespaces or a proxy between the nodes); the freezes stand for a
-controller that stops answering everyone.
+Not injected: a full partition of a node (its broker listener too, cutting replication), which needs
+network namespaces or links on every listener.
 """
 
 from __future__ import annotations
@@ -43,8 +47,9 @@ from pathlib import Path
 from gregor.tools.local_cluster import LocalCluster, NumberedLoad, check_acked, create_topic, read_back
 
 FAULTS = ("kill-leader", "kill-follower", "kill-controller", "freeze-leader")
-KRAFT_FAULTS = (*FAULTS, "freeze-controller", "freeze-follower", "lose-majority")
+KRAFT_FAULTS = (*FAULTS, "freeze-controller", "freeze-follower", "lose-majority", "isolate-controller")
 FREEZE_S = 6.0
+ISOLATE_S = 8.0
 _ACTIVE = re.compile(r"node (\d+): active controller of epoch (\d+)")
 
 
@@ -113,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         overrides["zookeeper.session.timeout.ms"] = str(args.session_timeout_ms)
     c = LocalCluster(args.brokers, base, overrides, zk_connect=None if args.kraft else args.zk_connect,
-                     kraft=args.kraft)
+                     kraft=args.kraft, links=args.kraft)
     topic, parts = "campaign", args.partitions
     failovers: list[float] = []
     converged: dict[str, list[float]] = {f: [] for f in faults}
@@ -127,6 +132,11 @@ def main(argv: list[str] | None = None) -> int:
             live = sorted(c.running())
             return all(c.isr_of(topic, p) == live for p in range(parts))
 
+        def one_controller() -> bool:
+            """Every running node names the same controller (KRaft: one that heals rejoins the quorum)."""
+            named = {c.controller_id(i) for i in c.running()}
+            return len(named) == 1 and -1 not in named
+
         c.wait_until(full_isr, 60, "full ISRs")
         load = NumberedLoad(c.bootstrap, topic, parts, 10**9, {"enable.idempotence": True}, rate=args.rate).start()
         c.wait_until(lambda: load.acked_count() > 0, 30, "first acknowledgement")
@@ -138,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             leader = c.leader_of(topic, p)
             controller = c.wait_until(lambda: (lambda cid: (cid,) if cid >= 0 else None)(c.controller_id()),
                                       30, "a controller")[0]
-            if fault in ("kill-controller", "freeze-controller", "lose-majority"):
+            if fault in ("kill-controller", "freeze-controller", "lose-majority", "isolate-controller"):
                 target = controller
             elif fault == "kill-follower":
                 target = rng.choice([i for i in c.running() if i != leader])
@@ -150,6 +160,18 @@ def main(argv: list[str] | None = None) -> int:
             mark = load.acked_count()
             if fault == "lose-majority":
                 lose_majority(c, notes)
+            elif fault == "isolate-controller":
+                c.isolate(target)
+                others = [i for i in c.running() if i != target]
+                try:
+                    c.wait_until(lambda t=target, o=others: all(c.controller_id(i) not in (t, -1) for i in o),
+                                 ISOLATE_S, "a new controller on the majority's side")
+                    notes.append(f"isolate-controller: the majority elected a new controller "
+                                 f"{time.monotonic() - t0:.1f} s after the cut")
+                except TimeoutError:
+                    notes.append(f"isolate-controller: NO new controller within {ISOLATE_S:g} s of the cut")
+                time.sleep(max(0.0, t0 + ISOLATE_S - time.monotonic()))
+                c.reconnect(target)
             elif fault in ("freeze-controller", "freeze-follower"):
                 c.freeze(target)
                 time.sleep(FREEZE_S)
@@ -168,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     c.restart(target)
             c.wait_until(full_isr, 90, f"every broker back in every ISR after {fault}")
+            c.wait_until(one_controller, 60, f"one controller named by every node after {fault}")
             c.wait_until(lambda m=mark: load.acked_count() > m, 60, "produce progress after the fault")
             converged[fault].append(time.monotonic() - t0)
             print(f"round {r + 1}: {fault} broker {target} (partition {p}); converged in {converged[fault][-1]:.1f} s; "
@@ -199,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.kraft:
         print(f"active controllers: {len(controllers)} epochs, "
               + (f"TWO IN ONE EPOCH: {double}" if double else "one each"))
-    accepted = [n for n in notes if "ACCEPTED" in n]
+    accepted = [n for n in notes if "ACCEPTED" in n or "NO new controller" in n]
     ok = res.ok and not load.errors and not double and not accepted
     print("RESULT: " + ("OK" if ok else "FAILED " + res.summary() + f" errors {load.errors[:5]} {double} {accepted}"))
     return 0 if ok else 1

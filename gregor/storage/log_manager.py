@@ -329,7 +329,7 @@ class LogManager:
         its exception in the result, so one bad log never stops the others."""
         table = self._table
         while True:
-            busy: list[threading.Event] = []  # partitions another thread is creating: waited for, then seen again
+            busy: list[TopicPartition] = []  # partitions another thread is creating: waited for, then seen again
             with table.lock:
                 self._check_open()
                 if config is not None:
@@ -346,7 +346,7 @@ class LogManager:
                     elif tp in table.pending:
                         loading = loading or LogNotLoadedError(f"the log of {topic}-{p} is still loading")
                     elif tp in table.creating:
-                        busy.append(table.creating[tp][0])
+                        busy.append(tp)
                     elif tp in self.offline:
                         out[p] = LogOfflineError(f"the log of {topic}-{p} is offline: {self.offline[tp]}")
                     elif (lazy := table.lazy.pop(tp, None)) is not None:
@@ -360,10 +360,8 @@ class LogManager:
                     topic_config = self.topic_config(topic)
                     placed = self._creation.reserve(list(missing))  # ended by create(), whatever happens
                     break
-            for ev in busy:
-                ev.wait()
-        # the files and the fsync without the table's lock (the reservations keep the names)
-        created, failed_dirs = self._creation.create(placed, topic_config, now)
+            table.wait_created(busy)
+        created, failed_dirs = self._creation.create(placed, topic_config, now)  # files, fsync: without the lock
         out.update((tp[1], r) for tp, r in created.items())
         for d, e in failed_dirs:
             self.maybe_fail_dir(d, e)
@@ -376,13 +374,10 @@ class LogManager:
         A crash in between is finished at the next startup. Returns False if there was no log."""
         tp = (topic, partition)
         table = self._table
+        table.wait_created([tp])  # a creation under way ends first: what it made is deleted
         with table.lock:
             if tp in table.pending:
                 raise LogNotLoadedError(f"the log of {topic}-{partition} is still loading")
-            creating = table.creating.get(tp)
-        if creating is not None:  # let its creation finish, then delete what it made
-            creating[0].wait()
-        with table.lock:
             self.mover.abort(tp, "the log is deleted")
             log = table.logs.pop(tp, None)
             lazy = table.lazy.pop(tp, None) if log is None else None
@@ -446,9 +441,7 @@ class LogManager:
             if table.closed:
                 return
             table.closed = True
-            creations = table.creations()
-        for ev in creations:  # a batch being created ends now: its logs are closed, not joined
-            ev.wait(60)
+        table.wait_created(None, 60)  # a batch being created ends now: its logs are closed, not joined
         if self._loading.started:
             self._loading.done.wait()  # the loader stops after the log it is opening
         with table.lock:

@@ -51,9 +51,12 @@ class LogTable:
         opened."""
         return tp in self.logs or tp in self.pending or tp in self.lazy or tp in self.creating
 
-    def creations(self) -> list[threading.Event]:
-        """The events of the creations under way (call with the lock held; wait on them without it)."""
-        return [ev for ev, _ in self.creating.values()]
+    def wait_created(self, tps: list[TopicPartition] | None, timeout_s: float | None = None) -> None:
+        """Wait until the creations under way of `tps` (None: of every log) ended. Call without the lock."""
+        with self.lock:
+            events = [ev for tp, (ev, _) in self.creating.items() if tps is None or tp in tps]
+        for ev in events:
+            ev.wait(timeout_s)
 
     def dir_of(self, tp: TopicPartition) -> str | None:
         """The log dir holding the partition's log, if it is known (open, loading or unopened)."""

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gregor.metadata.meta_properties import format_directories, random_uuid
+from gregor.tools.link import Link
 from gregor.tools.local_broker import BrokerProcess
 from gregor.tools.local_zookeeper import ZooKeeperServer
 from gregor.tools.ports import pick_ports
@@ -140,9 +141,12 @@ class LocalCluster:
 
     def __init__(self, n: int = 3, base_dir: str | Path | None = None, overrides: dict[str, str] | None = None,
                  per_broker: dict[int, dict[str, str]] | None = None, zk_connect: str | None = None,
-                 base_port: int = 0, kraft: bool = False, cluster_id: str | None = None) -> None:
+                 base_port: int = 0, kraft: bool = False, cluster_id: str | None = None,
+                 links: bool = False) -> None:
         """`cluster_id`: a KRaft cluster's id (default: a new one), e.g. the one a migration from ZooKeeper
-        formatted its directories with."""
+        formatted its directories with. `links` (KRaft): each node reaches each other node's controller
+        listener through a Link of its own (gregor/tools/link.py), so `isolate(i)` can cut node i off
+        from the quorum (a network partition of its controller traffic) and `reconnect(i)` heal it."""
         self.kraft = kraft
         self._own_dir = base_dir is None
         self.base_dir = Path(base_dir) if base_dir is not None else Path(tempfile.mkdtemp(prefix="gregor-cluster-"))
@@ -155,6 +159,10 @@ class LocalCluster:
         self.frozen: set[int] = set()
         ports = [base_port + i for i in range(n)] if base_port else pick_ports(n)
         self._controller_ports = pick_ports(n) if kraft else []
+        # (from, to) -> the link node `from` reaches node `to`'s controller listener through
+        self.links: dict[tuple[int, int], Link] = (
+            {(a, b): Link(self._controller_ports[b]) for a in range(n) for b in range(n) if a != b}
+            if kraft and links else {})
         self._cluster_id = cluster_id or random_uuid()
         for i in range(n):
             b = BrokerProcess(self.base_dir / f"broker-{i}", self.broker_props(i))
@@ -176,7 +184,8 @@ class LocalCluster:
         return {**self.overrides, "broker.id": str(i), **self.per_broker.get(i, {})}
 
     def _kraft_props(self, i: int) -> dict[str, str]:
-        voters = ",".join(f"{j}@127.0.0.1:{p}" for j, p in enumerate(self._controller_ports))
+        voters = ",".join(f"{j}@127.0.0.1:{self.links[(i, j)].port if (i, j) in self.links else p}"
+                          for j, p in enumerate(self._controller_ports))
         props = {"process.roles": "broker,controller", "node.id": str(i), "controller.quorum.voters": voters,
                  "controller.listener.names": "CONTROLLER"}
         controller = f"CONTROLLER://127.0.0.1:{self._controller_ports[i]}"
@@ -297,11 +306,25 @@ class LocalCluster:
             self.kill(i)
         self.start_broker(i, timeout_s)
 
+    def isolate(self, i: int) -> None:
+        """Cut node i's controller traffic both ways (needs `links`): the quorum, heartbeats and metadata
+        writes; its broker listener stays reachable by clients and replicas."""
+        for (a, b), link in self.links.items():
+            if i in (a, b):
+                link.cut()
+
+    def reconnect(self, i: int) -> None:
+        for (a, b), link in self.links.items():
+            if i in (a, b):
+                link.heal()
+
     def close(self) -> None:
         for i in range(self.n):
             if i in self.frozen:
                 self.thaw(i)
             self.brokers[i].kill()
+        for link in self.links.values():
+            link.close()
         if self.zk is not None:
             self.zk.kill()
             self.zk = None
