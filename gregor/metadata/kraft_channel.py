@@ -70,7 +70,7 @@ class ControllerChannel:
                 resp = await client.request(api, version, body, remaining)
             except (BrokerConnectionError, TimeoutError, OSError) as e:
                 client.close()
-                last = f"controller {controller}: {e or type(e).__name__}"  # a TimeoutError has no text
+                last = f"controller {controller}: {str(e) or type(e).__name__}"  # a TimeoutError has no text
                 await asyncio.sleep(min(self.retry_backoff_s, max(0.0, deadline - time.monotonic())))
                 continue
             code = getattr(resp, "error_code", 0)
