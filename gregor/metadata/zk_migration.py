@@ -25,16 +25,9 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
-from kazoo.handlers.threading import KazooTimeoutError
-
 from gregor.metadata import kraft_records as kr
 from gregor.metadata.kraft_state import KRaftState
 from gregor.metadata.store import MetadataError, MetadataImage
-from gregor.metadata.zk_watcher import ZooKeeperWatcher
-from gregor.metadata.zk_znodes import BROKER_IDS, CLUSTER_ID, PRODUCER_ID_BLOCK
-from gregor.metadata.zookeeper import parse_connect
 from gregor.storage.log import parse_topic_partition
 
 
@@ -50,7 +43,16 @@ class ZooKeeperMetadata:
 
 def read_zookeeper(connect: str, timeout_s: float = 30.0, max_in_flight: int = 10) -> ZooKeeperMetadata:
     """Everything the migration carries, read once. Writes nothing (a chroot or cluster that is not
-    there is an error, not created)."""
+    there is an error, not created). kazoo is imported here: it is the `cluster` extra, and the
+    `gregor` command must start without it."""
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import NoNodeError
+    from kazoo.handlers.threading import KazooTimeoutError
+
+    from gregor.metadata.zk_watcher import ZooKeeperWatcher
+    from gregor.metadata.zk_znodes import BROKER_IDS, CLUSTER_ID, PRODUCER_ID_BLOCK
+    from gregor.metadata.zookeeper import parse_connect
+
     hosts, chroot = parse_connect(connect)
     if not hosts:
         raise MetadataError(f"zookeeper.connect {connect!r} names no server")

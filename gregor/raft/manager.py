@@ -129,8 +129,11 @@ class RaftManager:
     def port(self) -> int:
         return self.server.port if self.server is not None else 0
 
-    async def shutdown(self, resign_timeout_s: float = 2.0) -> None:
-        """Resign if leading (the others elect at once), stop, flush and close the log."""
+    async def shutdown(self, resign_timeout_s: float = 5.0) -> None:
+        """Resign if leading (the others elect at once), stop, flush and close the log. A leader waits up to
+        `resign_timeout_s` for every other voter to acknowledge its EndQuorumEpoch (Kafka's graceful
+        shutdown waits 5 s too): 2 s proved too short for a loaded machine, where an unacknowledged one
+        leaves the others waiting out their fetch timeout."""
         if self._task is None:
             return
         if self.failure is None and self.node.role == "Leader":
