@@ -68,8 +68,7 @@ def lose_majority(c: LocalCluster, notes: list[str]) -> None:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    survivor = c.wait_until(lambda: (lambda cid: (cid,) if cid >= 0 else None)(c.controller_id()), 30,
-                            "a controller")[0]
+    survivor = c.wait_controller()
     lost = [i for i in c.running() if i != survivor]
     for i in lost:
         c.kill(i)
@@ -146,8 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             fault = rng.choice(faults)
             p = rng.randrange(parts)
             leader = c.leader_of(topic, p)
-            controller = c.wait_until(lambda: (lambda cid: (cid,) if cid >= 0 else None)(c.controller_id()),
-                                      30, "a controller")[0]
+            controller = c.wait_controller()
             if fault in ("kill-controller", "freeze-controller", "lose-majority", "isolate-controller"):
                 target = controller
             elif fault == "kill-follower":

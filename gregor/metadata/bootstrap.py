@@ -15,13 +15,11 @@ renamed, so a reader sees all of it or none; a torn or altered file is refused a
 from __future__ import annotations
 
 import os
-import struct
 import time
 from collections.abc import Sequence
 
-from crc32c import crc32c
-
 from gregor.metadata.store import MetadataError
+from gregor.protocol.records import compute_crc
 from gregor.raft import records as rr
 from gregor.raft.accumulator import MAX_BATCH_BYTES
 from gregor.storage.files import fsync_dir
@@ -68,8 +66,7 @@ def read(directory: str) -> list[bytes] | None:
         headers = rr.headers_of(data)
         if len(headers) != 1 or headers[0].size != len(data):
             raise ValueError(f"{len(headers)} whole batches in {len(data)} bytes, expected exactly one")
-        (stored,) = struct.unpack_from(">I", data, 17)
-        if crc32c(memoryview(data)[21:]) != stored:
+        if compute_crc(data, 0, headers[0].size) != headers[0].crc:
             raise ValueError("its CRC does not match its contents")
         batch = rr.decode_batch(data, headers[0])
     except Exception as e:  # any decoding failure: the file is not what the migration wrote

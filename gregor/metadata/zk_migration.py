@@ -50,7 +50,7 @@ def read_zookeeper(connect: str, timeout_s: float = 30.0, max_in_flight: int = 1
     from kazoo.handlers.threading import KazooTimeoutError
 
     from gregor.metadata.zk_watcher import ZooKeeperWatcher
-    from gregor.metadata.zk_znodes import BROKER_IDS, CLUSTER_ID, PRODUCER_ID_BLOCK
+    from gregor.metadata.zk_znodes import BROKER_IDS, CLUSTER_ID, PRODUCER_ID_BLOCK, next_producer_id
     from gregor.metadata.zookeeper import parse_connect
 
     hosts, chroot = parse_connect(connect)
@@ -76,7 +76,7 @@ def read_zookeeper(connect: str, timeout_s: float = 30.0, max_in_flight: int = 1
         live = tuple(sorted(int(b) for b in (zk.get_children(BROKER_IDS) if zk.exists(BROKER_IDS) else [])))
         try:
             block, _ = zk.get(PRODUCER_ID_BLOCK)
-            next_pid = int(json.loads(block)["block_end"]) + 1 if block else 0
+            next_pid = next_producer_id(block)
         except NoNodeError:
             next_pid = 0
         watcher = ZooKeeperWatcher(zk, cluster_id, max_in_flight, lambda ev: None, lambda: None, lambda: None)

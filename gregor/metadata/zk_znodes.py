@@ -59,6 +59,11 @@ def _state_path(t: str, p: int) -> str:
     return f"{TOPICS}/{t}/partitions/{p}/state"
 
 
+def next_producer_id(block: bytes | None) -> int:
+    """The first producer id after the block /latest_producer_id_block holds (0 when none was handed out)."""
+    return int(json.loads(block)["block_end"]) + 1 if block else 0
+
+
 def _dumps(doc: Any) -> bytes:
     return json.dumps(doc, separators=(",", ":")).encode()
 

@@ -94,6 +94,7 @@ from gregor.metadata.zk_znodes import (
     PRODUCER_ID_BLOCK,
     _dumps,
     _raise_first,
+    next_producer_id,
     parse_connect,
     state_znode,
 )
@@ -391,7 +392,7 @@ class ZooKeeperMetadataStore(MetadataStore):
                 data, stat = self._zk.get(PRODUCER_ID_BLOCK)
             except NoNodeError:
                 data, stat = b"", None
-            first = int(json.loads(data)["block_end"]) + 1 if data else 0
+            first = next_producer_id(data)
             if first > 2**63 - 1 - block_size:
                 raise MetadataError("producer ids are exhausted")
             doc = _dumps({"version": 1, "broker": self._broker_id, "block_start": str(first),

@@ -379,6 +379,14 @@ class LocalCluster:
 
         return wait_until(leader, timeout_s, 0.1, f"a leader of {topic}-{p} outside {not_in}")[0]
 
+    def wait_controller(self, not_in: tuple[int, ...] = (), timeout_s: float = 30.0) -> int:
+        """Until a broker names a controller outside `not_in`; returns it."""
+        def controller() -> tuple[int] | None:  # a tuple: broker 0 is a controller too, and 0 is falsy
+            cid = self.controller_id()
+            return (cid,) if cid >= 0 and cid not in not_in else None
+
+        return wait_until(controller, timeout_s, 0.1, f"a controller outside {not_in}")[0]
+
     def log_text(self, i: int) -> str:
         return self.brokers[i].log_text()
 

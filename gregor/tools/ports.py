@@ -58,22 +58,32 @@ def _bindable(port: int) -> bool:
     return True
 
 
+def _take(n: int, start: int, end: int) -> int | None:
+    """The first of `n` consecutive free ports from this process's cursor on, the cursor moved past them;
+    None when the slice [start, end) has none. Call with `_lock` held."""
+    global _next
+    if _next is None or not start <= _next < end:
+        _next = start + (os.getpid() * 7919) % (end - start)
+    for _ in range(end - start):
+        base = _next if _next + n <= end else start
+        _next = start if base + n >= end else base + n
+        if all(_bindable(p) for p in range(base, base + n)):
+            return base
+    return None
+
+
 def pick_ports(n: int) -> list[int]:
     """`n` distinct ports on 127.0.0.1, free now, that no other picker hands out (see the module)."""
-    global _next
     start, end = _slice()
     out: list[int] = []
     with _lock:
-        if _next is None or not start <= _next < end:
-            _next = start + (os.getpid() * 7919) % (end - start)
-        for _ in range(end - start):
-            port = _next
-            _next = start if _next + 1 >= end else _next + 1
-            if _bindable(port):
-                out.append(port)
-                if len(out) == n:
-                    return out
-    raise OSError(f"no {n} free ports in {start}..{end - 1} (GREGOR_PORT_SLICE={os.environ.get('GREGOR_PORT_SLICE')})")
+        while len(out) < n:
+            port = _take(1, start, end)
+            if port is None or port in out:  # the slice went round without n free ports
+                raise OSError(f"no {n} free ports in {start}..{end - 1} "
+                              f"(GREGOR_PORT_SLICE={os.environ.get('GREGOR_PORT_SLICE')})")
+            out.append(port)
+    return out
 
 
 def pick_port() -> int:
@@ -83,14 +93,9 @@ def pick_port() -> int:
 def pick_port_block(n: int) -> int:
     """The first of `n` consecutive ports, each as `pick_ports` would give it (for tools that take a base
     port and count up from it, such as `gregor cluster up --base-port`)."""
-    global _next
     start, end = _slice()
     with _lock:
-        if _next is None or not start <= _next < end:
-            _next = start + (os.getpid() * 7919) % (end - start)
-        for _ in range(end - start):
-            base = _next if _next + n <= end else start
-            _next = start if base + n >= end else base + n
-            if all(_bindable(p) for p in range(base, base + n)):
-                return base
-    raise OSError(f"no {n} consecutive free ports in {start}..{end - 1}")
+        base = _take(n, start, end)
+    if base is None:
+        raise OSError(f"no {n} consecutive free ports in {start}..{end - 1}")
+    return base

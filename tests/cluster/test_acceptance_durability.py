@@ -79,8 +79,7 @@ def test_controller_death_elects_a_new_one_that_still_fails_partitions_over(
     old = c.controller_id()
     assert old in (0, 1, 2)
     c.kill(old)
-    new = c.wait_until(lambda: (lambda cid: (cid,) if cid not in (-1, old) else None)(c.controller_id()), 20,
-                       "a new controller")[0]
+    new = c.wait_controller(not_in=(old,), timeout_s=20)
     assert new in c.running()
     c.wait_until(lambda: all(c.leader_of(topic, p) not in (-1, old) for p in range(parts)), 20,
                  "the dead controller's partitions led elsewhere")
