@@ -44,7 +44,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from gregor.tools.local_cluster import LocalCluster, NumberedLoad, check_acked, create_topic, read_back
+from gregor.tools.local_cluster import LocalCluster, create_topic
+from gregor.tools.numbered_load import NumberedLoad, check_acked, read_back
 
 FAULTS = ("kill-leader", "kill-follower", "kill-controller", "freeze-leader")
 KRAFT_FAULTS = (*FAULTS, "freeze-controller", "freeze-follower", "lose-majority", "isolate-controller")

@@ -45,6 +45,8 @@ if TYPE_CHECKING:
 
     # KRaft mode's DescribeQuorum, answered by the metadata quorum's leader: (version, request) -> response body.
     DescribeQuorum = Callable[[int, Struct], Awaitable[dict[str, Any]]]
+    # The active controller's answer to this request (KRaft mode: the broker forwards it); KafkaError if none came.
+    ForwardToController = Callable[["RequestContext", Struct], Awaitable[dict[str, Any]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +140,8 @@ class BrokerServices:
     fetch_sessions: FetchSessionCache
     # KRaft mode: the metadata quorum's DescribeQuorum answer (version, request) from its leader; None otherwise.
     describe_quorum: DescribeQuorum | None = None
+    # KRaft mode: a request the active controller answers, sent to it whole (gregor.api.forwarding); None otherwise.
+    forward_to_controller: ForwardToController | None = None
 
 
 @dataclass(slots=True)

@@ -54,6 +54,7 @@ from gregor.broker.periodic import PeriodicJobs, PeriodicSettings
 from gregor.broker.schema_registry import BrokerSchemaRegistry
 from gregor.config import BrokerConfig, ConfigError
 from gregor.config.dynamic import DynamicBrokerConfig
+from gregor.config.kraft import BROKER_ROLE
 from gregor.configdef import Settings, setting
 from gregor.controller.controller import Controller, ControllerSettings
 from gregor.controller.shutdown import ControlledShutdownSettings
@@ -78,7 +79,7 @@ from gregor.storage.config import CleanerConfig
 from gregor.storage.log_manager import LogManager
 
 if TYPE_CHECKING:
-    from gregor.api.context import DescribeQuorum
+    from gregor.api.context import DescribeQuorum, ForwardToController
 
 log = logging.getLogger("gregor.broker")
 
@@ -100,10 +101,13 @@ class BrokerSettings(Settings):
 
 class Broker:
     def __init__(self, config: BrokerConfig, store: MetadataStore | None = None,
-                 describe_quorum: DescribeQuorum | None = None) -> None:
-        """`describe_quorum`: KRaft mode's DescribeQuorum (broker/kraft_node.py); the API is served only with it."""
+                 describe_quorum: DescribeQuorum | None = None,
+                 forward_to_controller: ForwardToController | None = None) -> None:
+        """`describe_quorum`: KRaft mode's DescribeQuorum (broker/kraft_node.py); the API is served only with it.
+        `forward_to_controller`: KRaft mode's forwarding of the controller's APIs (gregor.api.forwarding)."""
         self.config = config
         self._describe_quorum = describe_quorum
+        self._forward_to_controller = forward_to_controller
         handlers = HANDLERS if describe_quorum is not None else {k: h for k, h in HANDLERS.items()
                                                                  if k != DESCRIBE_QUORUM.key}
         self.settings = s = BrokerSettings.from_config(config)
@@ -204,7 +208,8 @@ class Broker:
             topic_configs=BrokerTopicConfigs(self.config),
             auto_create_topics=AutoTopicCreator(self.topic_admin, self.metadata_cache, internal).create,
             sasl_listeners=self.sasl_listeners, metrics=self.metrics, supported_apis=supported_apis(handlers),
-            produce=self.produce, fetch_sessions=self.fetch_sessions, describe_quorum=self._describe_quorum)
+            produce=self.produce, fetch_sessions=self.fetch_sessions, describe_quorum=self._describe_quorum,
+            forward_to_controller=self._forward_to_controller)
 
     # --- lifecycle -------------------------------------------------------------------
     async def start(self) -> None:
@@ -394,13 +399,10 @@ async def run_kraft_node(config: BrokerConfig, on_started: Callable[[Broker], An
     the broker role, the broker on its store; stopped in the reverse order (see broker/kraft_node.py)."""
     import signal
 
+    from gregor.api.forwarding import EnvelopeAnswerer, Forwarder
+    from gregor.broker.controller_node import ControllerOnlyNode
     from gregor.broker.kraft_node import KRaftNode
 
-    if config.process_roles != {"broker", "controller"}:
-        # A controller-only node has no broker part, and so no partition leader elections (they run in the
-        # active controller's broker): until they move into the quorum controller, nodes are combined.
-        raise ConfigError(f"process.roles={','.join(sorted(config.process_roles))}: only combined nodes "
-                          "(process.roles=broker,controller) are supported yet (see docs/kraft.md)")
     node = KRaftNode(config)
     stopped = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -416,9 +418,18 @@ async def run_kraft_node(config: BrokerConfig, on_started: Callable[[Broker], An
         await node.shutdown()
         return
     starting.result()
-    broker = Broker(config, store=node.store, describe_quorum=node.describe_quorum)
-    if node.controller is not None:
+    if BROKER_ROLE not in config.process_roles:  # a controller-only node: its Controller elects partition leaders
+        controller_only = ControllerOnlyNode(config, node)
+        await controller_only.start()
+        await stopped.wait()
+        await controller_only.shutdown()
+        await node.shutdown()
+        return
+    forward = Forwarder(node.channel, ApiSettings.from_config(config).request_timeout_ms / 1000)
+    broker = Broker(config, store=node.store, describe_quorum=node.describe_quorum, forward_to_controller=forward)
+    if node.controller is not None:  # a combined node: the broker's Controller acts for the quorum controller
         node.controller.shutdown_handler = broker.controller.handle_controlled_shutdown
+        node.controller.envelope_handler = EnvelopeAnswerer(broker.controller, broker.metadata_cache)
     node.store.on_activation.append(broker.controller.stand)  # later activations; the first is the start's
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, broker.request_stop)

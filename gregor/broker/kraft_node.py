@@ -1,5 +1,8 @@
 """A KRaft node's metadata half: the quorum member (gregor.raft), the store that replays its log
-(gregor.metadata.kraft), and on a controller the controller listener and the quorum controller.
+(gregor.metadata.kraft), and on a controller the controller listener and the quorum controller. A
+broker-only node is an observer of the quorum: it serves no controller listener and reaches the voters'
+with the protocol its `listener.security.protocol.map` gives the controller listener. A controller-only
+node has no broker part: broker/controller_node.py runs its partition-leader Controller.
 
 The quorum must run before the broker part exists: its cache starts from the replayed metadata, and
 it registers with an active controller that only a quorum can elect. So `start()` opens the metadata
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from typing import Any
 
@@ -56,9 +60,7 @@ class KRaftNode:
         self.quorum = qs = QuorumSettings.from_config(config)
         quorum_config = qs.quorum_config()
         name = config.controller_listener_names[0]
-        spec = next((s for s in config.listener_specs if s.name == name), None)
-        if spec is None:
-            raise ConfigError(f"controller.listener.names: no listener {name}")
+        spec = config.listener(name)  # a broker-only node's: how it connects to the controllers (no address)
         if spec.uses_sasl:
             raise ConfigError(f"listener {name}: SASL on the controller listener is not supported yet; map it to SSL "
                               "(with ssl.client.auth=required, peers prove who they are by certificate) or PLAINTEXT")
@@ -75,9 +77,10 @@ class KRaftNode:
         self.controller: QuorumController | None = None
         self.server: QuorumServer | None = None
         self.listen: tuple[str, int] | None = None
-        self.server_tls = (build_server_context(TlsSettings.from_config(config, name), f"listener {name}")
-                           if spec.uses_tls else None)
+        self.server_tls: ssl.SSLContext | None = None
         if CONTROLLER_ROLE in self.roles:
+            if spec.uses_tls:
+                self.server_tls = build_server_context(TlsSettings.from_config(config, name), f"listener {name}")
             # the records a migration left for the first active controller (default: the feature levels)
             seed = bootstrap.read(qs.log_directory())
             self.controller = QuorumController(QuorumControllerSettings.from_config(config), self.store, seed)

@@ -25,6 +25,7 @@ from gregor.security.listeners import (
     inter_broker_listener_name,
     parse_advertised,
     parse_listeners,
+    protocol_map,
 )
 from gregor.security.password_encoder import encoders_from_config
 from gregor.storage.config import (
@@ -365,6 +366,8 @@ class BrokerConfig:
         kraft.check(self, [s.name for s in self.listener_specs], {s.name: s.port for s in self.listener_specs},
                     self.inter_broker_listener)
         names = {s.name.lower() for s in self.listener_specs}
+        if self.process_roles:  # a broker-only node connects to the controller listener with these
+            names |= {n.lower() for n in self.controller_listener_names}
         for listener, _, key in self.listener_overrides:
             if listener not in names:
                 raise ConfigError(f"{LISTENER_PREFIX}{listener}.{key}: there is no listener {listener.upper()}")
@@ -449,9 +452,14 @@ class BrokerConfig:
         return key in self.explicit or any(k[0] == lo and k[2] == key for k in self.listener_overrides)
 
     def listener(self, name: str) -> ListenerSpec:
+        """The listener `name`. A KRaft broker-only node does not listen on the controller listener but
+        connects to the controllers on it: its spec then has the mapped protocol and no address."""
         for s in self.listener_specs:
             if s.name == name:
                 return s
+        if self.process_roles and name in self.controller_listener_names:
+            protocol = protocol_map(self).get(name, name)
+            return ListenerSpec(name, protocol, "", 0)
         raise KeyError(name)
 
     def topic_default(self, name: str) -> Any:

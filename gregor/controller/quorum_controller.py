@@ -1,6 +1,7 @@
 """The quorum controller's answers to brokers (KIP-631, KIP-497): what the active controller of a KRaft quorum
-does with BrokerRegistration, BrokerHeartbeat, UnregisterBroker, AlterPartition, AllocateProducerIds and
-MetadataWrite, and the broker sessions it keeps.
+does with BrokerRegistration, BrokerHeartbeat, UnregisterBroker, AlterPartition, AllocateProducerIds,
+MetadataWrite and Envelope (KIP-590: run by the node's Controller, see gregor.api.forwarding), and the
+broker sessions it keeps.
 
 Every decision is made against the metadata the store replayed (gregor.metadata.kraft) and written
 through its one write path (`append_decided`: decided and appended as one batch, answered once
@@ -79,7 +80,11 @@ class QuorumController:
             msgs.BROKER_REGISTRATION.key: self._registration, msgs.BROKER_HEARTBEAT.key: self._heartbeat,
             msgs.UNREGISTER_BROKER.key: self._unregister, msgs.ALTER_PARTITION.key: self._alter_partition,
             msgs.ALLOCATE_PRODUCER_IDS.key: self._allocate_producer_ids, msgs.METADATA_WRITE.key: self._metadata_write,
+            msgs.ENVELOPE.key: self._envelope,
         }
+        # Forwarded requests (KIP-590): run by the node's partition-leader Controller (gregor.api.forwarding),
+        # set once that exists; until then an Envelope is answered NOT_CONTROLLER and sent again.
+        self.envelope_handler: Callable[[int, Struct], Awaitable[dict[str, Any]]] | None = None
         store.on_activation.append(self._activated)
 
     # --- lifecycle ------------------------------------------------------------------------------------
@@ -281,6 +286,11 @@ class QuorumController:
 
         start, _ = await self.store.append_decided(build)
         return {"error_code": ErrorCode.NONE, "producer_id_start": start, "producer_id_len": PRODUCER_ID_BLOCK_SIZE}
+
+    async def _envelope(self, version: int, body: Struct) -> dict[str, Any]:
+        if self.envelope_handler is None:
+            return {"response_data": None, "error_code": ErrorCode.NOT_CONTROLLER}
+        return await self.envelope_handler(version, body)
 
     async def _metadata_write(self, version: int, body: Struct) -> dict[str, Any]:
         try:

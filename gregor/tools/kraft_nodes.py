@@ -33,3 +33,24 @@ def kraft_quorum(base: Path, n: int, overrides: dict[str, str] | None = None,
         props.update(overrides or {})
         nodes.append(BrokerProcess(data, props))
     return nodes
+
+
+def kraft_split(base: Path, controllers: int, brokers: int, overrides: dict[str, str] | None = None,
+                cluster_id: str | None = None) -> tuple[list[BrokerProcess], list[BrokerProcess]]:
+    """A quorum of `controllers` controller-only nodes (ids 1..controllers) and `brokers` broker-only nodes
+    (the ids after them), formatted, not started: (controllers, brokers). Node i keeps its data in
+    `base/node-i`; `overrides` go to every node."""
+    cluster_id = cluster_id or random_uuid()
+    ports = pick_ports(controllers)
+    voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(ports))
+    common = {"controller.quorum.voters": voters, "controller.listener.names": "CONTROLLER"}
+
+    def node(node_id: int, roles: str, listeners: str) -> BrokerProcess:
+        data = base / f"node-{node_id}"
+        format_directories([str(data)], cluster_id, node_id, ignore_formatted=True)
+        props = {"process.roles": roles, "node.id": str(node_id), **common, "listeners": listeners,
+                 "log.dirs": str(data), **(overrides or {})}
+        return BrokerProcess(data, props)
+
+    quorum = [node(i + 1, "controller", f"CONTROLLER://127.0.0.1:{p}") for i, p in enumerate(ports)]
+    return quorum, [node(controllers + i + 1, "broker", "PLAINTEXT://127.0.0.1:0") for i in range(brokers)]

@@ -48,9 +48,13 @@ class BrokerProcess:
         """host:port of one listener (by name, e.g. "SASL_SSL")."""
         return f"127.0.0.1:{self.ports[listener.upper()]}"
 
-    def start(self, timeout_s: float = 15.0, wait_loaded: bool = True) -> BrokerProcess:
+    def start(self, timeout_s: float = 15.0, wait_loaded: bool | None = None) -> BrokerProcess:
         """Start and wait until it listens and, with `wait_loaded`, has loaded its logs (the broker
-        answers before that, reporting partitions still loading as such)."""
+        answers before that, reporting partitions still loading as such). By default it waits for the
+        logs unless this is a KRaft controller-only node, which has none (it reports ready when its
+        controller listener serves)."""
+        if wait_loaded is None:
+            wait_loaded = self.overrides.get("process.roles", "").strip().lower() != "controller"
         if not self.port and "listeners" not in self.overrides:
             self.port = pick_port()
         props = {"log.dirs": str(self.data_dir), "listeners": f"PLAINTEXT://127.0.0.1:{self.port}"}

@@ -12,7 +12,8 @@ from collections.abc import Callable
 
 from confluent_kafka import Producer
 
-from gregor.tools.local_cluster import LocalCluster, NumberedLoad, check_acked, create_topic, read_back
+from gregor.tools.local_cluster import LocalCluster, create_topic
+from gregor.tools.numbered_load import NumberedLoad, check_acked, read_back
 
 MESSAGES = int(os.environ.get("GREGOR_ACCEPTANCE_MESSAGES", "20000"))
 

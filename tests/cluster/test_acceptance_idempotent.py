@@ -9,7 +9,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gregor.tools.local_cluster import Acked, LocalCluster, NumberedLoad, check_acked, create_topic, read_back
+from gregor.tools.local_cluster import LocalCluster, create_topic
+from gregor.tools.numbered_load import Acked, NumberedLoad, check_acked, read_back
 
 PARTS, COUNT = 3, 6000
 

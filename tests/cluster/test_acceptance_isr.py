@@ -12,7 +12,8 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from gregor.tools.local_cluster import Acked, LocalCluster, check_acked, create_topic, read_back
+from gregor.tools.local_cluster import LocalCluster, create_topic
+from gregor.tools.numbered_load import Acked, check_acked, read_back
 
 TOPIC = "isr"
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from gregor.tools.local_cluster import LocalCluster, NumberedLoad, check_acked, read_back
+from gregor.tools.local_cluster import LocalCluster
+from gregor.tools.numbered_load import NumberedLoad, check_acked, read_back
 from tests.tools.cli import gregor
 
 TOPIC = "moving"

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gregor.tools.local_cluster import LocalCluster, NumberedLoad, check_acked, create_topic, read_back
+from gregor.tools.local_cluster import LocalCluster, create_topic
+from gregor.tools.numbered_load import NumberedLoad, check_acked, read_back
 
 TOPIC, PARTS, COUNT = "rolling", 6, 15000
 

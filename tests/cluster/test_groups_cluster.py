@@ -9,7 +9,8 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, TopicPartition
 
 from gregor.coordinator.group.metadata_manager import OFFSETS_TOPIC, partition_for
-from gregor.tools.local_cluster import LocalCluster, NumberedLoad, create_topic
+from gregor.tools.local_cluster import LocalCluster, create_topic
+from gregor.tools.numbered_load import NumberedLoad
 from tests.wire import WireClient
 
 GROUP = "cluster-group"

@@ -10,14 +10,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from gregor.tools.local_cluster import (
-    Acked,
-    LocalCluster,
-    NumberedLoad,
-    check_acked,
-    create_topic,
-    read_back,
-)
+from gregor.tools.local_cluster import LocalCluster, create_topic
+from gregor.tools.numbered_load import Acked, NumberedLoad, check_acked, read_back
 from gregor.tools.ports import pick_port, pick_port_block
 
 

@@ -60,19 +60,3 @@ def test_kraft_node_refuses_unformatted_and_foreign_dirs(tmp_path: Path) -> None
         "version=1\nnode.id=1\ncluster.id=4L6g3nShT-eMCtK--X86sw\n")
     r = gregor("serve", str(cfg), timeout_s=30)
     assert r.returncode == 1 and "Invalid cluster.id in:" in r.stderr and "4L6g3nShT-eMCtK--X86sw" in r.stderr
-
-
-def test_split_roles_refused_clearly(tmp_path: Path) -> None:
-    """A controller-only or broker-only node is refused at start, naming what is supported."""
-    cfg = tmp_path / "controller.properties"
-    cfg.write_text(f"""process.roles=controller
-node.id=1
-controller.quorum.voters=1@127.0.0.1:39094
-listeners=CONTROLLER://127.0.0.1:39094
-controller.listener.names=CONTROLLER
-log.dirs={tmp_path}/c
-""")
-    gregor("storage", "format", "-t", "DSbdfr7ASR-4keHb9kqgBQ", "-c", str(cfg))
-    r = gregor("serve", str(cfg), timeout_s=30)
-    assert r.returncode == 1
-    assert "only combined nodes (process.roles=broker,controller) are supported yet" in r.stderr

@@ -16,11 +16,13 @@ _WAITING: set[asyncio.Future[dict[str, Any]]] = set()  # DescribeQuorum answers 
 
 
 def client_controller_id(ctx: RequestContext) -> int:
-    """The controller clients are told of (Metadata, DescribeCluster): the cache's. In KRaft mode, while the
-    quorum has no leader, this broker instead (Kafka's KRaft brokers name a live broker): a client then
-    sends its admin request here and is answered with the error, rather than waiting for a controller."""
-    cid = ctx.services.metadata_cache.controller_id
-    if cid < 0 and ctx.services.describe_quorum is not None:
+    """The controller clients are told of (Metadata, DescribeCluster): the cache's. In KRaft mode, when that
+    is no broker a client can reach (a controller-only node, or none while the quorum has no leader), this
+    broker instead, as Kafka's KRaft brokers name a live broker: it forwards the controller's APIs to the
+    active controller (gregor.api.forwarding), or answers with the error rather than keep a client waiting."""
+    cache = ctx.services.metadata_cache
+    cid = cache.controller_id
+    if ctx.services.describe_quorum is not None and (cid < 0 or cache.broker(cid) is None):
         return ctx.services.settings.broker_id
     return cid
 

@@ -6,12 +6,28 @@ and written by the controller.
 
 MetadataWrite is Gregor's: Kafka forwards the client's whole request to the controller (Envelope, KIP-590)
 and runs its handler there; here the broker runs the handler (authorization included, against the same
-replicated ACLs) and forwards only the change it asks for, so the one handler serves both modes.
+replicated ACLs) and forwards only the change it asks for, so the one handler serves both modes. The
+requests whose work is the controller's own (ElectLeaders, the reassignments) do go whole, in Envelopes
+(gregor.api.forwarding).
 """
 
 from __future__ import annotations
 
-from gregor.protocol.schema import BOOL, BYTES, INT8, INT16, INT32, INT64, STRING, UINT16, UUID, Array, api, f
+from gregor.protocol.schema import (
+    BOOL,
+    BYTES,
+    INT8,
+    INT16,
+    INT32,
+    INT64,
+    STRING,
+    UINT16,
+    UUID,
+    Array,
+    Schema,
+    api,
+    f,
+)
 
 BROKER_REGISTRATION = api(
     62,
@@ -160,5 +176,31 @@ METADATA_WRITE = api(
     ],
 )
 
+# KIP-590: a broker forwards a client's whole request to the active controller: the request as it would be
+# sent (header and body, without the size prefix), who sent it and from where. The answer is the inner
+# response (header and body) or, when the controller cannot take it (not active), an error of its own.
+ENVELOPE = api(
+    58,
+    "Envelope",
+    versions="0",
+    flexible="0+",
+    request=[
+        f("request_data", BYTES),
+        f("request_principal", BYTES, nullable="0+"),
+        f("client_host_address", BYTES),
+    ],
+    response=[
+        f("response_data", BYTES, nullable="0+", default=None),
+        f("error_code", INT16),
+    ],
+)
+
+# How the forwarding broker names the client's principal in an Envelope (our own encoding, flexible v0).
+ENVELOPE_PRINCIPAL = Schema("EnvelopePrincipal", [
+    f("type", STRING),
+    f("name", STRING),
+    f("token_authenticated", BOOL),
+], valid="0", flexible="0+")
+
 CONTROLLER_APIS = {a.key: a for a in (BROKER_REGISTRATION, BROKER_HEARTBEAT, UNREGISTER_BROKER, ALTER_PARTITION,
-                                      ALLOCATE_PRODUCER_IDS, METADATA_WRITE)}
+                                      ALLOCATE_PRODUCER_IDS, METADATA_WRITE, ENVELOPE)}

@@ -58,3 +58,24 @@ def test_broker_only_node_must_not_listen_on_the_controller_listener() -> None:
 def test_controller_listener_names_without_roles_is_refused() -> None:
     with pytest.raises(ConfigError, match="process.roles is not"):
         BrokerConfig({"controller.listener.names": "CONTROLLER"})
+
+
+def test_broker_only_node_connects_to_the_controller_listener_with_its_mapped_protocol() -> None:
+    """A broker-only node does not listen on the controller listener, yet must know how to reach it: its
+    protocol from the map, its TLS settings from listener.name.controller.*."""
+    broker_only = {**COMBINED, "process.roles": "broker", "node.id": "4", "listeners": "PLAINTEXT://127.0.0.1:9092",
+                   "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:SSL",
+                   "listener.name.controller.ssl.truststore.location": "/etc/gregor/ca.pem"}
+    c = BrokerConfig(broker_only)
+    spec = c.listener("CONTROLLER")
+    assert (spec.name, spec.protocol, spec.port) == ("CONTROLLER", "SSL", 0)
+    assert c.listener_get("CONTROLLER", "ssl.truststore.location") == "/etc/gregor/ca.pem"
+    assert [s.name for s in c.listener_specs] == ["PLAINTEXT"]  # it is not served
+    with pytest.raises(KeyError):
+        c.listener("NOPE")
+
+
+def test_controller_only_node() -> None:
+    c = BrokerConfig({**COMBINED, "process.roles": "controller", "listeners": "CONTROLLER://127.0.0.1:9093"})
+    assert c.process_roles == {"controller"} and c.broker_id == 1
+    assert [s.name for s in c.listener_specs] == ["CONTROLLER"]
