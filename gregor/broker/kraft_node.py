@@ -16,7 +16,9 @@ The controller listener answers the quorum's APIs (Vote, BeginQuorumEpoch, EndQu
 `__cluster_metadata`, FetchSnapshot, DescribeQuorum) and the brokers' (registration, heartbeats,
 AlterPartition, AllocateProducerIds, metadata writes), in plaintext or TLS as the listener is mapped
 (`listener.security.protocol.map`, CONTROLLER:SSL), the node connecting to the other voters with its
-own key store for that listener; not SASL yet.
+own key store for that listener; or SASL (SASL_PLAINTEXT, SASL_SSL), a node logging in with
+`sasl.mechanism.controller.protocol` and the listener's JAAS config, as brokers do on a SASL
+inter-broker listener.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from gregor.raft.manager import RaftManager
 from gregor.raft.metadata_log import MetadataLog
 from gregor.raft.server import QuorumServer
 from gregor.security.inter_broker import ClientSecurity
+from gregor.security.sasl.listener import build_listener_sasl, scram_credential_lookup
 from gregor.security.tls import TlsSettings, build_server_context
 
 log = logging.getLogger("gregor.broker.kraft")
@@ -61,11 +64,10 @@ class KRaftNode:
         quorum_config = qs.quorum_config()
         name = config.controller_listener_names[0]
         spec = config.listener(name)  # a broker-only node's: how it connects to the controllers (no address)
-        if spec.uses_sasl:
-            raise ConfigError(f"listener {name}: SASL on the controller listener is not supported yet; map it to SSL "
-                              "(with ssl.client.auth=required, peers prove who they are by certificate) or PLAINTEXT")
         # the other voters are reached on their controller listeners, with this node's own credentials for it
-        security = ClientSecurity.for_listener(config, name, "controller listener") if spec.uses_tls else None
+        # (a key store for TLS; for SASL, sasl.mechanism.controller.protocol and the listener's JAAS login)
+        security = (ClientSecurity.for_listener(config, name, "controller listener", controller=True)
+                    if spec.uses_tls or spec.uses_sasl else None)
         self.metadata_log = MetadataLog.open(qs.log_directory(), qs.segment_bytes, qs.segment_ms)
         self.raft = RaftManager(quorum_config, self.metadata_log, self.metadata_log.directory, serve=False,
                                 max_request_bytes=qs.max_request_bytes, max_connections=qs.max_connections,
@@ -85,8 +87,13 @@ class KRaftNode:
             seed = bootstrap.read(qs.log_directory())
             self.controller = QuorumController(QuorumControllerSettings.from_config(config), self.store, seed)
             self.listen = (spec.host or "0.0.0.0", spec.port)
+            sasl = None
+            if spec.uses_sasl:  # SCRAM credentials are the replayed metadata's, read at each login
+                store = self.store
+                sasl = build_listener_sasl(config, name, scram_credential_lookup(
+                    lambda kind, entity: dict(store.state.meta.entity_configs.get(f"{kind}/{entity}", {}))))
             self.server = QuorumServer(self._dispatch, qs.max_request_bytes, qs.max_connections,
-                                       extra_apis=CONTROLLER_APIS)
+                                       extra_apis=CONTROLLER_APIS, sasl=sasl)
         self.started_at = 0.0
 
     def leader_id(self) -> int:

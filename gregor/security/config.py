@@ -74,6 +74,9 @@ SECURITY_PROPS: list[Prop] = [
            "listener.name.<l>.oauthbearer.sasl.jaas.config for the unsecuredValidator* options)"),
     _p("sasl.mechanism.inter.broker.protocol", "string", "GSSAPI", mode=PER_BROKER,
        doc="The SASL mechanism brokers authenticate to each other with on a SASL inter-broker listener"),
+    _p("sasl.mechanism.controller.protocol", "string", "GSSAPI",
+       doc="KRaft mode: the SASL mechanism nodes authenticate to the controllers with on a SASL controller "
+           "listener (PLAIN or SCRAM-SHA-256/512 here)"),
     _p("sasl.server.callback.handler.class", "string", None,
        doc="Per listener and mechanism (listener.name.<l>.oauthbearer.sasl.server.callback.handler.class): "
            "the OAUTHBEARER token check, a Python factory 'package.module:name' called with the JAAS options "

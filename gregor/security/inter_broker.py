@@ -37,16 +37,17 @@ class ClientSecurity:
         return cls.for_listener(config, config.inter_broker_listener, "inter-broker listener")
 
     @classmethod
-    def for_listener(cls, config: BrokerListeners, name: str, what: str) -> ClientSecurity:
+    def for_listener(cls, config: BrokerListeners, name: str, what: str, controller: bool = False) -> ClientSecurity:
         """How to connect to peers on listener `name` with this node's own credentials for it (the
-        inter-broker listener's, or a KRaft node's controller listener's)."""
+        inter-broker listener's, or with `controller` a KRaft node's controller listener's, whose SASL
+        mechanism is `sasl.mechanism.controller.protocol`)."""
         spec = config.listener(name)
         ctx = None
         if spec.uses_tls:
             ctx = build_client_context(TlsSettings.from_config(config, name), f"{what} {name}")
         auth = None
         if spec.uses_sasl:
-            from gregor.security.sasl.inter_broker import inter_broker_authenticator
+            from gregor.security.sasl.inter_broker import CONTROLLER, INTER_BROKER, inter_broker_authenticator
 
-            auth = inter_broker_authenticator(config, name)
+            auth = inter_broker_authenticator(config, name, CONTROLLER if controller else INTER_BROKER)
         return cls(name, spec.protocol, ctx, auth)

@@ -25,20 +25,27 @@ SASL_HANDSHAKE, SASL_AUTHENTICATE = BY_KEY[17], BY_KEY[36]
 CLIENT_MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS)
 
 
-def inter_broker_credentials(config: Any, listener: str) -> tuple[str, str, str]:
-    """(mechanism, username, password) this broker logs in to its peers with; ConfigError if it cannot."""
-    mech = str(config.get("sasl.mechanism.inter.broker.protocol")).strip().upper()
+INTER_BROKER = "sasl.mechanism.inter.broker.protocol"
+CONTROLLER = "sasl.mechanism.controller.protocol"  # KRaft: how nodes log in on the controller listener
+
+
+def inter_broker_credentials(config: Any, listener: str, mechanism_property: str = INTER_BROKER
+                             ) -> tuple[str, str, str]:
+    """(mechanism, username, password) this broker logs in to its peers with; ConfigError if it cannot.
+    `mechanism_property` names the mechanism: the inter-broker one, or the controller listener's."""
+    what = "controller" if mechanism_property == CONTROLLER else "inter-broker"
+    mech = str(config.get(mechanism_property)).strip().upper()
     if mech not in CLIENT_MECHANISMS:
-        raise ConfigError(f"sasl.mechanism.inter.broker.protocol is {mech}, which Gregor brokers cannot log in with "
-                          f"(inter-broker listener {listener} uses SASL): use one of {', '.join(CLIENT_MECHANISMS)}")
+        raise ConfigError(f"{mechanism_property} is {mech}, which Gregor nodes cannot log in with ({what} listener "
+                          f"{listener} uses SASL): use one of {', '.join(CLIENT_MECHANISMS)}")
     enabled = [str(m).strip().upper() for m in config.listener_get(listener, "sasl.enabled.mechanisms") or []]
     if mech not in enabled:
-        raise ConfigError(f"sasl.mechanism.inter.broker.protocol {mech} is not enabled on the inter-broker listener "
+        raise ConfigError(f"{mechanism_property} {mech} is not enabled on the {what} listener "
                           f"{listener} (its sasl.enabled.mechanisms: {', '.join(enabled)})")
     text = config.listener_get(listener, "sasl.jaas.config", mech)
     prop = f"listener.name.{listener.lower()}.{mech.lower()}.sasl.jaas.config"
     if not text:
-        raise ConfigError(f"the inter-broker listener {listener} uses SASL {mech}: set {prop} with the broker's own "
+        raise ConfigError(f"the {what} listener {listener} uses SASL {mech}: set {prop} with the node's own "
                           f"username and password")
     try:
         options = parse_single_module(str(text)).options
@@ -50,9 +57,10 @@ def inter_broker_credentials(config: Any, listener: str) -> tuple[str, str, str]
     return mech, user, password
 
 
-def inter_broker_authenticator(config: Any, listener: str) -> Callable[[RawRequest], Awaitable[None]]:
-    """What ClientSecurity runs on each new inter-broker connection before its first request."""
-    mech, user, password = inter_broker_credentials(config, listener)
+def inter_broker_authenticator(config: Any, listener: str, mechanism_property: str = INTER_BROKER
+                               ) -> Callable[[RawRequest], Awaitable[None]]:
+    """What ClientSecurity runs on each new inter-broker (or controller) connection before its first request."""
+    mech, user, password = inter_broker_credentials(config, listener, mechanism_property)
 
     async def authenticate(request: RawRequest) -> None:
         resp = await request(SASL_HANDSHAKE, 1, {"mechanism": mech})
