@@ -36,7 +36,7 @@ def inter_broker_credentials(config: Any, listener: str, mechanism_property: str
     what = "controller" if mechanism_property == CONTROLLER else "inter-broker"
     mech = str(config.get(mechanism_property)).strip().upper()
     if mech not in CLIENT_MECHANISMS:
-        raise ConfigError(f"{mechanism_property} is {mech}, which Gregor nodes cannot log in with ({what} listener "
+        raise ConfigError(f"{mechanism_property} is {mech}, which Gregor brokers cannot log in with ({what} listener "
                           f"{listener} uses SASL): use one of {', '.join(CLIENT_MECHANISMS)}")
     enabled = [str(m).strip().upper() for m in config.listener_get(listener, "sasl.enabled.mechanisms") or []]
     if mech not in enabled:
