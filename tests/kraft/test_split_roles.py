@@ -193,3 +193,11 @@ def test_controller_only_quorum_with_broker_only_nodes(
     c.close()
     assert len(acked) == 300
     assert sorted(got) == sorted(acked), "every acknowledged record read back exactly once"
+
+    # a clean stop of a broker-only node: its controlled shutdown (through the heartbeat) has the
+    # controller-only active controller move its leadership before it stops
+    assert leaders(admin, "t")[0][0] == 5
+    assert brokers[1].stop(60) == 0
+    assert "controlled shutdown succeeded" in brokers[1].log_text()
+    admin4 = AdminClient({"bootstrap.servers": brokers[0].bootstrap})
+    assert all(v[0] == 4 for v in leaders(admin4, "t").values())
