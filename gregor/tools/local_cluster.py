@@ -10,7 +10,7 @@ stops answering without closing its sockets or its ZooKeeper session).
 What the cluster looks like is read from the outside, as a client would: a Metadata request to a
 running broker (`metadata`, `leader_of`, `isr_of`, `controller_id`). A broker reports ready when its
 log shows "all logs loaded"; the cluster reports ready when every running broker is in the Metadata of
-every running broker (`wait_ready`).
+every running broker, each naming a controller (`wait_ready`).
 
 Timeouts (CLUSTER_DEFAULTS): zookeeper.session.timeout.ms=4000 so that a SIGKILLed leader's session
 ends within 4 s and its partitions fail over within the 6 s target (Kafka's 18 s default is for
@@ -269,12 +269,16 @@ class LocalCluster:
         return [i for i in range(self.n) if self.is_running(i) and i not in self.frozen]
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
-        """Until every running broker lists every running broker in its Metadata."""
+        """Until every running broker lists every running broker in its Metadata, and names a controller: an
+        admin client that first asks while there is none (the moment between a first broker's start and its
+        election) may not ask again for minutes (librdkafka's "Failed while waiting for controller")."""
         def all_seen() -> bool:
             want = set(self.running())
-            return all(want <= set(self.metadata(via=i).brokers) for i in want)
+            views = [self.metadata(via=i) for i in want]
+            return all(want <= set(md.brokers) and md.controller_id >= 0 for md in views)
 
-        wait_until(all_seen, timeout_s, 0.2, "every running broker in every running broker's Metadata")
+        wait_until(all_seen, timeout_s, 0.2, "every running broker in every running broker's Metadata, with a "
+                                             "controller")
 
     def kill(self, i: int) -> None:
         """SIGKILL broker i: a crash (no controlled shutdown, no flush)."""
