@@ -2,13 +2,15 @@
 
     gregor storage random-uuid
     gregor storage format --cluster-id ID --config server.properties [--override K=V ...] [--ignore-formatted]
+                          [--add-scram 'SCRAM-SHA-256=[name=alice,password=alice-secret]' ...]
     gregor storage info --config server.properties
 
 `format` writes `meta.properties` (version 1: cluster.id, node.id, a new directory.id) in every log dir
 and in the metadata log dir of the node the config describes, and, in the metadata log dir of a
 controller, the bootstrap records the quorum's first leader writes into its log (the feature levels,
-and whatever `gregor migrate zookeeper-to-kraft` adds). A node refuses to start on a directory
-without it. Every node of a cluster is formatted with the same cluster id.
+and whatever `gregor migrate zookeeper-to-kraft` adds; with `--add-scram`, SCRAM credentials, KIP-900,
+gregor/tools/bootstrap_scram.py). A node refuses to start on a directory without it. Every node of a
+cluster is formatted with the same cluster id.
 """
 
 from __future__ import annotations
@@ -18,8 +20,11 @@ import os
 from typing import Any
 
 from gregor.config import BrokerConfig, ConfigError, read_properties
-from gregor.metadata import meta_properties
+from gregor.config.kraft import CONTROLLER_ROLE
+from gregor.controller.quorum_controller import default_bootstrap
+from gregor.metadata import bootstrap, kraft_records, meta_properties
 from gregor.metadata.store import MetadataError
+from gregor.tools import bootstrap_scram
 from gregor.tools.common import HelpFormatter, ToolError, UsageError, parse_key_values
 
 
@@ -34,6 +39,9 @@ def add_subcommands(sub: Any) -> None:
     _add_config(f)
     f.add_argument("--ignore-formatted", "-g", action="store_true",
                    help="skip directories already formatted (for this cluster) instead of failing")
+    f.add_argument("--add-scram", "-S", action="append", default=[], metavar="MECHANISM=[name=..,password=..]",
+                   help="a SCRAM credential in the bootstrap records, e.g. 'SCRAM-SHA-256=[name=alice,password=s3cr3t]' "
+                        "(optional iterations=, salt=; repeatable; written on controllers)")
     f.set_defaults(func=run_format)
     i = ops.add_parser("info", help="show what the node's directories are formatted as", formatter_class=HelpFormatter)
     _add_config(i)
@@ -85,8 +93,17 @@ def run_format(args: argparse.Namespace) -> int:
         meta_properties.parse_uuid(args.cluster_id)
     except ValueError as e:
         raise UsageError(str(e)) from None
+    scram = bootstrap_scram.credential_records(args.add_scram)  # checked before anything is written
     try:
         written = format_node(config, args.cluster_id, args.ignore_formatted)
+        meta_dir = os.path.abspath(metadata_directory(config))
+        if scram and CONTROLLER_ROLE in config.process_roles and meta_dir in written:
+            existing = bootstrap.read(meta_dir)
+            bootstrap.write(meta_dir, (existing if existing is not None else
+                                       [kraft_records.encode(r) for r in default_bootstrap()]) + scram)
+            print(f"Bootstrap records in {bootstrap.path_in(meta_dir)}: {len(scram)} user(s) with SCRAM credentials.")
+        elif scram:
+            print("--add-scram: nothing written (only a controller newly formatted holds the bootstrap records).")
     except (MetadataError, OSError) as e:
         raise ToolError(str(e)) from None
     if not written:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.tools.cli import gregor, one_line
 
 
@@ -60,3 +62,50 @@ def test_kraft_node_refuses_unformatted_and_foreign_dirs(tmp_path: Path) -> None
         "version=1\nnode.id=1\ncluster.id=4L6g3nShT-eMCtK--X86sw\n")
     r = gregor("serve", str(cfg), timeout_s=30)
     assert r.returncode == 1 and "Invalid cluster.id in:" in r.stderr and "4L6g3nShT-eMCtK--X86sw" in r.stderr
+
+
+def test_format_add_scram_lets_clients_log_in_from_the_first_start(tmp_path: Path) -> None:
+    """KIP-900: SCRAM credentials written by `format --add-scram` are in the metadata from the first start, so a
+    client logs in over SASL/SCRAM with no AlterUserScramCredentials first; a wrong password is refused."""
+    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+    from gregor.tools.local_broker import BrokerProcess
+    from gregor.tools.ports import pick_port
+
+    cport = pick_port()
+    data = tmp_path / "data"
+    props = {"process.roles": "broker,controller", "node.id": "1", "controller.quorum.voters": f"1@127.0.0.1:{cport}",
+             "controller.listener.names": "CONTROLLER", "log.dirs": str(data),
+             "listeners": f"PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:{cport}",
+             "inter.broker.listener.name": "PLAINTEXT",
+             "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "SCRAM-SHA-256"}
+    cfg = tmp_path / "node.properties"
+    cfg.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    bad = gregor("storage", "format", "-t", "DSbdfr7ASR-4keHb9kqgBQ", "-c", str(cfg),
+                 "--add-scram", "SCRAM-SHA-256=[name=alice]")
+    assert bad.returncode == 2 and "password is required" in one_line(bad.stderr)
+    assert not (data / "meta.properties").exists()  # nothing formatted on a bad credential
+    r = gregor("storage", "format", "-t", "DSbdfr7ASR-4keHb9kqgBQ", "-c", str(cfg),
+               "--add-scram", 'SCRAM-SHA-256=[name=alice,password="s3cr,et",iterations=8192]')
+    assert r.returncode == 0 and "1 user(s) with SCRAM credentials" in r.stdout, r.stdout + r.stderr
+    node = BrokerProcess(data, props).start(timeout_s=60)
+    try:
+        sasl = {"bootstrap.servers": node.bootstrap_of("SASL_PLAINTEXT"), "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "alice"}
+        p = Producer({**sasl, "sasl.password": "s3cr,et", "acks": "all"})
+        p.produce("logins", value=b"first")
+        assert p.flush(30) == 0
+        c = Consumer({**sasl, "sasl.password": "s3cr,et", "group.id": "g"})
+        c.assign([TopicPartition("logins", 0, 0)])
+        m = c.poll(20)
+        assert m is not None and m.error() is None and m.value() == b"first"
+        c.close()
+        wrong = Producer({**sasl, "sasl.password": "nope", "message.timeout.ms": 5000})
+        errors: list[str] = []
+        wrong.produce("logins", value=b"x", on_delivery=lambda err, msg: errors.append(str(err)))
+        wrong.flush(15)
+        assert errors and errors[0] != "None"
+        with pytest.raises(KafkaException):
+            wrong.list_topics(timeout=3)
+    finally:
+        node.kill()
