@@ -212,6 +212,7 @@ class ElectionHandlers(NodeBase):
             wait = self._end_epoch_backoff(preferred)
             if st.role == FOLLOWER and st.leader_id == leader:
                 st.fetch_deadline_ms = self.now_ms + wait
+                st.leader_resigned = True  # an answer to a fetch read from now on is older than this
             elif st.role == UNATTACHED and st.election_deadline_ms is not None:
                 st.election_deadline_ms = min(st.election_deadline_ms, self.now_ms + wait)
         return answer(E.NONE)

@@ -103,6 +103,7 @@ class NodeState:
     rejected: set[int] = field(default_factory=set)
     vote_round: int = 0
     has_fetched: bool = False  # Follower: fetched from this leader since it began following
+    leader_resigned: bool = False  # Follower: this leader said (EndQuorumEpoch) it resigned
     leader: LeaderState | None = None
     accumulator: BatchAccumulator | None = None
     end_acked: set[int] = field(default_factory=set)  # Resigned: voters told

@@ -220,8 +220,7 @@ class ReplicationHandlers(ElectionHandlers):
         st = self.s
         if st.role != FOLLOWER or st.leader_id != pending.destination or st.epoch != pending.epoch:
             return None
-        st.fetch_deadline_ms = self.now_ms + self.config.fetch_timeout_ms
-        st.has_fetched = True
+        self._heard_from_leader()
         div = p.diverging_epoch
         if div is not None and (div.epoch >= 0 or div.end_offset >= 0):
             target = truncation_offset(self.log, OffsetAndEpoch(div.end_offset, div.epoch))
@@ -241,6 +240,17 @@ class ReplicationHandlers(ElectionHandlers):
         if p.high_watermark >= 0:
             self.set_high_watermark(min(p.high_watermark, self.log.end_offset))
         return None
+
+    def _heard_from_leader(self) -> None:
+        """A successful Fetch or FetchSnapshot answer from the leader: it is alive, the fetch timeout starts
+        again. Unless it told us it resigned (EndQuorumEpoch): a resigned leader answers no fetch, so this
+        answer left before its resignation and was only read after it (the two travel on different
+        connections). Restarting the timeout then would undo the handover: every follower would wait out
+        a whole fetch timeout for a leader that is gone."""
+        st = self.s
+        if not st.leader_resigned:
+            st.fetch_deadline_ms = self.now_ms + self.config.fetch_timeout_ms
+        st.has_fetched = True
 
     def _fetch_failed(self, pending: Pending) -> None:
         self.back_off(pending.destination, pending.api_key)
@@ -316,8 +326,7 @@ class ReplicationHandlers(ElectionHandlers):
             return self.back_off(pending.destination, pending.api_key)
         if p.position != sf.position or p.size < 0:
             return self._abandon_snapshot_fetch(f"chunk at {p.position}, expected {sf.position}")
-        st.fetch_deadline_ms = self.now_ms + self.config.fetch_timeout_ms
-        st.has_fetched = True
+        self._heard_from_leader()
         data = bytes(p.unaligned_records or b"")
         try:
             sf.validator.feed(data)

@@ -10,14 +10,15 @@ import random
 import pytest
 
 from gregor.protocol.errors import ErrorCode
-from gregor.protocol.messages.raft import DESCRIBE_QUORUM, VOTE
+from gregor.protocol.messages.raft import BEGIN_QUORUM_EPOCH, DESCRIBE_QUORUM, END_QUORUM_EPOCH, VOTE
+from gregor.protocol.messages.raft_fetch import RAFT_FETCH
 from gregor.raft import wire
 from gregor.raft.config import Endpoint, QuorumConfig
 from gregor.raft.errors import BufferFullError, InvalidSnapshotError, NotLeaderError, RecordTooLargeError
 from gregor.raft.log import OffsetAndEpoch
 from gregor.raft.memory_log import MemoryLog
 from gregor.raft.node import RaftNode
-from gregor.raft.node_base import CANDIDATE, FOLLOWER, LEADER, PROSPECTIVE, RESIGNED, UNATTACHED, Reply
+from gregor.raft.node_base import CANDIDATE, FOLLOWER, LEADER, PROSPECTIVE, RESIGNED, UNATTACHED, Reply, Send
 from gregor.raft.quorum_state import ElectionState, MemoryQuorumStateStore
 from gregor.raft.records import LEADER_CHANGE
 from tests.raft.sim import Simulation
@@ -220,6 +221,39 @@ def test_a_resigning_leader_hands_over_faster_than_the_fetch_timeout() -> None:
     sim.run_node(leader)
     took = sim.wait_for(lambda: sim.leader() is not None and sim.leader().node_id != leader, 10_000)  # type: ignore[union-attr]
     assert took is not None and sim.now - start < sim.fetch_timeout_ms
+
+
+@pytest.mark.parametrize("preferred", [[3, 2], [2, 3]])
+def test_a_fetch_answered_before_the_resignation_does_not_undo_it(preferred: list[int]) -> None:
+    """The leader answers a fetch, then resigns and sends EndQuorumEpoch: the two go over different
+    connections, and the follower can read the resignation first (seen on loopback under load). The older
+    answer must not restart the fetch timeout: the follower stands for election when EndQuorumEpoch said,
+    not a whole fetch timeout (20 s here) later."""
+    voters = {1: Endpoint("a", 1), 2: Endpoint("b", 2), 3: Endpoint("c", 3)}
+    config = QuorumConfig(node_id=3, voters=voters, fetch_timeout_ms=20_000)
+    node = RaftNode(config, MemoryLog(), MemoryQuorumStateStore(), random.Random(1))
+    now = 100
+    v = wire.SEND_VERSION[wire.BEGIN_QUORUM_EPOCH_KEY]
+    begin = BEGIN_QUORUM_EPOCH.request.from_bytes(BEGIN_QUORUM_EPOCH.request.to_bytes(
+        wire.begin_quorum_epoch_request(None, 3, 1, 1, config.listener_name, voters[1]), v), v)
+    node.handle_request("begin", wire.BEGIN_QUORUM_EPOCH_KEY, v, begin, now)
+    fetch = next(m for m in node.poll(now) if isinstance(m, Send) and m.api_key == wire.FETCH_KEY)
+    assert node.role == FOLLOWER and node.s.leader_id == 1
+
+    v = wire.SEND_VERSION[wire.END_QUORUM_EPOCH_KEY]
+    end = END_QUORUM_EPOCH.request.from_bytes(END_QUORUM_EPOCH.request.to_bytes(
+        wire.end_quorum_epoch_request(None, 1, 1, preferred, config.listener_name, voters[1]), v), v)
+    node.handle_request("end", wire.END_QUORUM_EPOCH_KEY, v, end, now + 1)
+    v = wire.SEND_VERSION[wire.FETCH_KEY]
+    answer = RAFT_FETCH.response.from_bytes(RAFT_FETCH.response.to_bytes(
+        wire.fetch_response(0, 0, 1, 1, -1, 0), v), v)
+    node.handle_response(fetch.request_id, answer, now + 2)  # sent before the resignation, read after it
+    assert node.s.has_fetched  # it did hear from the leader
+
+    later = now + 2 + config.election_backoff_max_ms
+    assert node.next_deadline_ms() is not None and node.next_deadline_ms() <= later  # type: ignore[operator]
+    node.poll(later)
+    assert node.role in (PROSPECTIVE, CANDIDATE, LEADER), node.describe()
 
 
 def test_the_high_watermark_waits_for_an_entry_of_the_leaders_epoch() -> None:

@@ -14,6 +14,7 @@ import pytest
 
 from gregor.storage import LogConfig, LogManager, log_creation
 from gregor.storage.errors import StorageError
+from tests.waiting import wait_for
 
 BATCH = 20
 
@@ -47,11 +48,22 @@ def _start_batch(manager: LogManager) -> tuple[threading.Thread, list[Any]]:
 
     t = threading.Thread(target=run)
     t.start()
-    deadline = time.monotonic() + 10
-    while not manager._table.creating and time.monotonic() < deadline:  # the batch reserved its names
-        time.sleep(0.001)
-    assert len(manager._table.creating) == BATCH
+    assert _reserved(manager) == BATCH
     return t, result
+
+
+def _reserved(manager: LogManager, timeout_s: float = 10.0) -> int:
+    """How many names the batch reserved, once it reserved any. Read under the table's lock: `reserve`
+    fills `creating` one name at a time under it, and a look without the lock can land in the middle
+    (the batch thread can lose the interpreter between two names on a loaded machine)."""
+    table = manager._table
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with table.lock:
+            if table.creating:
+                return len(table.creating)
+        time.sleep(0.001)
+    return 0
 
 
 def test_other_logs_are_served_while_a_batch_is_created(tmp_path: Path, slow_creation: threading.Event) -> None:
@@ -84,6 +96,9 @@ def test_a_shutdown_during_a_batch_closes_it(tmp_path: Path, slow_creation: thre
     t, result = _start_batch(manager)
     stopper = threading.Thread(target=manager.shutdown)
     stopper.start()
+    # The shutdown must have closed the table before the batch is let go (a started thread may not have
+    # run a line yet): only then is the batch's end a shutdown's.
+    wait_for(lambda: manager._table.closed, what="the shutdown to close the log table")
     time.sleep(0.05)
     assert stopper.is_alive()  # the shutdown waits for the batch
     slow_creation.set()
