@@ -169,7 +169,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     for c, p in zip(new_state.get("controllers", []), cprocs, strict=True):
         _wait_log(Path(c["log"]), p, "Gregor controller", args.timeout)
     for b, p in zip(new_state["brokers"], procs, strict=True):
-        _wait_log(Path(b["log"]), p, "all logs loaded", args.timeout)
+        _wait_log(Path(b["log"]), p, "all logs loaded:", args.timeout)
     addrs = [f"127.0.0.1:{b['port']}" for b in new_state["brokers"]]
     ids = set(range(args.num_brokers))
 

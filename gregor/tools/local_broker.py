@@ -78,7 +78,7 @@ class BrokerProcess:
                     self.ports = {e.group(1): int(e.group(2)) for e in _ENDPOINT.finditer(m.group(1))}
                     self.port = next(iter(self.ports.values()))
                     ready.set()
-                if "all logs loaded" in line:
+                if "all logs loaded:" in line:  # the broker's own line, not the collector's "(all logs loaded)"
                     loaded.set()
 
         self._reader = threading.Thread(target=read, daemon=True)
