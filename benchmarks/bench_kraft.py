@@ -25,7 +25,6 @@ import argparse
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,7 +36,7 @@ if __package__ in (None, ""):  # run as a script: keep PYTHONPATH's gregor first
 from confluent_kafka import KafkaException  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from gregor.tools.kraft_nodes import kraft_quorum  # noqa: E402
+from gregor.tools.kraft_nodes import kraft_quorum, start_together  # noqa: E402
 from gregor.tools.local_broker import BrokerProcess  # noqa: E402
 from gregor.tools.local_cluster import LocalCluster, fetch_metadata  # noqa: E402
 
@@ -52,24 +51,6 @@ def wait(what: str, fn: Callable[[], Any], timeout_s: float = 120.0) -> None:
             pass
         time.sleep(0.05)
     raise TimeoutError(f"{what} not within {timeout_s} s")
-
-
-def start_together(nodes: list[BrokerProcess]) -> None:
-    errors: list[BaseException] = []
-
-    def one(n: BrokerProcess) -> None:
-        try:
-            n.start(timeout_s=120)
-        except BaseException as e:  # reported on the main thread
-            errors.append(e)
-
-    threads = [threading.Thread(target=one, args=(n,)) for n in nodes]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
 
 
 class Cluster:

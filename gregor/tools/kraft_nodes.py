@@ -7,6 +7,8 @@ picked free up front; the broker listener takes any free port (kept across resta
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 from gregor.metadata.meta_properties import format_directories, random_uuid
@@ -54,3 +56,25 @@ def kraft_split(base: Path, controllers: int, brokers: int, overrides: dict[str,
 
     quorum = [node(i + 1, "controller", f"CONTROLLER://127.0.0.1:{p}") for i, p in enumerate(ports)]
     return quorum, [node(controllers + i + 1, "broker", "PLAINTEXT://127.0.0.1:0") for i in range(brokers)]
+
+
+def start_together(nodes: list[BrokerProcess], timeout_s: float = 90.0) -> float:
+    """Start the nodes at once (each waits for a quorum leader, which needs a majority of the voters running);
+    the seconds it took. The first node's start error is raised once every start ended."""
+    t0 = time.monotonic()
+    errors: list[BaseException] = []
+
+    def one(n: BrokerProcess) -> None:
+        try:
+            n.start(timeout_s=timeout_s)
+        except BaseException as e:  # raised below, on the caller's thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=one, args=(n,), name="start-node") for n in nodes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return time.monotonic() - t0

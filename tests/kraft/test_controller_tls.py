@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import socket
 import ssl
-import threading
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from gregor.tools.kraft_nodes import kraft_quorum
+from gregor.tools.kraft_nodes import kraft_quorum, start_together
 from gregor.tools.local_broker import BrokerProcess
 from tests.security.certs import Pki, make_pki
 from tests.waiting import wait_for
@@ -51,11 +50,7 @@ def test_a_quorum_over_tls_with_client_certificates(tmp_path: Path) -> None:
     pki = make_pki(tmp_path / "pki")
     nodes = kraft_quorum(tmp_path, 3, _tls_props(pki))
     try:
-        threads = [threading.Thread(target=n.start, kwargs={"timeout_s": 90}) for n in nodes]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        start_together(nodes)
         bs = ",".join(n.bootstrap for n in nodes)
         admin = AdminClient({"bootstrap.servers": bs})
         wait_for(lambda: len(admin.list_topics(timeout=5).brokers) == 3, 60, "three live brokers")
@@ -110,11 +105,7 @@ def test_a_quorum_over_sasl(tmp_path: Path) -> None:
     with a wrong password, gets nothing from the quorum."""
     nodes = kraft_quorum(tmp_path, 3, _sasl_props())
     try:
-        threads = [threading.Thread(target=n.start, kwargs={"timeout_s": 90}) for n in nodes]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        start_together(nodes)
         bs = ",".join(n.bootstrap for n in nodes)
         admin = AdminClient({"bootstrap.servers": bs})
         wait_for(lambda: len(admin.list_topics(timeout=5).brokers) == 3, 60, "three live brokers")

@@ -13,36 +13,15 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from kafka.admin import KafkaAdminClient
 
-from gregor.tools.kraft_nodes import kraft_quorum
+from gregor.tools.kraft_nodes import kraft_quorum, start_together
 from gregor.tools.local_broker import BrokerProcess
+from tests.kraft.helpers import quorum, wait_value
 
 # Short sessions so a dead broker is fenced (and its leaderships moved) in seconds; the quorum keeps Kafka's
 # election and fetch timeouts.
 OVERRIDES = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500",
              "offsets.topic.replication.factor": "3", "transaction.state.log.replication.factor": "3"}
-
-
-def start_all(nodes: list[BrokerProcess]) -> float:
-    """Start the nodes together (each waits for a quorum leader, which needs a majority); seconds taken."""
-    t0 = time.monotonic()
-    errors: list[BaseException] = []
-
-    def one(n: BrokerProcess) -> None:
-        try:
-            n.start(timeout_s=90)
-        except BaseException as e:  # reported below, on the test's thread
-            errors.append(e)
-
-    threads = [threading.Thread(target=one, args=(n,)) for n in nodes]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return time.monotonic() - t0
 
 
 @pytest.fixture
@@ -54,31 +33,8 @@ def nodes(tmp_path: Path) -> Iterator[list[BrokerProcess]]:
         (tmp_path / f"node-{i + 1}.out").write_text(n.log_text())  # kept for a failure's post-mortem
 
 
-def quorum(bs: str) -> dict:
-    admin = KafkaAdminClient(bootstrap_servers=bs, request_timeout_ms=5000)
-    try:
-        return admin.describe_metadata_quorum()["topics"][0]["partitions"][0]
-    finally:
-        admin.close()
-
-
-def wait_for(what: str, fn, timeout_s: float = 30.0):  # noqa: ANN001, ANN201
-    deadline = time.monotonic() + timeout_s
-    last: object = None
-    while time.monotonic() < deadline:
-        try:
-            v = fn()
-            if v:
-                return v
-            last = v
-        except Exception as e:  # noqa: BLE001 - retried until the deadline, the last one reported
-            last = e
-        time.sleep(0.1)
-    raise AssertionError(f"{what} not within {timeout_s} s (last: {last!r})")
-
-
 def test_three_node_quorum_controller_failover(nodes: list[BrokerProcess]) -> None:
-    start_s = start_all(nodes)
+    start_s = start_together(nodes)
     print(f"3-node quorum started in {start_s:.1f} s")
     bs = ",".join(n.bootstrap for n in nodes)
     q = quorum(bs)
@@ -113,7 +69,7 @@ def test_three_node_quorum_controller_failover(nodes: list[BrokerProcess]) -> No
     victim.kill()
     t_kill = time.monotonic()
 
-    new = wait_for("a new quorum leader", lambda: (lambda x: x if x["leader_id"] not in (-1, leader) else None)(
+    new = wait_value("a new quorum leader", lambda: (lambda x: x if x["leader_id"] not in (-1, leader) else None)(
         quorum(sbs)))
     elected_s = time.monotonic() - t_kill
     assert new["leader_epoch"] > q["leader_epoch"]
@@ -130,14 +86,14 @@ def test_three_node_quorum_controller_failover(nodes: list[BrokerProcess]) -> No
                 return True
             raise
 
-    wait_for("CreateTopics accepted by the new controller", create)
+    wait_value("CreateTopics accepted by the new controller", create)
     writable_s = time.monotonic() - t_kill
 
     def moved() -> bool:
         parts = sadmin.list_topics(timeout=5).topics["r3"].partitions
         return all(parts[pid].leader not in (leader, -1) and leader not in parts[pid].isrs for pid in parts)
 
-    wait_for("the killed node's leaderships moved", moved, 30)
+    wait_value("the killed node's leaderships moved", moved, 30)
     moved_s = time.monotonic() - t_kill
     print(f"controller failover: new quorum leader {new['leader_id']} in {elected_s:.2f} s, CreateTopics accepted "
           f"after {writable_s:.2f} s, {len(led_before)} partition leaderships moved after {moved_s:.2f} s")
@@ -149,7 +105,7 @@ def test_three_node_quorum_controller_failover(nodes: list[BrokerProcess]) -> No
     assert p2.flush(30) == 0
 
     victim.restart()  # it rejoins: a follower of the quorum, a broker again once its old session ended
-    wait_for("the restarted node back in the ISRs", lambda: all(
+    wait_value("the restarted node back in the ISRs", lambda: all(
         leader in pp.isrs for pp in AdminClient({"bootstrap.servers": bs}).list_topics(timeout=5)
         .topics["r3"].partitions.values()), 60)
     c = Consumer({"bootstrap.servers": bs, "group.id": "check", "auto.offset.reset": "earliest"})
@@ -171,7 +127,7 @@ def test_losing_and_regaining_the_majority(nodes: list[BrokerProcess]) -> None:
     elects again and takes changes."""
     for n in nodes:
         n.overrides["request.timeout.ms"] = "5000"  # how long a metadata write waits for the quorum
-    start_all(nodes)
+    start_together(nodes)
     bs = ",".join(n.bootstrap for n in nodes)
     admin = AdminClient({"bootstrap.servers": bs})
     for f in admin.create_topics([NewTopic("solo", 3, 1), NewTopic("r3", 1, 3)]).values():
@@ -214,22 +170,22 @@ def test_losing_and_regaining_the_majority(nodes: list[BrokerProcess]) -> None:
     c.close()
     assert got == [f"s{i}" for i in range(20)]
 
-    start_all(nodes[1:])  # back: each registers once its old session ended
-    wait_for("the quorum to elect again", lambda: quorum(survivor.bootstrap)["leader_id"] in (1, 2, 3), 60)
+    start_together(nodes[1:])  # back: each registers once its old session ended
+    wait_value("the quorum to elect again", lambda: quorum(survivor.bootstrap)["leader_id"] in (1, 2, 3), 60)
 
     def create() -> bool:
         for f in sadmin.create_topics([NewTopic("after", 1, 1)]).values():
             f.result(10)
         return True
 
-    wait_for("CreateTopics accepted again", create, 60)
+    wait_value("CreateTopics accepted again", create, 60)
 
 
 def test_clean_stop_of_the_active_controller(nodes: list[BrokerProcess]) -> None:
     """SIGTERM of the active controller: its controlled shutdown moves its leaderships before it stops, the
     quorum leader resigns so another is elected at once, and it restarts and registers without waiting out a
     session."""
-    start_all(nodes)
+    start_together(nodes)
     bs = ",".join(n.bootstrap for n in nodes)
     admin = AdminClient({"bootstrap.servers": bs})
     for f in admin.create_topics([NewTopic("r3", 6, 3)]).values():
@@ -243,7 +199,7 @@ def test_clean_stop_of_the_active_controller(nodes: list[BrokerProcess]) -> None
     stop_s = time.monotonic() - t0
     parts = AdminClient({"bootstrap.servers": sbs}).list_topics(timeout=10).topics["r3"].partitions
     assert all(p.leader not in (leader, -1) for p in parts.values()), "leaderships moved before the stop"
-    new = wait_for("a new quorum leader", lambda: (lambda x: x if x["leader_id"] not in (-1, leader) else None)(
+    new = wait_value("a new quorum leader", lambda: (lambda x: x if x["leader_id"] not in (-1, leader) else None)(
         quorum(sbs)), 10)
     elected_s = time.monotonic() - t0
     print(f"clean stop of the active controller: {stop_s:.2f} s; new quorum leader {new['leader_id']} "
@@ -266,11 +222,11 @@ def test_frozen_active_controller_is_deposed_and_rejoins(nodes: list[BrokerProce
     import os
     import signal
 
-    start_all(nodes)
+    start_together(nodes)
     bs = ",".join(n.bootstrap for n in nodes)
     admin = AdminClient({"bootstrap.servers": bs})
     # Every broker registered and unfenced before an RF=3 topic (a loaded machine starts them unevenly).
-    wait_for("three live brokers", lambda: len(admin.list_topics(timeout=5).brokers) == 3, 60)
+    wait_value("three live brokers", lambda: len(admin.list_topics(timeout=5).brokers) == 3, 60)
     for f in admin.create_topics([NewTopic("r3", 3, 3)]).values():
         f.result(60)
     old = quorum(bs)
@@ -280,19 +236,19 @@ def test_frozen_active_controller_is_deposed_and_rejoins(nodes: list[BrokerProce
     assert frozen.proc is not None
     os.kill(frozen.proc.pid, signal.SIGSTOP)
     try:
-        new = wait_for("a new quorum leader", lambda: (lambda x: x if x["leader_id"] not in (-1, old["leader_id"])
+        new = wait_value("a new quorum leader", lambda: (lambda x: x if x["leader_id"] not in (-1, old["leader_id"])
                                                        else None)(quorum(obs)), 30)
         assert new["leader_epoch"] > old["leader_epoch"]
         oadmin = AdminClient({"bootstrap.servers": obs})
         for f in oadmin.create_topics([NewTopic("while-frozen", 1, 2)]).values():
             f.result(30)
-        wait_for("the frozen broker's leaderships moved", lambda: all(
+        wait_value("the frozen broker's leaderships moved", lambda: all(
             p.leader != old["leader_id"] for p in oadmin.list_topics(timeout=5).topics["r3"].partitions.values()), 30)
     finally:
         os.kill(frozen.proc.pid, signal.SIGCONT)
-    wait_for("one controller everywhere, the thawed node a follower", lambda: len(
+    wait_value("one controller everywhere, the thawed node a follower", lambda: len(
         {fetch(n.bootstrap) for n in nodes} | {new["leader_id"]}) == 1, 30)
-    wait_for("the thawed broker live again", lambda: old["leader_id"] in AdminClient(
+    wait_value("the thawed broker live again", lambda: old["leader_id"] in AdminClient(
         {"bootstrap.servers": obs}).list_topics(timeout=5).brokers, 30)
     q = quorum(bs)
     assert q["leader_id"] == new["leader_id"] and q["leader_epoch"] == new["leader_epoch"]

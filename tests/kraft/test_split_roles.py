@@ -28,8 +28,9 @@ from gregor.protocol import apis
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.frames import encode_request
 from gregor.protocol.messages.kraft_controller import ENVELOPE
-from gregor.tools.kraft_nodes import kraft_split
+from gregor.tools.kraft_nodes import kraft_split, start_together
 from gregor.tools.local_broker import BrokerProcess
+from tests.kraft.helpers import quorum, wait_value
 
 OVERRIDES = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500",
              "offsets.topic.replication.factor": "2", "transaction.state.log.replication.factor": "2"}
@@ -42,47 +43,6 @@ def split(tmp_path: Path) -> Iterator[tuple[list[BrokerProcess], list[BrokerProc
     for n in controllers + brokers:
         n.kill()
         (tmp_path / f"node-{n.overrides['node.id']}.out").write_text(n.log_text())  # for a failure's post-mortem
-
-
-def start_all(nodes: list[BrokerProcess]) -> None:
-    errors: list[BaseException] = []
-
-    def one(n: BrokerProcess) -> None:
-        try:
-            n.start(timeout_s=90)
-        except BaseException as e:  # reported below, on the test's thread
-            errors.append(e)
-
-    threads = [threading.Thread(target=one, args=(n,)) for n in nodes]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-
-
-def wait_for(what: str, fn: Any, timeout_s: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    last: object = None
-    while time.monotonic() < deadline:
-        try:
-            v = fn()
-            if v:
-                return v
-            last = v
-        except Exception as e:  # noqa: BLE001 - retried until the deadline, the last one reported
-            last = e
-        time.sleep(0.1)
-    raise AssertionError(f"{what} not within {timeout_s} s (last: {last!r})")
-
-
-def quorum(bootstrap: str) -> dict[str, Any]:
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
-    try:
-        return admin.describe_metadata_quorum()["topics"][0]["partitions"][0]
-    finally:
-        admin.close()
 
 
 def leaders(admin: AdminClient, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
@@ -106,9 +66,9 @@ def envelope(controller: BrokerProcess, request_data: bytes) -> Any:
 def test_controller_only_quorum_with_broker_only_nodes(
         split: tuple[list[BrokerProcess], list[BrokerProcess]]) -> None:
     controllers, brokers = split
-    start_all(controllers + brokers)
+    start_together(controllers + brokers)
     bs = ",".join(b.bootstrap for b in brokers)
-    q = wait_for("both brokers fetching the metadata log as observers", lambda: (lambda x: x if {
+    q = wait_value("both brokers fetching the metadata log as observers", lambda: (lambda x: x if {
         o["replica_id"] for o in x["observers"]} >= {4, 5} else None)(quorum(bs)))
     assert sorted(v["replica_id"] for v in q["current_voters"]) == [1, 2, 3]
     active = q["leader_id"]
@@ -119,7 +79,7 @@ def test_controller_only_quorum_with_broker_only_nodes(
     # the clients send it are forwarded
     assert admin.list_topics(timeout=10).controller_id in (4, 5)
     admin.create_topics([NewTopic("t", 2, replica_assignment=[[4, 5], [4, 5]])])["t"].result(30)
-    wait_for("both partitions led by broker 4 with both in the ISR",
+    wait_value("both partitions led by broker 4 with both in the ISR",
              lambda: all(v == (4, [4, 5], [4, 5]) for v in leaders(admin, "t").values()))
 
     acked: list[str] = []
@@ -142,19 +102,19 @@ def test_controller_only_quorum_with_broker_only_nodes(
         assert kadmin.list_partition_reassignments() == {}
         result = kadmin.alter_partition_reassignments({KafkaTopicPartition("t", 0): [5, 4]})
         assert result == {KafkaTopicPartition("t", 0): None}
-        wait_for("the reassignment done", lambda: kadmin.list_partition_reassignments() == {}
+        wait_value("the reassignment done", lambda: kadmin.list_partition_reassignments() == {}
                  and leaders(admin, "t")[0][1] == [5, 4])
     finally:
         kadmin.close()
     # ElectLeaders (confluent-kafka): the preferred leader of partition 0 is now broker 5
     elected = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition("t", 0)]).result(30)
     assert [e for e in elected.values() if e is not None] == []
-    wait_for("broker 5 leads partition 0", lambda: leaders(admin, "t")[0][0] == 5)
+    wait_value("broker 5 leads partition 0", lambda: leaders(admin, "t")[0][0] == 5)
 
     # a broker SIGKILLed: the controller-only active controller fences it and moves its leadership
     brokers[0].kill()
     admin5 = AdminClient({"bootstrap.servers": brokers[1].bootstrap})
-    wait_for("broker 4's leadership moved to broker 5", lambda: all(
+    wait_value("broker 4's leadership moved to broker 5", lambda: all(
         v[0] == 5 and v[2] == [5] for v in leaders(admin5, "t").values()))
     for i in range(200, 300):
         p.produce("t", value=f"a{i}".encode(), partition=i % 2, on_delivery=on_delivery)
@@ -162,15 +122,15 @@ def test_controller_only_quorum_with_broker_only_nodes(
 
     # the active controller SIGKILLed: another controller-only node takes over, elections and forwarding
     controllers[active - 1].kill()
-    new = wait_for("a new quorum leader", lambda: (lambda x: x if x["leader_id"] not in (-1, active) else None)(
+    new = wait_value("a new quorum leader", lambda: (lambda x: x if x["leader_id"] not in (-1, active) else None)(
         quorum(brokers[1].bootstrap)))
     assert new["leader_id"] in (1, 2, 3) and new["leader_epoch"] > q["leader_epoch"]
     survivor = controllers[new["leader_id"] - 1]
     brokers[0].restart()
-    wait_for("broker 4 back in both ISRs", lambda: all(v[2] == [4, 5] for v in leaders(admin, "t").values()), 60)
+    wait_value("broker 4 back in both ISRs", lambda: all(v[2] == [4, 5] for v in leaders(admin, "t").values()), 60)
     elected = admin.elect_leaders(ElectionType.PREFERRED, None).result(30)
     assert all(e is None for e in elected.values())
-    wait_for("broker 4 leads partition 1 again (preferred)", lambda: leaders(admin, "t")[1][0] == 4)
+    wait_value("broker 4 leads partition 1 again (preferred)", lambda: leaders(admin, "t")[1][0] == 4)
 
     # Envelopes a controller cannot run are refused, not run: garbage, and an API that is not forwarded
     assert envelope(survivor, b"\x00\x2b").error_code == ErrorCode.INVALID_REQUEST
