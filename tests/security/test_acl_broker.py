@@ -336,3 +336,36 @@ def test_inter_broker_requests_need_cluster_action(secured: BrokerProcess) -> No
         assert r.error_code == KafkaError.CLUSTER_AUTHORIZATION_FAILED
     finally:
         c.close()
+
+
+def test_join_group_refused_early_answers_an_empty_protocol_name_before_v7(secured: BrokerProcess) -> None:
+    """A JoinGroup refused before it reaches the coordinator (no READ on the group) answers protocol_name ""
+    below v7, where the field is not nullable (a strict client fails to parse a null there), and null from
+    v7 on."""
+    import struct
+
+    from gregor.protocol import apis
+    from gregor.protocol.primitives import Reader
+    from tests.wire import WireClient
+
+    join = {"group_id": "no-such-acl", "session_timeout_ms": 10000, "rebalance_timeout_ms": 10000, "member_id": "",
+            "group_instance_id": None, "protocol_type": "consumer", "reason": None,
+            "protocols": [{"name": "range", "metadata": b""}]}
+    c = WireClient(secured.bootstrap)
+    try:
+        for version in (5, 7):
+            c.send(11, version, join)
+            frame = c.recv_frame()
+            r = Reader(memoryview(frame))
+            r.int32()  # correlation id
+            if version >= 6:
+                r.skip_tagged_fields()
+            assert r.int32() == 0 and r.int16() == KafkaError.GROUP_AUTHORIZATION_FAILED  # throttle, error
+            r.int32()  # generation
+            if version >= 7:
+                assert apis.BY_KEY[11].response.from_bytes(frame[4 + 1:], version).protocol_name is None
+            else:
+                (length,) = struct.unpack(">h", frame[r.pos:r.pos + 2])
+                assert length == 0, "an empty string, not null (-1)"
+    finally:
+        c.close()

@@ -133,9 +133,9 @@ def handle_join_group(ctx: RequestContext, req: Struct) -> ResponseBody:
         if not _group_allowed(ctx, AclOperation.READ, req.group_id):
             raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
         gc = _coordinator(ctx, req.group_id)
-    except KafkaError as e:
-        return {"error_code": e.code, "generation_id": -1, "protocol_name": None, "leader": "",
-                "member_id": req.member_id, "members": []}
+    except KafkaError as e:  # before v7 the protocol name is not nullable: "" stands for none, as below
+        return {"error_code": e.code, "generation_id": -1, "protocol_name": None if ctx.version >= 7 else "",
+                "leader": "", "member_id": req.member_id, "members": []}
     result = gc.join_group(
         req.group_id, req.member_id, req.group_instance_id, ctx.header.client_id or "", _client_host(ctx),
         req.session_timeout_ms, req.rebalance_timeout_ms, req.protocol_type,
