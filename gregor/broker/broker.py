@@ -396,7 +396,8 @@ async def run_broker(config: BrokerConfig, on_started: Callable[[Broker], Any] |
 
 async def run_kraft_node(config: BrokerConfig, on_started: Callable[[Broker], Any] | None = None) -> None:
     """KRaft mode: the quorum member first (its directories formatted for this cluster and node), then, with
-    the broker role, the broker on its store; stopped in the reverse order (see broker/kraft_node.py)."""
+    the broker role, the broker on its store, and without it the partition-leader Controller alone
+    (broker/controller_node.py); stopped in the reverse order (see broker/kraft_node.py)."""
     import signal
 
     from gregor.api.forwarding import EnvelopeAnswerer, Forwarder
