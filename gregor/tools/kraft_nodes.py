@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from gregor.metadata.meta_properties import format_directories, random_uuid
@@ -58,23 +59,28 @@ def kraft_split(base: Path, controllers: int, brokers: int, overrides: dict[str,
     return quorum, [node(controllers + i + 1, "broker", "PLAINTEXT://127.0.0.1:0") for i in range(brokers)]
 
 
-def start_together(nodes: list[BrokerProcess], timeout_s: float = 90.0) -> float:
-    """Start the nodes at once (each waits for a quorum leader, which needs a majority of the voters running);
-    the seconds it took. The first node's start error is raised once every start ended."""
-    t0 = time.monotonic()
+def run_together(starts: list[Callable[[], object]]) -> None:
+    """Run the calls at once, one thread each (KRaft nodes must start together: each waits for a quorum
+    leader, which needs a majority of the voters running); the first error is raised once every call ended."""
     errors: list[BaseException] = []
 
-    def one(n: BrokerProcess) -> None:
+    def one(start: Callable[[], object]) -> None:
         try:
-            n.start(timeout_s=timeout_s)
+            start()
         except BaseException as e:  # raised below, on the caller's thread
             errors.append(e)
 
-    threads = [threading.Thread(target=one, args=(n,), name="start-node") for n in nodes]
+    threads = [threading.Thread(target=one, args=(f,), name=f"start-node-{i}") for i, f in enumerate(starts)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     if errors:
         raise errors[0]
+
+
+def start_together(nodes: list[BrokerProcess], timeout_s: float = 90.0) -> float:
+    """Start the nodes at once (see run_together); the seconds it took."""
+    t0 = time.monotonic()
+    run_together([lambda n=n: n.start(timeout_s=timeout_s) for n in nodes])
     return time.monotonic() - t0

@@ -26,7 +26,6 @@ import signal
 import socket
 import struct
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gregor.metadata.meta_properties import format_directories, random_uuid
+from gregor.tools.kraft_nodes import run_together
 from gregor.tools.link import Link
 from gregor.tools.local_broker import BrokerProcess
 from gregor.tools.local_zookeeper import ZooKeeperServer
@@ -244,21 +244,7 @@ class LocalCluster:
         """KRaft: every node at once (each waits for a quorum leader before its broker part starts)."""
         for i, b in enumerate(self.brokers):
             format_directories([str(b.data_dir)], self._cluster_id, i, ignore_formatted=True)
-        errors: list[BaseException] = []
-
-        def one(i: int) -> None:
-            try:
-                self.start_broker(i, timeout_s)
-            except BaseException as e:  # raised below, on the caller's thread
-                errors.append(e)
-
-        threads = [threading.Thread(target=one, args=(i,), name=f"start-node-{i}") for i in range(self.n)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        if errors:
-            raise errors[0]
+        run_together([lambda i=i: self.start_broker(i, timeout_s) for i in range(self.n)])
 
     def is_running(self, i: int) -> bool:
         p = self.brokers[i].proc

@@ -46,20 +46,28 @@ def _tls_probe(port: int, ca: str, cert: str | None) -> list[int]:
         return _api_versions(s)
 
 
+def _start_and_write(nodes: list[BrokerProcess], topic: str) -> str:
+    """Start the quorum, wait for its three brokers, and write 0..29 with an idempotent acks=all producer to a
+    new topic of 3 partitions and 3 replicas: every kind of controller traffic has then flowed (votes,
+    metadata fetches, registrations, heartbeats, writes, ISR changes). The bootstrap list."""
+    start_together(nodes)
+    bs = ",".join(n.bootstrap for n in nodes)
+    admin = AdminClient({"bootstrap.servers": bs})
+    wait_for(lambda: len(admin.list_topics(timeout=5).brokers) == 3, 60, "three live brokers")
+    for f in admin.create_topics([NewTopic(topic, 3, 3)]).values():
+        f.result(60)
+    p = Producer({"bootstrap.servers": bs, "acks": "all", "enable.idempotence": True})
+    for i in range(30):
+        p.produce(topic, value=str(i).encode(), partition=i % 3)
+    assert p.flush(30) == 0
+    return bs
+
+
 def test_a_quorum_over_tls_with_client_certificates(tmp_path: Path) -> None:
     pki = make_pki(tmp_path / "pki")
     nodes = kraft_quorum(tmp_path, 3, _tls_props(pki))
     try:
-        start_together(nodes)
-        bs = ",".join(n.bootstrap for n in nodes)
-        admin = AdminClient({"bootstrap.servers": bs})
-        wait_for(lambda: len(admin.list_topics(timeout=5).brokers) == 3, 60, "three live brokers")
-        for f in admin.create_topics([NewTopic("secure", 3, 3)]).values():
-            f.result(60)
-        p = Producer({"bootstrap.servers": bs, "acks": "all", "enable.idempotence": True})
-        for i in range(30):
-            p.produce("secure", value=str(i).encode(), partition=i % 3)
-        assert p.flush(30) == 0
+        bs = _start_and_write(nodes, "secure")
         c = Consumer({"bootstrap.servers": bs, "group.id": "g", "enable.auto.commit": False})
         c.assign([TopicPartition("secure", part, 0) for part in range(3)])
         got = []
@@ -105,16 +113,7 @@ def test_a_quorum_over_sasl(tmp_path: Path) -> None:
     with a wrong password, gets nothing from the quorum."""
     nodes = kraft_quorum(tmp_path, 3, _sasl_props())
     try:
-        start_together(nodes)
-        bs = ",".join(n.bootstrap for n in nodes)
-        admin = AdminClient({"bootstrap.servers": bs})
-        wait_for(lambda: len(admin.list_topics(timeout=5).brokers) == 3, 60, "three live brokers")
-        for f in admin.create_topics([NewTopic("sasl", 3, 3)]).values():
-            f.result(60)
-        p = Producer({"bootstrap.servers": bs, "acks": "all", "enable.idempotence": True})
-        for i in range(30):
-            p.produce("sasl", value=str(i).encode(), partition=i % 3)
-        assert p.flush(30) == 0
+        _start_and_write(nodes, "sasl")
 
         address = f"127.0.0.1:{_controller_port(nodes[0])}"
         anonymous = WireClient(address)

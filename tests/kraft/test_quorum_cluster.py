@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from gregor.tools.kraft_nodes import kraft_quorum, start_together
 from gregor.tools.local_broker import BrokerProcess
-from tests.kraft.helpers import quorum, wait_value
+from tests.kraft.helpers import quorum, read_values, wait_value
 
 # Short sessions so a dead broker is fenced (and its leaderships moved) in seconds; the quorum keeps Kafka's
 # election and fetch timeouts.
@@ -108,15 +108,7 @@ def test_three_node_quorum_controller_failover(nodes: list[BrokerProcess]) -> No
     wait_value("the restarted node back in the ISRs", lambda: all(
         leader in pp.isrs for pp in AdminClient({"bootstrap.servers": bs}).list_topics(timeout=5)
         .topics["r3"].partitions.values()), 60)
-    c = Consumer({"bootstrap.servers": bs, "group.id": "check", "auto.offset.reset": "earliest"})
-    c.subscribe(["r3"])
-    got: list[str] = []
-    deadline = time.monotonic() + 60
-    while len(got) < len(acked) and time.monotonic() < deadline:
-        m = c.poll(0.5)
-        if m is not None and m.error() is None:
-            got.append(m.value().decode())
-    c.close()
+    got = read_values(bs, "r3", len(acked))
     assert len(acked) == 600
     assert sorted(got) == sorted(acked), "every acknowledged record read back exactly once"
 

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, ElectionType, Producer, TopicPartition
+from confluent_kafka import ElectionType, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.admin import KafkaAdminClient
 from kafka.structs import TopicPartition as KafkaTopicPartition
@@ -30,7 +29,7 @@ from gregor.protocol.frames import encode_request
 from gregor.protocol.messages.kraft_controller import ENVELOPE
 from gregor.tools.kraft_nodes import kraft_split, start_together
 from gregor.tools.local_broker import BrokerProcess
-from tests.kraft.helpers import quorum, wait_value
+from tests.kraft.helpers import quorum, read_values, wait_value
 
 OVERRIDES = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500",
              "offsets.topic.replication.factor": "2", "transaction.state.log.replication.factor": "2"}
@@ -142,15 +141,7 @@ def test_controller_only_quorum_with_broker_only_nodes(
     list_request = encode_request(apis.BY_KEY[46], 0, 1, "x", {"timeout_ms": 1000, "topics": None})[4:]
     assert envelope(follower, list_request).error_code == ErrorCode.NOT_CONTROLLER
 
-    c = Consumer({"bootstrap.servers": bs, "group.id": "check", "auto.offset.reset": "earliest"})
-    c.subscribe(["t"])
-    got: list[str] = []
-    deadline = time.monotonic() + 60
-    while len(got) < len(acked) and time.monotonic() < deadline:
-        m = c.poll(0.5)
-        if m is not None and m.error() is None:
-            got.append(m.value().decode())
-    c.close()
+    got = read_values(bs, "t", len(acked))
     assert len(acked) == 300
     assert sorted(got) == sorted(acked), "every acknowledged record read back exactly once"
 
