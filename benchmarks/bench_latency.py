@@ -160,10 +160,16 @@ def producer_main(bs: str, topic: str, partitions: int, mode: str, rate: int, wa
     if transactional:
         conf["transactional.id"] = f"{topic}-txn"
     errors = [0]
+    ack_h = LatencyHistogram()  # send to delivery report: the producer's half of the record's trip
+    unpack = HEAD.unpack_from
 
-    def on_delivery(err: Any, _msg: Any) -> None:
+    def on_delivery(err: Any, msg: Any) -> None:
         if err is not None:
             errors[0] += 1
+            return
+        stamp, _txn, flag = unpack(msg.value())
+        if flag:
+            ack_h.record((time.monotonic_ns() - stamp) // 1000)
 
     p = Producer(conf)
     if transactional:
@@ -172,6 +178,7 @@ def producer_main(bs: str, topic: str, partitions: int, mode: str, rate: int, wa
     pad = b"x" * max(value_bytes - HEAD.size, 0)
     commit_ns = commit_ms * 1_000_000
     t0 = time.monotonic_ns()
+    cpu0 = time.process_time()
     measure_from = t0 + int(warmup_s * 1e9)
     end = measure_from + int(seconds * 1e9)
     ns_per = 1e9 / rate
@@ -219,12 +226,14 @@ def producer_main(bs: str, topic: str, partitions: int, mode: str, rate: int, wa
         ring[2 * (txn % COMMIT_RING)] = txn
         ring[2 * (txn % COMMIT_RING) + 1] = time.monotonic_ns()
         p.commit_transaction(60)
+    cpu = (time.process_time() - cpu0) / ((time.monotonic_ns() - t0) / 1e9)
     left = p.flush(60)
     commit_times.sort()
     out.put(("producer", {"sent": sent, "measured": measured, "errors": errors[0] + left,
                           "buffer_full": buffer_full, "max_lag_ms": max_lag_ns / 1e6,
                           "commit_p50_ms": commit_times[len(commit_times) // 2] / 1e6 if commit_times else 0.0,
-                          "commit_max_ms": commit_times[-1] / 1e6 if commit_times else 0.0}))
+                          "commit_max_ms": commit_times[-1] / 1e6 if commit_times else 0.0,
+                          "ack_h": ack_h.state(), "cpu": cpu}))
 
 
 def consumer_main(bs: str, topic: str, partitions: int, read_committed: bool, ring: Any, expected: Any,
@@ -239,6 +248,7 @@ def consumer_main(bs: str, topic: str, partitions: int, read_committed: bool, ri
     received = 0
     c.poll(0.5)  # connects and sends the first Fetch before the producer starts
     ready.set()
+    cpu0, wall0, last_cpu, last_wall = time.process_time(), time.monotonic(), 0.0, 0.0
     idle_since = time.monotonic()
     unpack = HEAD.unpack_from
     while True:
@@ -258,13 +268,15 @@ def consumer_main(bs: str, topic: str, partitions: int, read_committed: bool, ri
             if not flag:
                 continue
             sent_h.record((now - stamp) // 1000)
+            last_cpu, last_wall = time.process_time(), time.monotonic()
             if read_committed:
                 slot = 2 * (txn % COMMIT_RING)
                 if ring[slot] == txn:
                     commit_h.record((now - ring[slot + 1]) // 1000)
         idle_since = time.monotonic()
     c.close()
-    out.put(("consumer", {"received": received, "sent_h": sent_h.state(), "commit_h": commit_h.state()}))
+    cpu = (last_cpu - cpu0) / (last_wall - wall0) if last_wall > wall0 else 0.0  # until the last measured record
+    out.put(("consumer", {"received": received, "sent_h": sent_h.state(), "commit_h": commit_h.state(), "cpu": cpu}))
 
 
 # --- one run -------------------------------------------------------------------------------------------
@@ -283,6 +295,9 @@ class Run:
     per_request: float  # records per Produce request
     load1: float
     gc: str  # ms in collections of generation 0/1/2 during the run, and (how many full ones)
+    ack: LatencyHistogram  # the producer's send to delivery report (acks), measured records only
+    broker_p99_ms: float  # the bucket bound under which 99% of the brokers' Produce times (TotalTimeMs) stayed
+    client_cpu: float  # producer + consumer processes, cores
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -298,10 +313,12 @@ class Snapshot:
     cpu_s: float
     gc_ms: list[float]  # time in garbage collections per generation (all brokers)
     gc_full: int  # generation-2 collections
+    produce_ms: dict[float, int]  # the brokers' Produce TotalTimeMs histogram, cumulative {le: count}, summed
 
 
 def snapshot(procs: list[BrokerProcess], urls: list[str]) -> Snapshot:
     lags, requests, records, cpu, gc_ms, gc_full = [], 0, 0, 0.0, [0.0, 0.0, 0.0], 0
+    produce_ms: dict[float, int] = {}
     tick = os.sysconf("SC_CLK_TCK")
     for proc, url in zip(procs, urls, strict=True):
         buckets: dict[float, int] = {}
@@ -312,6 +329,9 @@ def snapshot(procs: list[BrokerProcess], urls: list[str]) -> Snapshot:
         for m in re.finditer(r'^gregor_eventloop_lag_ms_bucket\{le="([^"]+)"\} (\d+)', text, re.M):
             buckets[float(m.group(1))] = int(m.group(2))
         lags.append(buckets)
+        for le, n in re.findall(r'^kafka_network_requestmetrics_totaltimems_bucket\{request="Produce",le="([^"]+)"\} (\d+)',
+                                text, re.M):
+            produce_ms[float(le)] = produce_ms.get(float(le), 0) + int(n)
         m2 = re.search(r'^kafka_network_requestmetrics_requests_total\{request="Produce"\} (\d+)', text, re.M)
         requests += int(m2.group(1)) if m2 else 0
         records += sum(int(x) for x in re.findall(
@@ -326,7 +346,20 @@ def snapshot(procs: list[BrokerProcess], urls: list[str]) -> Snapshot:
                 cpu += (int(fields[11]) + int(fields[12])) / tick
             except OSError:
                 pass
-    return Snapshot(time.monotonic(), lags, requests, records, cpu, gc_ms, gc_full)
+    return Snapshot(time.monotonic(), lags, requests, records, cpu, gc_ms, gc_full, produce_ms)
+
+
+def bucket_quantile(before: dict[float, int], after: dict[float, int], q: float) -> float:
+    """The smallest bucket bound (ms) under which a fraction q of the observations between two cumulative
+    histogram snapshots fell (inf: above the last bound; 0: none observed)."""
+    delta = sorted((le, n - before.get(le, 0)) for le, n in after.items())
+    total = delta[-1][1] if delta else 0
+    if total <= 0:
+        return 0.0
+    for le, n in delta:
+        if n >= q * total:
+            return le
+    return float("inf")
 
 
 def stalls_between(before: list[dict[float, int]], after: list[dict[float, int]]) -> tuple[int, float]:
@@ -393,7 +426,9 @@ def run_one(bs: str, procs: list[BrokerProcess], metrics_urls: list[str], mode: 
     hist = LatencyHistogram.from_state(cons["commit_h" if transactional else "sent_h"])
     run = Run(n_brokers, mode, rate, prod, cons["received"], hist, stalls, worst, cpu, per_request,
               os.getloadavg()[0], "/".join(f"{a - b:.0f}" for a, b in zip(after.gc_ms, before.gc_ms, strict=True))
-              + f" ({after.gc_full - before.gc_full})")
+              + f" ({after.gc_full - before.gc_full})",
+              LatencyHistogram.from_state(prod["ack_h"]), bucket_quantile(before.produce_ms, after.produce_ms, 0.99),
+              prod["cpu"] + cons["cpu"])
     if transactional:
         run.extra["txn-send"] = LatencyHistogram.from_state(cons["sent_h"])
     try:
@@ -410,7 +445,8 @@ def run_one(bs: str, procs: list[BrokerProcess], metrics_urls: list[str], mode: 
 # --- reporting -----------------------------------------------------------------------------------------
 
 HEADER = (f"{'brokers':>7} {'mode':<13} {'rate/s':>7} {'sent':>9} {'lost':>5} {'p50 ms':>7} {'p99 ms':>7} "
-          f"{'p99.9 ms':>8} {'max ms':>7} {'prod lag':>8} {'stalls>50':>9} {'loop<=ms':>8} {'brk cpu':>7} {'rec/req':>7} {'gc ms 0/1/2 (full)':>18} {'load1':>5}")
+          f"{'p99.9 ms':>8} {'max ms':>7} {'ack p99':>7} {'brk p99<=':>9} {'prod lag':>8} {'stalls>50':>9} {'loop<=ms':>8} "
+          f"{'brk cpu':>7} {'cli cpu':>7} {'rec/req':>7} {'gc ms 0/1/2 (full)':>18} {'load1':>5}")
 
 
 def fmt_ms(us: float) -> str:
@@ -424,7 +460,8 @@ def row(r: Run, mode: str | None = None, hist: LatencyHistogram | None = None) -
     lag = f"{behind:.0f}" + ("!" if behind > 100 else "")
     return (f"{r.brokers:>7} {mode or r.mode:<13} {r.rate:>7} {r.producer['sent']:>9} {lost:>5} "
             f"{fmt_ms(h.percentile(0.5)):>7} {fmt_ms(h.percentile(0.99)):>7} {fmt_ms(h.percentile(0.999)):>8} "
-            f"{fmt_ms(h.max_us):>7} {lag:>8} {r.stalls:>9} {r.worst_lag_ms:>8g} {r.broker_cpu:>7.2f} {r.per_request:>7.1f} {r.gc:>18} {r.load1:>5.2f}")
+            f"{fmt_ms(h.max_us):>7} {fmt_ms(r.ack.percentile(0.99)):>7} {r.broker_p99_ms:>9g} {lag:>8} {r.stalls:>9} "
+            f"{r.worst_lag_ms:>8g} {r.broker_cpu:>7.2f} {r.client_cpu:>7.2f} {r.per_request:>7.1f} {r.gc:>18} {r.load1:>5.2f}")
 
 
 def median_row(runs: list[Run]) -> str:
@@ -435,8 +472,9 @@ def median_row(runs: list[Run]) -> str:
     return (f"{r0.brokers:>7} {'median':<13} {r0.rate:>7} {'':>9} {'':>5} "
             f"{fmt_ms(med(lambda r: r.hist.percentile(0.5))):>7} {fmt_ms(med(lambda r: r.hist.percentile(0.99))):>7} "
             f"{fmt_ms(med(lambda r: r.hist.percentile(0.999))):>8} {fmt_ms(med(lambda r: r.hist.max_us)):>7} "
+            f"{fmt_ms(med(lambda r: r.ack.percentile(0.99))):>7} {med(lambda r: r.broker_p99_ms):>9g} "
             f"{'':>8} {med(lambda r: r.stalls):>9.0f} {med(lambda r: r.worst_lag_ms):>8g} "
-            f"{med(lambda r: r.broker_cpu):>7.2f} "
+            f"{med(lambda r: r.broker_cpu):>7.2f} {med(lambda r: r.client_cpu):>7.2f} "
             f"{med(lambda r: r.per_request):>7.1f} {'':>18} {med(lambda r: r.load1):>5.2f}")
 
 

@@ -14,6 +14,8 @@ pyarrow is imported on first use, so `gregor.client` imports without it.
 
 from __future__ import annotations
 
+import array
+import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -88,6 +90,35 @@ def _buf(pa: Any, b: Any) -> Any:
     return pa.py_buffer(b)
 
 
+# The partition and topic columns repeat one value. pyarrow's own pa.repeat loads its compute kernels on
+# first use: ~0.5 s of CPU in every fresh process (each Spark worker's first task, each CLI read) for two
+# constant columns. They are built from buffers instead: the values are one bytes repetition (a memcpy),
+# and a string column's offsets (0, w, 2w, ...) are kept per width and sliced for shorter batches.
+_OFFSETS: dict[int, Any] = {}  # value width -> int32 offsets 0, w, 2w, ... (the longest built so far)
+_OFFSET_WIDTHS_KEPT = 64
+
+
+def _constant_int32(pa: Any, typ: pa.DataType, value: int, n: int) -> pa.Array:
+    if typ != pa.int32():
+        return pa.repeat(pa.scalar(value, typ), n)
+    return pa.Array.from_buffers(typ, n, [None, pa.py_buffer(struct.pack("<i", value) * n)], null_count=0)
+
+
+def _constant_string(pa: Any, typ: pa.DataType, value: str, n: int) -> pa.Array:
+    raw = value.encode()
+    width = len(raw)
+    if typ != pa.string() or n * width >= 1 << 31:
+        return pa.repeat(pa.scalar(value, typ), n)
+    offsets = _OFFSETS.get(width)
+    if offsets is None or len(offsets) <= n:
+        if len(_OFFSETS) >= _OFFSET_WIDTHS_KEPT:
+            _OFFSETS.clear()
+        offsets = array.array("i", range(0, (n + 1) * width, width) if width else bytes(4 * (n + 1)))
+        _OFFSETS[width] = offsets  # a racing thread builds the same values: either copy serves
+    head = pa.py_buffer(offsets).slice(0, 4 * (n + 1))
+    return pa.Array.from_buffers(typ, n, [None, head, pa.py_buffer(raw * n)], null_count=0)
+
+
 def _binary(pa: Any, typ: pa.DataType, n: int, nulls: int, validity: Any, offsets: Any, data: Any) -> pa.Array:
     return pa.Array.from_buffers(typ, n, [_buf(pa, validity) if nulls else None, _buf(pa, offsets), _buf(pa, data)],
                                  null_count=nulls)
@@ -121,9 +152,9 @@ def record_batch(layout: ArrowLayout, schema: pa.Schema, topic: str, partition: 
         elif name == "value":
             arr = _binary(pa, typ, n, value_nulls, value_valid, value_offs, value_data)
         elif name == "partition":
-            arr = pa.repeat(pa.scalar(partition, typ), n)
+            arr = _constant_int32(pa, typ, partition, n)
         elif name == "topic":
-            arr = pa.repeat(pa.scalar(topic, typ), n)
+            arr = _constant_string(pa, typ, topic, n)
         else:  # headers
             struct_type = typ.value_type
             keys = _header_keys(pa, n_headers, hk_offs, hk_data, bool(bad_utf8))

@@ -237,3 +237,22 @@ def test_reused_buffer_memory_holds_no_stale_bytes() -> None:
     buffer_pool_bytes(0)
     assert buffer_pool_bytes() == (0, 0)
     buffer_pool_bytes(limit)
+
+
+def test_constant_columns_are_built_without_pyarrow_compute() -> None:
+    """partition and topic are built from buffers (pa.repeat costs ~0.5 s of CPU on first use in a process):
+    every length, the longest-built offsets sliced for shorter batches, non-ASCII topics, other types."""
+    import pyarrow as pa
+
+    from gregor.client import arrow_columns as ac
+
+    for n in (70_000, 0, 1, 3, 65_536):
+        for topic in ("t", "tôpic-ü", "x" * 249):
+            arr = ac._constant_string(pa, pa.string(), topic, n)
+            arr.validate(full=True)
+            assert arr.type == pa.string() and arr.null_count == 0 and arr.to_pylist() == [topic] * n
+        part = ac._constant_int32(pa, pa.int32(), 2**31 - 1, n)
+        part.validate(full=True)
+        assert part.to_pylist() == [2**31 - 1] * n
+    assert ac._constant_string(pa, pa.large_string(), "t", 3).to_pylist() == ["t"] * 3
+    assert ac._constant_int32(pa, pa.int64(), 5, 2).to_pylist() == [5, 5]
