@@ -26,8 +26,14 @@ producer calls commit_transaction() to the record's delivery (librdkafka flushes
 last records, ends it, the coordinator writes its markers and the LSO moves), and the `txn-send` row
 the plain send-to-receive time.
 
-Beside each run: the producer's worst lag behind its schedule (a producer that cannot keep the rate
-makes the figures meaningless; such rows are marked), the broker's event-loop stalls over 50 ms
+Beside each run, what splits the record's trip: `ack p99`, the producer's own send-to-acknowledgement time
+(its delivery reports); `brk p99<=`, the bucket bound under which 99% of the brokers' Produce requests
+were answered by their own clocks (TotalTimeMs, from the frame read to the response handed to the
+socket: what the broker's request handling adds, but not the time bytes wait in a socket for a loop
+that is busy or off its CPU, which the loop lag shows); and `cli cpu`, the producer's and consumer's CPU
+in cores (this machine's two cores are shared by every process of the run). Then the producer's worst
+lag behind its schedule (a producer that cannot keep the rate makes the figures meaningless; such rows
+are marked), the broker's event-loop stalls over 50 ms
 counted by its `gregor_eventloop_lag_ms` histogram during the run (all brokers, via metrics.port), and
 the 1-minute load average when the run ended (this machine has 2 cores shared with other work: read
 figures with it; `--repeat N` runs each point N times and adds a median row).
