@@ -37,16 +37,9 @@ from typing import Any
 
 from gregor.configdef import Settings, setting
 from gregor.protocol.errors import ErrorCode
+from gregor.protocol.messages.fetch import FINAL_EPOCH, INITIAL_EPOCH, INVALID_SESSION_ID, next_epoch
 
-INVALID_SESSION_ID = 0
-INITIAL_EPOCH = 0
-FINAL_EPOCH = -1
 MIN_EVICTION_MS = 120_000  # Kafka's MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS: a session this idle is stale
-
-
-def next_epoch(epoch: int) -> int:
-    """The epoch after `epoch`: 1, 2, ... wrapping from 2**31-1 back to 1 (0 is only the initial one)."""
-    return 1 if epoch >= 2**31 - 1 else epoch + 1
 
 
 @dataclass(slots=True)

@@ -101,7 +101,7 @@ _OFFSET_WIDTHS_KEPT = 64
 def _constant_int32(pa: Any, typ: pa.DataType, value: int, n: int) -> pa.Array:
     if typ != pa.int32():
         return pa.repeat(pa.scalar(value, typ), n)
-    return pa.Array.from_buffers(typ, n, [None, pa.py_buffer(struct.pack("<i", value) * n)], null_count=0)
+    return pa.Array.from_buffers(typ, n, [None, _buf(pa, struct.pack("<i", value) * n)], null_count=0)
 
 
 def _constant_string(pa: Any, typ: pa.DataType, value: str, n: int) -> pa.Array:
@@ -115,8 +115,8 @@ def _constant_string(pa: Any, typ: pa.DataType, value: str, n: int) -> pa.Array:
             _OFFSETS.clear()
         offsets = array.array("i", range(0, (n + 1) * width, width) if width else bytes(4 * (n + 1)))
         _OFFSETS[width] = offsets  # a racing thread builds the same values: either copy serves
-    head = pa.py_buffer(offsets).slice(0, 4 * (n + 1))
-    return pa.Array.from_buffers(typ, n, [None, head, pa.py_buffer(raw * n)], null_count=0)
+    head = _buf(pa, offsets).slice(0, 4 * (n + 1))
+    return pa.Array.from_buffers(typ, n, [None, head, _buf(pa, raw * n)], null_count=0)
 
 
 def _binary(pa: Any, typ: pa.DataType, n: int, nulls: int, validity: Any, offsets: Any, data: Any) -> pa.Array:

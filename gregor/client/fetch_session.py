@@ -18,19 +18,13 @@ from __future__ import annotations
 from typing import Any
 
 from gregor.protocol.errors import ErrorCode
+from gregor.protocol.messages.fetch import INITIAL_EPOCH, INVALID_SESSION_ID, next_epoch
 
 TopicPartition = tuple[str, int]
 
-INVALID_SESSION_ID = 0
-INITIAL_EPOCH = 0  # a full fetch that asks for a new session
 # The request fields a session caches: a change in any of them re-sends the partition.
 FIELDS = ("fetch_offset", "current_leader_epoch", "last_fetched_epoch", "log_start_offset", "partition_max_bytes")
 SESSION_ERRORS = frozenset({ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH})
-
-
-def next_epoch(epoch: int) -> int:
-    """1, 2, ... wrapping from 2**31-1 back to 1 (0 only opens a session)."""
-    return 1 if epoch >= 2**31 - 1 else epoch + 1
 
 
 class FetchSessionHandler:

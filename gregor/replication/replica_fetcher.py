@@ -34,7 +34,7 @@ from gregor.client.fetch_session import SESSION_ERRORS, FetchSessionHandler
 from gregor.configdef import Settings, setting
 from gregor.metadata.cache import MetadataCache
 from gregor.protocol.errors import ErrorCode, KafkaError
-from gregor.protocol.messages.fetch import FETCH
+from gregor.protocol.messages.fetch import FETCH, INVALID_SESSION_ID
 from gregor.replication.quota import ReplicationQuota
 from gregor.security.inter_broker import ClientSecurity
 from gregor.storage.errors import StorageError
@@ -233,14 +233,13 @@ class ReplicaFetcher:
                 "max_bytes": m.response_max_bytes, "isolation_level": 0, "session_id": session_id,
                 "session_epoch": epoch, "topics": topics, "forgotten_topics_data": forgotten, "rack_id": ""}
         resp = await client.request(FETCH, FETCH_VERSION, body, timeout_s=m.socket_timeout_s)
-        opened = not self._session.incremental
         if not self._session.answered(resp.error_code, resp.session_id):
             if resp.error_code in SESSION_ERRORS:  # the leader lost or evicted the session: a full fetch next
                 log.info("broker %d: fetch session %d with broker %d ended (%s): fetching in full", m.broker_id,
                          session_id, self.source, ErrorCode(resp.error_code).name)
                 return
             raise BrokerConnectionError(f"fetch refused by broker {self.source}: {ErrorCode(resp.error_code).name}")
-        if opened and self._session.incremental:
+        if session_id == INVALID_SESSION_ID and self._session.incremental:  # this full fetch opened one
             log.info("broker %d: fetch session %d opened with broker %d for %d partitions", m.broker_id,
                      resp.session_id, self.source, len(wanted))
         answers = {(t.topic, p.partition_index): p for t in resp.responses for p in t.partitions}

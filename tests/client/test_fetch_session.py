@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gregor.client.fetch_session import FetchSessionHandler, next_epoch
+from gregor.client.fetch_session import FetchSessionHandler
 from gregor.protocol.errors import ErrorCode
 
 
@@ -62,7 +62,3 @@ def test_a_sessionless_answer_keeps_fetching_in_full() -> None:
     assert h.answered(ErrorCode.NONE, 0)  # the broker's cache had no room
     sid, epoch, topics, _ = h.build(_want(a_0=0))
     assert (sid, epoch) == (0, 0) and _named(topics) == [("a", 0)]
-
-
-def test_epochs_wrap_to_one() -> None:
-    assert next_epoch(2**31 - 1) == 1 and next_epoch(1) == 2

@@ -50,11 +50,17 @@ def _fetch(c: WireClient, session_id: int, epoch: int, parts: list[tuple[str, in
             topics[-1]["partitions"].append(entry)
         else:
             topics.append({"topic": topic, "partitions": [entry]})
-    return c.request(1, 12, {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 24,
-                             "isolation_level": 0, "session_id": session_id, "session_epoch": epoch,
-                             "topics": topics,
-                             "forgotten_topics_data": [{"topic": t, "partitions": ps} for t, ps in forgotten or []],
-                             "rack_id": ""})
+    return _fetch_request(c, session_id, epoch, topics,
+                          [{"topic": t, "partitions": ps} for t, ps in forgotten or []])[1]
+
+
+def _fetch_request(c: WireClient, session_id: int, epoch: int, topics: list[dict[str, Any]],
+                   forgotten: list[dict[str, Any]]) -> tuple[dict[str, Any], Any]:
+    """A consumer's Fetch v12 (no wait) with these session fields: (request body, response)."""
+    body = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 24, "isolation_level": 0,
+            "session_id": session_id, "session_epoch": epoch, "topics": topics, "forgotten_topics_data": forgotten,
+            "rack_id": ""}
+    return body, c.request(1, 12, body)
 
 
 def _seen(resp: Any) -> dict[tuple[str, int], int]:
@@ -187,11 +193,7 @@ def _handler_fetch(c: WireClient, h: FetchSessionHandler, offsets: dict[tuple[st
     """One Fetch built by the replica fetchers' session handler for `offsets`: (request body, response)."""
     wanted = {key: {"partition": key[1], "current_leader_epoch": -1, "fetch_offset": off, "last_fetched_epoch": -1,
                     "log_start_offset": -1, "partition_max_bytes": 1 << 20} for key, off in offsets.items()}
-    sid, epoch, topics, forgotten = h.build(wanted)
-    body = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 24, "isolation_level": 0,
-            "session_id": sid, "session_epoch": epoch, "topics": topics, "forgotten_topics_data": forgotten,
-            "rack_id": ""}
-    resp = c.request(1, 12, body)
+    body, resp = _fetch_request(c, *h.build(wanted))
     h.answered(resp.error_code, resp.session_id)
     return body, resp
 

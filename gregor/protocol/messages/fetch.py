@@ -12,6 +12,18 @@ from __future__ import annotations
 
 from gregor.protocol.schema import INT8, INT16, INT32, INT64, RECORDS, STRING, Array, api, f, struct
 
+# The session fields' values (KIP-227), read alike by the broker (gregor.api.fetch_session) and by the
+# replica fetchers (gregor.client.fetch_session).
+INVALID_SESSION_ID = 0  # no session
+INITIAL_EPOCH = 0  # a full fetch that asks for a new session
+FINAL_EPOCH = -1  # a sessionless full fetch (closing the session named, if any)
+
+
+def next_epoch(epoch: int) -> int:
+    """The epoch after `epoch`: 1, 2, ... wrapping from 2**31-1 back to 1 (0 is only the initial one)."""
+    return 1 if epoch >= 2**31 - 1 else epoch + 1
+
+
 FETCH = api(
     1,
     "Fetch",
