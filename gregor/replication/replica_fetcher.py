@@ -7,11 +7,7 @@ carrying the leader epoch we know and the latest epoch in our leader-epoch cache
 answer a divergence (KIP-320/KIP-595) instead of records; then per partition: records are appended as
 they arrived (the log validates them with the follower rules in one walk: no per-record Python work),
 the leader's HW is taken; a diverging epoch truncates exactly the divergent tail; errors pause or delay
-the partition. The fetches run in a fetch session (KIP-227, gregor.client.fetch_session): after the first,
-each names only the partitions whose position moved and is answered only for partitions with news, so an
-append on one partition is not followed by every partition the follower copies being encoded, sent,
-decoded and looked at on both brokers.
-At most one fetch is in flight per fetcher and its response is bounded by
+the partition. At most one fetch is in flight per fetcher and its response is bounded by
 `replica.fetch.response.max.bytes`, so a slow follower never buffers more than that per leader.
 
 Everything runs on the event loop; the ReplicaManager adds and removes partitions as the metadata says.
@@ -30,11 +26,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gregor.client.broker_client import BrokerClient, BrokerConnectionError
-from gregor.client.fetch_session import SESSION_ERRORS, FetchSessionHandler
 from gregor.configdef import Settings, setting
 from gregor.metadata.cache import MetadataCache
 from gregor.protocol.errors import ErrorCode, KafkaError
-from gregor.protocol.messages.fetch import FETCH, INVALID_SESSION_ID
+from gregor.protocol.messages.fetch import FETCH
 from gregor.replication.quota import ReplicationQuota
 from gregor.security.inter_broker import ClientSecurity
 from gregor.storage.errors import StorageError
@@ -118,7 +113,6 @@ class ReplicaFetcher:
         self.partitions: dict[TopicPartition, FetchState] = {}
         self._wake = asyncio.Event()
         self._client: BrokerClient | None = None
-        self._session = FetchSessionHandler()  # KIP-227: after the first, fetches name only what changed
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
 
@@ -165,7 +159,6 @@ class ReplicaFetcher:
                     return
                 log.warning("broker %d: fetching from broker %d failed: %s; retrying in %.0f ms",
                             m.broker_id, self.source, e, backoff_s * 1000)
-                self._session.reset()  # the leader may or may not have applied the request in flight
                 if self._client is not None:
                     self._client.close()
                     self._client = None
@@ -173,7 +166,6 @@ class ReplicaFetcher:
             except Exception:  # a bug must not end replication from this leader silently: logged, retried
                 log.exception("broker %d: fetcher %d from broker %d failed", m.broker_id, self.fetcher_id,
                               self.source)
-                self._session.reset()
                 if self._client is not None:
                     self._client.close()
                     self._client = None
@@ -200,7 +192,7 @@ class ReplicaFetcher:
     async def _fetch_once(self, active: list[TopicPartition]) -> None:
         m = self.manager
         requested: list[tuple[TopicPartition, Partition, int, int]] = []
-        wanted: dict[TopicPartition, dict[str, Any]] = {}
+        topics: dict[str, list[dict[str, Any]]] = {}
         held_back = m.follower_quota.active and m.follower_quota.exceeded()
         for key in active:
             part = m.partition(key)
@@ -219,29 +211,22 @@ class ReplicaFetcher:
                 continue
             leo = lg.log_end_offset
             latest = lg.leader_epoch_cache.latest_epoch
-            wanted[key] = {
+            topics.setdefault(key[0], []).append({
                 "partition": key[1], "current_leader_epoch": state.leader_epoch, "fetch_offset": leo,
                 "last_fetched_epoch": -1 if latest is None else latest, "log_start_offset": lg.log_start_offset,
                 "partition_max_bytes": m.partition_max_bytes,
-            }
+            })
             requested.append((key, part, state.leader_epoch, leo))
         if not requested:
             return
-        client = self._connect()
-        session_id, epoch, topics, forgotten = self._session.build(wanted)
         body = {"replica_id": m.broker_id, "max_wait_ms": m.max_wait_ms, "min_bytes": m.min_bytes,
-                "max_bytes": m.response_max_bytes, "isolation_level": 0, "session_id": session_id,
-                "session_epoch": epoch, "topics": topics, "forgotten_topics_data": forgotten, "rack_id": ""}
+                "max_bytes": m.response_max_bytes, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+                "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+                "forgotten_topics_data": [], "rack_id": ""}
+        client = self._connect()
         resp = await client.request(FETCH, FETCH_VERSION, body, timeout_s=m.socket_timeout_s)
-        if not self._session.answered(resp.error_code, resp.session_id):
-            if resp.error_code in SESSION_ERRORS:  # the leader lost or evicted the session: a full fetch next
-                log.info("broker %d: fetch session %d with broker %d ended (%s): fetching in full", m.broker_id,
-                         session_id, self.source, ErrorCode(resp.error_code).name)
-                return
+        if resp.error_code != ErrorCode.NONE:
             raise BrokerConnectionError(f"fetch refused by broker {self.source}: {ErrorCode(resp.error_code).name}")
-        if session_id == INVALID_SESSION_ID and self._session.incremental:  # this full fetch opened one
-            log.info("broker %d: fetch session %d opened with broker %d for %d partitions", m.broker_id,
-                     resp.session_id, self.source, len(wanted))
         answers = {(t.topic, p.partition_index): p for t in resp.responses for p in t.partitions}
         now_ms = int(time.time() * 1000)
         for key, part, epoch, leo in requested:

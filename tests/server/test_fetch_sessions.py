@@ -20,7 +20,6 @@ from gregor.api.fetch_session import (
     FetchSessionCache,
     next_epoch,
 )
-from gregor.client.fetch_session import FetchSessionHandler
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.records import Record, build_batch, iter_headers
 from tests.broker_process import BrokerProcess
@@ -50,17 +49,11 @@ def _fetch(c: WireClient, session_id: int, epoch: int, parts: list[tuple[str, in
             topics[-1]["partitions"].append(entry)
         else:
             topics.append({"topic": topic, "partitions": [entry]})
-    return _fetch_request(c, session_id, epoch, topics,
-                          [{"topic": t, "partitions": ps} for t, ps in forgotten or []])[1]
-
-
-def _fetch_request(c: WireClient, session_id: int, epoch: int, topics: list[dict[str, Any]],
-                   forgotten: list[dict[str, Any]]) -> tuple[dict[str, Any], Any]:
-    """A consumer's Fetch v12 (no wait) with these session fields: (request body, response)."""
-    body = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 24, "isolation_level": 0,
-            "session_id": session_id, "session_epoch": epoch, "topics": topics, "forgotten_topics_data": forgotten,
-            "rack_id": ""}
-    return body, c.request(1, 12, body)
+    return c.request(1, 12, {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 24,
+                             "isolation_level": 0, "session_id": session_id, "session_epoch": epoch,
+                             "topics": topics,
+                             "forgotten_topics_data": [{"topic": t, "partitions": ps} for t, ps in forgotten or []],
+                             "rack_id": ""})
 
 
 def _seen(resp: Any) -> dict[tuple[str, int], int]:
@@ -187,53 +180,6 @@ def test_full_then_incremental_fetch_sends_only_changes(broker: BrokerProcess) -
     # Add partition 2 back at its end offset: its high watermark is news (first time sent), no records.
     inc = _fetch(c, sid, 5, [("sess-inc", 2, 5)])
     assert _seen(inc) == {("sess-inc", 2): 0}
-
-
-def _handler_fetch(c: WireClient, h: FetchSessionHandler, offsets: dict[tuple[str, int], int]) -> tuple[Any, Any]:
-    """One Fetch built by the replica fetchers' session handler for `offsets`: (request body, response)."""
-    wanted = {key: {"partition": key[1], "current_leader_epoch": -1, "fetch_offset": off, "last_fetched_epoch": -1,
-                    "log_start_offset": -1, "partition_max_bytes": 1 << 20} for key, off in offsets.items()}
-    body, resp = _fetch_request(c, *h.build(wanted))
-    h.answered(resp.error_code, resp.session_id)
-    return body, resp
-
-
-def test_the_fetchers_session_handler_against_the_broker(broker: BrokerProcess) -> None:
-    """The replica fetchers' client side (gregor.client.fetch_session) with the broker's: a full fetch opens
-    the session, later ones name only partitions that moved, a forgotten one is dropped, a session the broker
-    no longer knows resets to a full fetch; every record is read once, in order."""
-    c = WireClient(broker.bootstrap)
-    _create(c, "sess-h", 4)
-    h = FetchSessionHandler()
-    offsets = {("sess-h", p): 0 for p in range(4)}
-    body, resp = _handler_fetch(c, h, offsets)
-    assert body["session_epoch"] == 0 and len(body["topics"][0]["partitions"]) == 4
-    assert resp.session_id != 0 and h.session_id == resp.session_id and h.epoch == 1
-    read = {key: 0 for key in offsets}
-    for rnd in range(6):
-        _produce(c, "sess-h", rnd % 4, 3)
-        body, resp = _handler_fetch(c, h, offsets)
-        assert body["session_id"] == h.session_id and body["session_epoch"] == rnd + 1
-        named = [(t["topic"], p["partition"]) for t in body["topics"] for p in t["partitions"]]
-        assert named == ([] if rnd == 0 else [("sess-h", (rnd - 1) % 4)])  # only the one read last time moved
-        for key, n in _seen(resp).items():
-            read[key] += n
-            offsets[key] += n
-        assert _seen(resp) == {("sess-h", rnd % 4): 3}
-    assert sum(read.values()) == 18
-    # Forget partition 3: its new records are not answered.
-    del offsets[("sess-h", 3)]
-    _produce(c, "sess-h", 3, 2)
-    body, resp = _handler_fetch(c, h, offsets)
-    assert body["forgotten_topics_data"] == [{"topic": "sess-h", "partitions": [3]}]
-    assert ("sess-h", 3) not in _seen(resp)
-    # The broker loses the session (closed behind our back): the handler resets and the next fetch is full.
-    _fetch(c, h.session_id, -1, [("sess-h", 0, 0)])
-    _body, resp = _handler_fetch(c, h, offsets)
-    assert resp.error_code == ErrorCode.FETCH_SESSION_ID_NOT_FOUND and h.session_id == 0
-    body, resp = _handler_fetch(c, h, offsets)
-    assert body["session_epoch"] == 0 and len(body["topics"][0]["partitions"]) == 3 and resp.session_id != 0
-    assert h.full_fetches == 2
 
 
 def test_session_errors(broker: BrokerProcess) -> None:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from gregor.protocol.schema import INT8, INT16, INT32, INT64, RECORDS, STRING, Array, api, f, struct
 
-# The session fields' values (KIP-227), read alike by the broker (gregor.api.fetch_session) and by the
-# replica fetchers (gregor.client.fetch_session).
+# The session fields' values (KIP-227), as the protocol defines them (the broker's sessions:
+# gregor.api.fetch_session).
 INVALID_SESSION_ID = 0  # no session
 INITIAL_EPOCH = 0  # a full fetch that asks for a new session
 FINAL_EPOCH = -1  # a sessionless full fetch (closing the session named, if any)
