@@ -91,7 +91,8 @@ def test_exactly_once_survives_killing_the_coordinator_and_output_leader(
     time.sleep(1.0)
     c.restart(out_leader)
     # Then workers run until the output is complete: a worker exits when it saw no input for a while
-    # (or non-zero, on a failure it cannot retry) and the next one resumes from the committed offsets.
+    # (or non-zero, on a failure it cannot retry, or on a transaction stalled by the client bug that
+    # eos_transformer's docstring names) and the next one resumes from the committed offsets.
     deadline = time.monotonic() + 240
     while True:
         try:
