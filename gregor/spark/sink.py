@@ -23,6 +23,8 @@ one producer, and librdkafka cannot hand a transaction over to Spark's driver to
 from __future__ import annotations
 
 import itertools
+import logging
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -47,8 +49,12 @@ _PRODUCER_DEFAULTS: dict[str, Any] = {
     "queue.buffering.max.messages": 500_000,
     "queue.buffering.max.kbytes": 256 * 1024,
 }
+log = logging.getLogger("gregor.spark.sink")
+
 _POLL_EVERY = 10_000
 _FLUSH_TIMEOUT_S = 120.0
+# How long past its own timeout a send_offsets_to_transaction may run before the task gives up on its producer.
+_STALL_GRACE_S = 10.0
 
 
 @dataclass
@@ -212,6 +218,46 @@ def _drop_txn_clients(txn_id: str) -> None:
         clients.consumer.close()
 
 
+class TransactionStalled(GregorSourceError):
+    """A transactional producer call did not return within its timeout (see _send_offsets)."""
+
+
+def _send_offsets(producer: Any, offsets: list[Any], group_metadata: Any, timeout_s: float) -> None:
+    """producer.send_offsets_to_transaction, bounded. librdkafka (2.10 to at least 2.16:
+    confluentinc/librdkafka#5511 and #5456) can wait in it forever, past its timeout: when the broker it
+    last used as the group's coordinator is killed and leaves the Metadata, that broker's handle is
+    decommissioned, and the request waits for the old handle to connect, which it never does. The call runs
+    in a thread; past `timeout_s` + _STALL_GRACE_S the task raises TransactionStalled and the producer is
+    left to that thread (never reused: the next attempt's InitProducerId fences it and aborts its transaction)."""
+    outcome: list[BaseException | None] = []
+    done = threading.Event()
+
+    def call() -> None:
+        try:
+            producer.send_offsets_to_transaction(offsets, group_metadata, timeout_s)
+            outcome.append(None)
+        except BaseException as e:  # handed to the task's thread below
+            outcome.append(e)
+        finally:
+            done.set()
+
+    threading.Thread(target=call, name="gregor-send-offsets", daemon=True).start()
+    if not done.wait(timeout_s + _STALL_GRACE_S):
+        raise TransactionStalled(f"send_offsets_to_transaction did not return within {timeout_s + _STALL_GRACE_S:.0f} s "
+                                 "(librdkafka#5511: its group coordinator was decommissioned)")
+    if outcome[0] is not None:
+        raise outcome[0]
+
+
+def _txn_api_timeout_s(opts: SinkOptions) -> float:
+    """librdkafka caps a transactional call's timeout at transaction.timeout.ms (60 s by default)."""
+    try:
+        txn_timeout_s = int(opts.kafka_params.get("transaction.timeout.ms", 60_000)) / 1000.0
+    except ValueError:
+        txn_timeout_s = 60.0  # librdkafka has refused the value already, when the producer was made
+    return min(_FLUSH_TIMEOUT_S, txn_timeout_s)
+
+
 def write_transactional(opts: SinkOptions, batches: Iterator[pa.RecordBatch], query_id: str, batch_id: int,
                         task: int, columns: SinkColumns | None = None) -> int:
     """Exactly once (see the module docstring): this task's rows of micro-batch `batch_id` in one
@@ -234,10 +280,12 @@ def write_transactional(opts: SinkOptions, batches: Iterator[pa.RecordBatch], qu
             clients.producer.begin_transaction()
             # The marker first: a producer kept from an earlier batch that another worker has fenced since
             # fails here, before any row is taken from `batches`, and is replaced.
-            clients.producer.send_offsets_to_transaction([TopicPartition(marker.topic, 0, batch_id + 1)],
-                                                         clients.consumer.consumer_group_metadata(), _FLUSH_TIMEOUT_S)
+            _send_offsets(clients.producer, [TopicPartition(marker.topic, 0, batch_id + 1)],
+                          clients.consumer.consumer_group_metadata(), _txn_api_timeout_s(opts))
             break
-        except KafkaException as e:
+        except (KafkaException, TransactionStalled) as e:
+            if isinstance(e, TransactionStalled):
+                log.warning("transaction %s of batch %d: %s; retrying with a new producer", txn_id, batch_id, e)
             _drop_txn_clients(txn_id)
             if attempt == 1:
                 raise GregorSourceError(f"transaction {txn_id} of batch {batch_id} failed: {e.args[0] if e.args else e}"

@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
@@ -113,3 +114,46 @@ def test_exactly_once_survives_killing_the_coordinator_and_output_leader(
     assert values == list(range(n)), f"{len(values)} outputs, {len(set(values))} distinct, {n} inputs"
     everything = _read(c.bootstrap, "eos-out", 2, "read_uncommitted")
     assert len(everything) >= len(committed)
+
+
+def test_spark_sink_transaction_outlives_its_group_coordinator_being_killed(
+        make_cluster: Callable[..., LocalCluster]) -> None:
+    """The transactional Spark sink keeps a task slot's producer between micro-batches. Its group's
+    coordinator is SIGKILLed in between, and the producer learns Metadata without that broker: with
+    librdkafka 2.10-2.16 the next send_offsets_to_transaction waits forever (librdkafka#5511); the sink
+    gives up on that producer past its timeout and writes the batch with a new one, once."""
+    import pyarrow as pa
+
+    from gregor.spark import sink
+    from gregor.spark.options import parse_sink_options
+
+    c = make_cluster(3)
+    create_topic(c.bootstrap, "sink-out", 1, 3, {"min.insync.replicas": "2"})
+    # transaction.timeout.ms bounds each transactional call (librdkafka caps them at it), so the sink's wait.
+    opts = parse_sink_options({"kafka.bootstrap.servers": c.bootstrap, "topic": "sink-out", "transactional": "true",
+                               "kafka.transaction.timeout.ms": "5000", "kafka.log_level": "0"})
+    query = "killed-coordinator"
+    txn_id = f"{opts.transactional_id_prefix}{query}-0"
+
+    def rows(batch: int) -> Any:
+        return iter([pa.RecordBatch.from_pydict({"value": [f"b{batch}-{i}" for i in range(100)]})])
+
+    try:
+        assert sink.write_transactional(opts, rows(0), query, 0, 0) == 100
+        group_partition = partition_for(txn_id, 50)
+        coordinator = c.wait_leader("__consumer_offsets", group_partition)
+        c.kill(coordinator)
+        c.wait_leader("__consumer_offsets", group_partition, not_in=(coordinator,), timeout_s=60)
+        kept = sink._TXN_CLIENTS[txn_id].producer
+        for _ in range(3):  # its next Metadata, without the killed broker: the broker's handle is decommissioned
+            kept.list_topics(timeout=10)
+            time.sleep(0.3)
+        started = time.monotonic()
+        assert sink.write_transactional(opts, rows(1), query, 1, 0) == 100
+        assert time.monotonic() - started < 5 + sink._STALL_GRACE_S + 30
+        assert sink.write_transactional(opts, rows(1), query, 1, 0) == 0  # a replay of batch 1: skipped
+    finally:
+        for kept_id in list(sink._TXN_CLIENTS):  # this process is not a Spark worker: let the clients go
+            sink._drop_txn_clients(kept_id)
+    got = sorted(v.decode() for v in _read(c.bootstrap, "sink-out", 1, "read_committed"))
+    assert got == sorted([f"b0-{i}" for i in range(100)] + [f"b1-{i}" for i in range(100)])
